@@ -145,6 +145,10 @@ struct ModelConfig {
 // "config.json: field 'compress_ratios' has 5 entries, num_hidden_layers is 6".
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source_name);
 
+// Checks ranges and cross-field consistency (ParseModelConfig calls it); errors are prefixed with
+// `source_name` and name the field. Exposed for configs built or edited in code (tests, tools).
+Status ValidateModelConfig(const ModelConfig& config, std::string_view source_name);
+
 // Reads and parses a config file. `path` may be the file or a checkpoint directory holding
 // config.json.
 StatusOr<ModelConfig> LoadModelConfig(const std::string& path);

@@ -103,6 +103,9 @@ class Checkpoint {
   const std::string& directory() const { return directory_; }
 
  private:
+  // Opens every shard named in the index; each listed tensor must exist in its shard.
+  Status OpenSharded(const std::string& index_path);
+
   std::string directory_;
   std::vector<std::unique_ptr<File>> files_;
   std::map<std::string, const File*, std::less<>> index_;  // tensor name -> file
