@@ -1,0 +1,37 @@
+// TransferAgent between agents of one process: writes are memcpy into the peer's registered
+// region. Used by colocated prefill+decode and by tests that need no network.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "common/transport/transfer_agent.h"
+
+namespace pdspark::transport {
+
+class InProcessAgent : public TransferAgent {
+ public:
+  InProcessAgent();
+  ~InProcessAgent() override;
+
+  std::string TransportName() const override { return "inprocess"; }
+  std::string LocalAddress() const override { return address_; }
+  StatusOr<LocalRegion> RegisterMemory(void* base, size_t size) override;
+  Status DeregisterMemory(uint64_t region_id) override;
+  Status Connect(const std::string& peer_id, const std::string& peer_address) override;
+  Status Disconnect(const std::string& peer_id) override;
+  Status Write(const std::string& peer_id, const RemoteRegion& region,
+               const std::vector<WriteOp>& ops, Clock::time_point deadline) override;
+
+ private:
+  bool ContainsRegion(const RemoteRegion& region);
+
+  std::string address_;
+  std::mutex mu_;
+  std::map<uint64_t, LocalRegion> regions_;
+  std::map<std::string, std::string> peers_;  // peer id -> address
+  uint64_t next_region_id_ = 1;
+};
+
+}  // namespace pdspark::transport

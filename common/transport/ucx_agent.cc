@@ -1,0 +1,289 @@
+#include "common/transport/ucx_agent.h"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+
+namespace pdspark::transport {
+
+struct UcxAgent::Handles {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int event_fd = -1;
+};
+
+struct UcxAgent::Peer {
+  std::string id;
+  ucp_ep_h ep = nullptr;
+  // Set by UCX's error callback (peer died, link cut): the endpoint is unusable.
+  std::atomic<bool> failed{false};
+  std::map<std::string, ucp_rkey_h> rkeys;  // packed key -> unpacked key
+};
+
+namespace {
+
+// Debian's absl has its own absl::string_view (not std::string_view): pass std::string here.
+Status UcsError(ucs_status_t status, const std::string& what) {
+  return absl::UnavailableError(absl::StrCat("UCX ", what, ": ", ucs_status_string(status)));
+}
+
+void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* failed = static_cast<std::atomic<bool>*>(arg);
+  failed->store(true);
+  LOG_WARN("ucx endpoint error status={}", ucs_status_string(status));
+}
+
+bool HasNetworkTransport(const std::string& transports) {
+  if (transports.empty() || transports == "all") return true;
+  for (const char* name : {"tcp", "rc", "ud", "dc", "ib"}) {
+    if (transports.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+UcxAgent::UcxAgent(UcxOptions options)
+    : options_(std::move(options)), handles_(std::make_unique<Handles>()) {}
+
+StatusOr<std::unique_ptr<UcxAgent>> UcxAgent::Create(const UcxOptions& options) {
+  std::unique_ptr<UcxAgent> agent(new UcxAgent(options));
+  RETURN_IF_ERROR(agent->Init());
+  agent->progress_thread_ = std::thread([a = agent.get()] { a->ProgressLoop(); });
+  return agent;
+}
+
+Status UcxAgent::Init() {
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return UcsError(st, "config read");
+  if (!options_.transports.empty()) ucp_config_modify(config, "TLS", options_.transports.c_str());
+  if (!options_.net_devices.empty()) {
+    ucp_config_modify(config, "NET_DEVICES", options_.net_devices.c_str());
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  st = ucp_init(&params, config, &handles_->context);
+  ucp_config_release(config);
+  if (st != UCS_OK) return UcsError(st, absl::StrCat("init with UCX_TLS=", options_.transports));
+
+  ucp_worker_params_t wparams{};
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call is made under mu_
+  st = ucp_worker_create(handles_->context, &wparams, &handles_->worker);
+  if (st != UCS_OK) return UcsError(st, "worker create");
+  st = ucp_worker_get_efd(handles_->worker, &handles_->event_fd);
+  if (st != UCS_OK) return UcsError(st, "worker event fd");
+
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  st = ucp_worker_get_address(handles_->worker, &address, &length);
+  if (st != UCS_OK) return UcsError(st, "worker address");
+  address_.assign(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(handles_->worker, address);
+  LOG_INFO("ucx agent ready transports={} address_bytes={}", TransportName(), length);
+  return absl::OkStatus();
+}
+
+UcxAgent::~UcxAgent() {
+  stop_ = true;
+  if (progress_thread_.joinable()) progress_thread_.join();
+  std::lock_guard lock(mu_);
+  for (auto& [id, peer] : peers_) ClosePeerLocked(*peer, /*force=*/true);
+  peers_.clear();
+  for (auto& [id, memh] : regions_) {
+    ucp_mem_unmap(handles_->context, static_cast<ucp_mem_h>(memh));
+  }
+  if (handles_->worker) ucp_worker_destroy(handles_->worker);
+  if (handles_->context) ucp_cleanup(handles_->context);
+}
+
+std::string UcxAgent::TransportName() const {
+  return absl::StrCat("ucx:", options_.transports.empty() ? "auto" : options_.transports);
+}
+
+void UcxAgent::ProgressLoop() {
+  while (!stop_) {
+    bool armed = false;
+    {
+      std::lock_guard lock(mu_);
+      while (ucp_worker_progress(handles_->worker) != 0) {
+      }
+      armed = ucp_worker_arm(handles_->worker) == UCS_OK;
+    }
+    // Sleep on the event fd when nothing is pending; wake at least every 5 ms to see stop_.
+    pollfd pfd{handles_->event_fd, POLLIN, 0};
+    poll(&pfd, 1, armed ? 5 : 0);
+  }
+}
+
+StatusOr<LocalRegion> UcxAgent::RegisterMemory(void* base, size_t size) {
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = base;
+  params.length = size;
+  std::lock_guard lock(mu_);
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(handles_->context, &params, &memh);
+  if (st != UCS_OK) return UcsError(st, absl::StrCat("mem_map of ", size, " bytes"));
+  void* key = nullptr;
+  size_t key_size = 0;
+  st = ucp_rkey_pack(handles_->context, memh, &key, &key_size);
+  if (st != UCS_OK) {
+    ucp_mem_unmap(handles_->context, memh);
+    return UcsError(st, "rkey pack");
+  }
+  LocalRegion region;
+  region.id = next_region_id_++;
+  region.base = base;
+  region.size = size;
+  region.remote.base = reinterpret_cast<uint64_t>(base);
+  region.remote.size = size;
+  region.remote.packed_key.assign(static_cast<const char*>(key), key_size);
+  ucp_rkey_buffer_release(key);
+  regions_[region.id] = memh;
+  return region;
+}
+
+Status UcxAgent::DeregisterMemory(uint64_t region_id) {
+  std::lock_guard lock(mu_);
+  auto it = regions_.find(region_id);
+  if (it == regions_.end()) return absl::NotFoundError(absl::StrCat("region ", region_id));
+  ucp_mem_unmap(handles_->context, static_cast<ucp_mem_h>(it->second));
+  regions_.erase(it);
+  return absl::OkStatus();
+}
+
+Status UcxAgent::Connect(const std::string& peer_id, const std::string& peer_address) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(peer_id);
+  if (it != peers_.end() && it->second->ep != nullptr && !it->second->failed) {
+    return absl::OkStatus();
+  }
+  if (it != peers_.end()) {
+    ClosePeerLocked(*it->second, /*force=*/true);
+    peers_.erase(it);
+  }
+  auto peer = std::make_unique<Peer>();
+  peer->id = peer_id;
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+  // Network transports report a dead peer as an endpoint error instead of a hang. The
+  // shared-memory ones (posix, sysv, cma) cannot in UCX 1.13 and refuse that mode; there the
+  // write deadline and the gRPC control plane are what notice a dead peer.
+  params.err_mode = HasNetworkTransport(options_.transports) ? UCP_ERR_HANDLING_MODE_PEER
+                                                             : UCP_ERR_HANDLING_MODE_NONE;
+  params.err_handler.cb = OnEndpointError;
+  params.err_handler.arg = &peer->failed;
+  ucs_status_t st = ucp_ep_create(handles_->worker, &params, &peer->ep);
+  if (st != UCS_OK) return UcsError(st, absl::StrCat("connect to peer ", peer_id));
+  peers_[peer_id] = std::move(peer);
+  return absl::OkStatus();
+}
+
+Status UcxAgent::Disconnect(const std::string& peer_id) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end()) return absl::OkStatus();
+  ClosePeerLocked(*it->second, /*force=*/it->second->failed.load());
+  peers_.erase(it);
+  return absl::OkStatus();
+}
+
+void UcxAgent::ClosePeerLocked(Peer& peer, bool force) {
+  for (auto& [packed, rkey] : peer.rkeys) ucp_rkey_destroy(rkey);
+  peer.rkeys.clear();
+  if (!peer.ep) return;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(peer.ep, &param);
+  peer.ep = nullptr;
+  if (UCS_PTR_IS_PTR(request)) {
+    // Bounded wait: a graceful close to a dead peer must not hang shutdown.
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < until) {
+      ucp_worker_progress(handles_->worker);
+    }
+    ucp_request_free(request);
+  }
+}
+
+StatusOr<void*> UcxAgent::RkeyLocked(Peer& peer, const std::string& packed_key) {
+  auto it = peer.rkeys.find(packed_key);
+  if (it != peer.rkeys.end()) return static_cast<void*>(it->second);
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t st = ucp_ep_rkey_unpack(peer.ep, packed_key.data(), &rkey);
+  if (st != UCS_OK) return UcsError(st, absl::StrCat("rkey unpack for peer ", peer.id));
+  peer.rkeys[packed_key] = rkey;
+  return static_cast<void*>(rkey);
+}
+
+Status UcxAgent::WaitLocked(void* request, Peer& peer, Clock::time_point deadline,
+                            const char* what) {
+  if (request == nullptr) return absl::OkStatus();
+  if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), what);
+  ucs_status_t st;
+  while ((st = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    if (Clock::now() >= deadline || peer.failed) break;
+    ucp_worker_progress(handles_->worker);
+  }
+  if (st == UCS_INPROGRESS) {
+    // Stalled or failed peer: force-close the endpoint, which completes the request with an
+    // error, so nothing posted here can write into freed memory later.
+    const bool failed = peer.failed;
+    ClosePeerLocked(peer, /*force=*/true);
+    while (ucp_request_check_status(request) == UCS_INPROGRESS) {
+      ucp_worker_progress(handles_->worker);
+    }
+    ucp_request_free(request);
+    if (failed) return absl::UnavailableError(absl::StrCat("UCX ", what, ": peer ", peer.id, " failed"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("UCX ", what, " to peer ", peer.id, " stalled past its deadline"));
+  }
+  ucp_request_free(request);
+  if (st != UCS_OK) return UcsError(st, what);
+  return absl::OkStatus();
+}
+
+Status UcxAgent::Write(const std::string& peer_id, const RemoteRegion& region,
+                       const std::vector<WriteOp>& ops, Clock::time_point deadline) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end() || it->second->ep == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("not connected to peer ", peer_id));
+  }
+  Peer& peer = *it->second;
+  if (peer.failed) return absl::UnavailableError(absl::StrCat("peer ", peer_id, " failed"));
+  for (const WriteOp& op : ops) {
+    if (op.remote_offset > region.size || op.size > region.size - op.remote_offset) {
+      return absl::OutOfRangeError(absl::StrCat("write of ", op.size, " bytes at offset ",
+                                                op.remote_offset, " exceeds the remote region of ",
+                                                region.size, " bytes"));
+    }
+  }
+  ASSIGN_OR_RETURN(void* rkey, RkeyLocked(peer, region.packed_key));
+  ucp_request_param_t param{};
+  for (const WriteOp& op : ops) {
+    if (op.size == 0) continue;
+    ucs_status_ptr_t request = ucp_put_nbx(peer.ep, op.source, op.size,
+                                           region.base + op.remote_offset,
+                                           static_cast<ucp_rkey_h>(rkey), &param);
+    if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), "put");
+    // Puts complete in order with the flush below; free their handles right away.
+    if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
+    if (peer.failed) return absl::UnavailableError(absl::StrCat("peer ", peer_id, " failed"));
+  }
+  // The flush completes only when every put is visible in the peer's memory.
+  ucs_status_ptr_t flush = ucp_ep_flush_nbx(peer.ep, &param);
+  return WaitLocked(flush, peer, deadline, "flush");
+}
+
+}  // namespace pdspark::transport
