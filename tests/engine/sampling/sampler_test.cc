@@ -1,0 +1,121 @@
+#include "engine/sampling/sampler.h"
+
+#include <cmath>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pdspark::sampling {
+namespace {
+
+SamplingParams Seeded(uint64_t seed) {
+  SamplingParams params;
+  params.seed = seed;
+  return params;
+}
+
+TEST(SampleCategoricalTest, InverseCdfAndZeroWeightsNeverChosen) {
+  const std::vector<float> weights = {0.0f, 1.0f, 0.0f, 3.0f, 0.0f};
+  EXPECT_EQ(SampleCategorical(weights, 0.0), 1);
+  EXPECT_EQ(SampleCategorical(weights, 0.2499), 1);
+  EXPECT_EQ(SampleCategorical(weights, 0.25), 3);
+  EXPECT_EQ(SampleCategorical(weights, std::nextafter(1.0, 0.0)), 3);
+  EXPECT_EQ(SampleCategorical(std::vector<float>{0.0f, 0.0f}, 0.5), -1);
+}
+
+TEST(SamplerTest, CreateValidatesParams) {
+  SamplingParams params;
+  params.top_p = 0.0f;
+  EXPECT_EQ(Sampler::Create(params).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SamplerTest, GreedyPicksLowestIdOnTies) {
+  EXPECT_EQ(Sampler::Greedy(std::vector<float>{0.5f, 2.0f, 2.0f, 1.0f}), 1);
+  SamplingParams params;
+  params.temperature = 0.0f;
+  auto sampler = Sampler::Create(params);
+  ASSERT_TRUE(sampler.ok());
+  EXPECT_EQ(sampler->SampleFromLogits(std::vector<float>{3.0f, 3.0f, 1.0f}), 0);
+}
+
+TEST(SamplerTest, UniformIsInUnitInterval) {
+  auto sampler = Sampler::Create(Seeded(1));
+  ASSERT_TRUE(sampler.ok());
+  for (int i = 0; i < 10000; ++i) {
+    const double u = sampler->Uniform();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+  }
+}
+
+TEST(SamplerTest, SameSeedGivesSameTokens) {
+  const std::vector<float> logits = {0.1f, 0.5f, -0.3f, 1.2f, 0.0f, 0.7f};
+  auto a = Sampler::Create(Seeded(42));
+  auto b = Sampler::Create(Seeded(42));
+  auto c = Sampler::Create(Seeded(43));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  std::vector<int32_t> from_a, from_b, from_c;
+  for (int i = 0; i < 200; ++i) {
+    from_a.push_back(a->SampleFromLogits(logits));
+    from_b.push_back(b->SampleFromLogits(logits));
+    from_c.push_back(c->SampleFromLogits(logits));
+  }
+  EXPECT_EQ(from_a, from_b);
+  EXPECT_NE(from_a, from_c);
+  EXPECT_EQ(a->seed(), 42u);
+}
+
+TEST(SamplerTest, StreamIsIndependentOfOtherRequestsInTheBatch) {
+  // A request's tokens must not change when other requests are batched with it: run request A
+  // alone, then interleaved with B doing a varying amount of work per step.
+  const std::vector<float> logits = {0.2f, 0.1f, 0.9f, 0.4f};
+  auto alone = Sampler::Create(Seeded(7));
+  ASSERT_TRUE(alone.ok());
+  std::vector<int32_t> expected;
+  for (int i = 0; i < 100; ++i) expected.push_back(alone->SampleFromLogits(logits));
+
+  auto a = Sampler::Create(Seeded(7));
+  auto b = Sampler::Create(Seeded(7));
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<int32_t> batched;
+  for (int i = 0; i < 100; ++i) {
+    for (int j = 0; j < i % 3; ++j) b->SampleFromLogits(logits);
+    batched.push_back(a->SampleFromLogits(logits));
+  }
+  EXPECT_EQ(batched, expected);
+}
+
+TEST(SamplerTest, UnseededSamplersGetDifferentSeeds) {
+  auto a = Sampler::Create(SamplingParams{});
+  auto b = Sampler::Create(SamplingParams{});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->seed(), b->seed());
+}
+
+TEST(SamplerTest, SampleFrequenciesMatchProbabilities) {
+  auto sampler = Sampler::Create(Seeded(123));
+  ASSERT_TRUE(sampler.ok());
+  const std::vector<float> probs = {0.1f, 0.0f, 0.2f, 0.3f, 0.4f};
+  constexpr int kTrials = 200000;
+  std::vector<int> counts(probs.size());
+  for (int i = 0; i < kTrials; ++i) ++counts[sampler->Sample(probs)];
+  EXPECT_EQ(counts[1], 0);
+  for (size_t i = 0; i < probs.size(); ++i) {
+    EXPECT_NEAR(static_cast<double>(counts[i]) / kTrials, probs[i], 0.005) << i;
+  }
+}
+
+TEST(SamplerTest, SampleFromLogitsHonoursTopK) {
+  SamplingParams params = Seeded(5);
+  params.top_k = 2;
+  auto sampler = Sampler::Create(params);
+  ASSERT_TRUE(sampler.ok());
+  const std::vector<float> logits = {3.0f, 0.0f, 2.9f, 1.0f};
+  for (int i = 0; i < 1000; ++i) {
+    const int32_t token = sampler->SampleFromLogits(logits);
+    ASSERT_TRUE(token == 0 || token == 2) << token;
+  }
+}
+
+}  // namespace
+}  // namespace pdspark::sampling
