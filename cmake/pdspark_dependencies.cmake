@@ -7,6 +7,7 @@ find_package(spdlog CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # PkgConfig::HTTPLIB (compiled library)
 # Debian's OpenBLASConfig.cmake only sets variables; wrap them in an imported target.
 find_package(OpenBLAS CONFIG REQUIRED)
 add_library(pdspark_openblas INTERFACE)
