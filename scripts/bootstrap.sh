@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format clang-tidy
   python3-torch python3-numpy python3-tqdm
+  golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
   iproute2 curl
 )
 
