@@ -1,0 +1,541 @@
+#include "router/openai_protocol.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace pdspark::router {
+namespace {
+
+using nlohmann::json;
+
+ApiError BadRequest(std::string message, std::string param, std::string code = "invalid_value") {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param),
+                  std::move(code)};
+}
+
+ApiError WrongType(const std::string& param, const char* expected) {
+  return BadRequest(absl::StrCat("'", param, "' must be ", expected), param, "invalid_type");
+}
+
+// Depth of [] / {} nesting outside string literals; cheap pre-check before the recursive parse.
+int MaxJsonDepth(std::string_view body) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+// Typed reads of optional top-level fields. JSON null counts as absent, as in the OpenAI API.
+class FieldReader {
+ public:
+  explicit FieldReader(const json& object) : object_(object) {}
+
+  const json* Find(const std::string& name) const {
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<ApiError> Bool(const std::string& name, bool* out) const {
+    const json* v = Find(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) return WrongType(name, "a boolean");
+    *out = v->get<bool>();
+    return std::nullopt;
+  }
+
+  std::optional<ApiError> Number(const std::string& name, double lo, double hi,
+                                 double* out) const {
+    const json* v = Find(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) return WrongType(name, "a number");
+    double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi) {
+      return BadRequest(absl::StrCat("'", name, "' must be in [", lo, ", ", hi, "], got ", d),
+                        name);
+    }
+    *out = d;
+    return std::nullopt;
+  }
+
+  // Integers; an integral float such as 16.0 is accepted, as pydantic does for vLLM.
+  std::optional<ApiError> Int(const std::string& name, int64_t lo, int64_t hi,
+                              std::optional<int64_t>* out) const {
+    const json* v = Find(name);
+    if (v == nullptr) return std::nullopt;
+    int64_t value = 0;
+    if (v->is_number_integer()) {
+      if (v->is_number_unsigned() &&
+          v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return BadRequest(absl::StrCat("'", name, "' is out of range"), name);
+      }
+      value = v->get<int64_t>();
+    } else if (v->is_number_float() && std::trunc(v->get<double>()) == v->get<double>() &&
+               std::fabs(v->get<double>()) < 9e15) {
+      value = static_cast<int64_t>(v->get<double>());
+    } else {
+      return WrongType(name, "an integer");
+    }
+    if (value < lo || value > hi) {
+      return BadRequest(absl::StrCat("'", name, "' must be in [", lo, ", ", hi, "], got ", value),
+                        name);
+    }
+    *out = value;
+    return std::nullopt;
+  }
+
+  std::optional<ApiError> String(const std::string& name, std::string* out) const {
+    const json* v = Find(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) return WrongType(name, "a string");
+    *out = v->get<std::string>();
+    return std::nullopt;
+  }
+
+ private:
+  const json& object_;
+};
+
+#define RETURN_IF_API_ERROR(expr)                     \
+  do {                                                \
+    std::optional<ApiError> api_error_ = (expr);      \
+    if (api_error_.has_value()) return *api_error_;   \
+  } while (0)
+
+constexpr uint32_t kMaxTokenId = std::numeric_limits<int32_t>::max();
+
+std::optional<ApiError> ParseTokenIds(const json& array, const std::string& param,
+                                      std::vector<uint32_t>* out) {
+  out->clear();
+  for (const json& id : array) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId) {
+      return BadRequest(absl::StrCat("'", param, "' must hold non-negative integer token ids"),
+                        param, "invalid_type");
+    }
+    out->push_back(static_cast<uint32_t>(id.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+// `prompt`: a string, a list of token ids, or a batch of exactly one of either.
+std::optional<ApiError> ParsePrompt(const FieldReader& fields, OpenAiRequest* request) {
+  const json* prompt = fields.Find("prompt");
+  if (prompt == nullptr) {
+    return BadRequest("'prompt' is required", "prompt", "missing_required_parameter");
+  }
+  if (prompt->is_string()) {
+    request->prompt_text = prompt->get<std::string>();
+  } else if (prompt->is_array()) {
+    if (prompt->empty()) return BadRequest("'prompt' must not be empty", "prompt");
+    const json& first = prompt->front();
+    if (first.is_number()) {
+      std::vector<uint32_t> ids;
+      RETURN_IF_API_ERROR(ParseTokenIds(*prompt, "prompt", &ids));
+      request->prompt_token_ids = std::move(ids);
+    } else if (first.is_string() || first.is_array()) {
+      if (prompt->size() != 1) {
+        return BadRequest(
+            absl::StrCat("batched prompts are not supported: send one prompt per request (got ",
+                         prompt->size(), ")"),
+            "prompt", "unsupported_value");
+      }
+      if (first.is_string()) {
+        request->prompt_text = first.get<std::string>();
+      } else {
+        std::vector<uint32_t> ids;
+        RETURN_IF_API_ERROR(ParseTokenIds(first, "prompt", &ids));
+        request->prompt_token_ids = std::move(ids);
+      }
+    } else {
+      return WrongType("prompt", "a string, a list of token ids, or a list of one of those");
+    }
+  } else {
+    return WrongType("prompt", "a string, a list of token ids, or a list of one of those");
+  }
+  if ((request->prompt_text && request->prompt_text->empty()) ||
+      (request->prompt_token_ids && request->prompt_token_ids->empty())) {
+    return BadRequest("'prompt' must not be empty", "prompt");
+  }
+  return std::nullopt;
+}
+
+// Chat content: a string, or a list of {"type":"text","text":...} parts (joined by "\n", as
+// vLLM does for text-only content).
+std::optional<ApiError> ParseContent(const json& content, const std::string& param,
+                                     std::string* out) {
+  if (content.is_null()) return std::nullopt;
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array()) return WrongType(param, "a string or a list of content parts");
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    std::string part_param = absl::StrCat(param, "[", i, "]");
+    if (!part.is_object()) return WrongType(part_param, "an object");
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      return BadRequest(absl::StrCat("'", part_param, ".type' is required"), part_param,
+                        "missing_required_parameter");
+    }
+    if (*type != "text") {
+      return BadRequest(absl::StrCat("content part type '", type->get<std::string>(),
+                                     "' is not supported; only 'text' is"),
+                        part_param + ".type", "unsupported_value");
+    }
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) return WrongType(part_param + ".text", "a string");
+    if (i > 0) out->push_back('\n');
+    out->append(text->get<std::string>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const FieldReader& fields, OpenAiRequest* request) {
+  const json* messages = fields.Find("messages");
+  if (messages == nullptr) {
+    return BadRequest("'messages' is required", "messages", "missing_required_parameter");
+  }
+  if (!messages->is_array()) return WrongType("messages", "a list of messages");
+  if (messages->empty()) return BadRequest("'messages' must not be empty", "messages");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    std::string param = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return WrongType(param, "an object");
+    ChatMessage message;
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return BadRequest(absl::StrCat("'", param, ".role' is required"), param + ".role",
+                        "missing_required_parameter");
+    }
+    message.role = role->get<std::string>();
+    if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
+        message.role != "developer") {
+      return BadRequest(absl::StrCat("role '", message.role,
+                                     "' is not supported; use system, developer, user or "
+                                     "assistant"),
+                        param + ".role", "unsupported_value");
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      return BadRequest("tool calls are not supported", param + ".tool_calls",
+                        "unsupported_parameter");
+    }
+    if (auto c = m.find("content"); c != m.end()) {
+      RETURN_IF_API_ERROR(ParseContent(*c, param + ".content", &message.content));
+    }
+    if (auto r = m.find("reasoning_content"); r != m.end() && !r->is_null()) {
+      if (!r->is_string()) return WrongType(param + ".reasoning_content", "a string");
+      message.reasoning_content = r->get<std::string>();
+    }
+    request->messages.push_back(std::move(message));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseStop(const FieldReader& fields, SamplingOptions* sampling) {
+  const json* stop = fields.Find("stop");
+  if (stop == nullptr) return std::nullopt;
+  if (stop->is_string()) {
+    if (!stop->get<std::string>().empty()) sampling->stop.push_back(stop->get<std::string>());
+    return std::nullopt;
+  }
+  if (!stop->is_array()) return WrongType("stop", "a string or a list of strings");
+  for (const json& s : *stop) {
+    if (!s.is_string()) return WrongType("stop", "a string or a list of strings");
+    if (!s.get<std::string>().empty()) sampling->stop.push_back(s.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+// Fields that change the result and that we cannot honour: refuse rather than ignore.
+std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kind) {
+  if (const json* v = fields.Find("logprobs")) {
+    bool wants = v->is_boolean() ? v->get<bool>() : true;
+    if (wants) {
+      return BadRequest("logprobs are not supported by this server", "logprobs",
+                        "unsupported_parameter");
+    }
+  }
+  if (const json* v = fields.Find("top_logprobs"); v != nullptr && !(v->is_number() && *v == 0)) {
+    return BadRequest("top_logprobs are not supported by this server", "top_logprobs",
+                      "unsupported_parameter");
+  }
+  if (const json* v = fields.Find("prompt_logprobs")) {
+    return BadRequest("prompt_logprobs are not supported by this server", "prompt_logprobs",
+                      "unsupported_parameter");
+  }
+  if (const json* v = fields.Find("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return BadRequest("echo is not supported by this server", "echo", "unsupported_parameter");
+  }
+  if (const json* v = fields.Find("suffix"); v != nullptr) {
+    return BadRequest("suffix is not supported by this server", "suffix",
+                      "unsupported_parameter");
+  }
+  if (const json* v = fields.Find("tools"); v != nullptr && !(v->is_array() && v->empty())) {
+    return BadRequest("tools are not supported by this server", "tools", "unsupported_parameter");
+  }
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    if (const json* v = fields.Find(name); v != nullptr && !(v->is_number() && *v == 0)) {
+      return BadRequest(absl::StrCat(name, " is not supported by this server (only 0)"), name,
+                        "unsupported_parameter");
+    }
+  }
+  if (const json* v = fields.Find("repetition_penalty");
+      v != nullptr && !(v->is_number() && *v == 1)) {
+    return BadRequest("repetition_penalty is not supported by this server (only 1)",
+                      "repetition_penalty", "unsupported_parameter");
+  }
+  if (const json* v = fields.Find("best_of"); v != nullptr && !(v->is_number() && *v == 1)) {
+    return BadRequest("best_of must be 1", "best_of", "unsupported_value");
+  }
+  (void)kind;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseSampling(const FieldReader& fields, ApiKind kind,
+                                      SamplingOptions* s) {
+  RETURN_IF_API_ERROR(fields.Number("temperature", 0.0, 2.0, &s->temperature));
+  RETURN_IF_API_ERROR(fields.Number("top_p", 0.0, 1.0, &s->top_p));
+  if (s->top_p <= 0.0) return BadRequest("'top_p' must be in (0, 1]", "top_p");
+  std::optional<int64_t> top_k;
+  RETURN_IF_API_ERROR(fields.Int("top_k", -1, std::numeric_limits<int32_t>::max(), &top_k));
+  if (top_k) s->top_k = static_cast<int32_t>(*top_k);
+  RETURN_IF_API_ERROR(fields.Number("min_p", 0.0, 1.0, &s->min_p));
+
+  // Chat prefers max_completion_tokens (the newer OpenAI name); max_tokens is the fallback.
+  std::optional<int64_t> max_tokens;
+  const char* max_name = "max_tokens";
+  if (kind == ApiKind::kChat && fields.Find("max_completion_tokens") != nullptr) {
+    max_name = "max_completion_tokens";
+  }
+  RETURN_IF_API_ERROR(fields.Int(max_name, 1, std::numeric_limits<uint32_t>::max(), &max_tokens));
+  if (max_tokens) s->max_tokens = static_cast<uint32_t>(*max_tokens);
+  std::optional<int64_t> min_tokens;
+  RETURN_IF_API_ERROR(fields.Int("min_tokens", 0, std::numeric_limits<uint32_t>::max(),
+                                 &min_tokens));
+  if (min_tokens) s->min_tokens = static_cast<uint32_t>(*min_tokens);
+  if (s->max_tokens && s->min_tokens > *s->max_tokens) {
+    return BadRequest("'min_tokens' must not exceed 'max_tokens'", "min_tokens");
+  }
+
+  std::optional<int64_t> seed;
+  RETURN_IF_API_ERROR(fields.Int("seed", std::numeric_limits<int64_t>::min(),
+                                 std::numeric_limits<int64_t>::max(), &seed));
+  if (seed) s->seed = static_cast<uint64_t>(*seed);
+
+  std::optional<int64_t> n;
+  RETURN_IF_API_ERROR(fields.Int("n", 1, 1 << 20, &n));
+  if (n && *n != 1) return BadRequest("only n=1 is supported", "n", "unsupported_value");
+
+  RETURN_IF_API_ERROR(ParseStop(fields, s));
+  if (const json* ids = fields.Find("stop_token_ids")) {
+    if (!ids->is_array()) return WrongType("stop_token_ids", "a list of token ids");
+    RETURN_IF_API_ERROR(ParseTokenIds(*ids, "stop_token_ids", &s->stop_token_ids));
+  }
+  RETURN_IF_API_ERROR(fields.Bool("ignore_eos", &s->ignore_eos));
+  RETURN_IF_API_ERROR(fields.Bool("skip_special_tokens", &s->skip_special_tokens));
+  RETURN_IF_API_ERROR(fields.Bool("include_stop_str_in_output", &s->include_stop_str_in_output));
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseStreamOptions(const FieldReader& fields, OpenAiRequest* request) {
+  RETURN_IF_API_ERROR(fields.Bool("stream", &request->stream));
+  const json* options = fields.Find("stream_options");
+  if (options == nullptr) return std::nullopt;
+  if (!options->is_object()) return WrongType("stream_options", "an object");
+  if (!request->stream) {
+    return BadRequest("'stream_options' is only allowed when 'stream' is true", "stream_options");
+  }
+  FieldReader option_fields(*options);
+  if (auto e = option_fields.Bool("include_usage", &request->include_usage)) {
+    e->param = "stream_options.include_usage";
+    e->message = "'stream_options.include_usage' must be a boolean";
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseChatOptions(const FieldReader& fields, OpenAiRequest* request) {
+  RETURN_IF_API_ERROR(fields.Bool("add_generation_prompt", &request->add_generation_prompt));
+  const json* kwargs = fields.Find("chat_template_kwargs");
+  if (kwargs == nullptr) return std::nullopt;
+  if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object");
+  FieldReader kw(*kwargs);
+  // vLLM's DeepSeek templates read `thinking`; Qwen-style clients send `enable_thinking`.
+  for (const char* name : {"thinking", "enable_thinking"}) {
+    if (auto e = kw.Bool(name, &request->thinking)) {
+      e->param = absl::StrCat("chat_template_kwargs.", name);
+      return e;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseFields(const json& body, ApiKind kind, OpenAiRequest* request) {
+  if (!body.is_object()) {
+    return BadRequest("the request body must be a JSON object", "", "invalid_type");
+  }
+  FieldReader fields(body);
+  request->kind = kind;
+  RETURN_IF_API_ERROR(fields.String("model", &request->model));
+  RETURN_IF_API_ERROR(fields.String("request_id", &request->request_id));
+  if (kind == ApiKind::kCompletion) {
+    RETURN_IF_API_ERROR(ParsePrompt(fields, request));
+  } else {
+    RETURN_IF_API_ERROR(ParseMessages(fields, request));
+    RETURN_IF_API_ERROR(ParseChatOptions(fields, request));
+  }
+  RETURN_IF_API_ERROR(RejectUnsupported(fields, kind));
+  RETURN_IF_API_ERROR(ParseSampling(fields, kind, &request->sampling));
+  RETURN_IF_API_ERROR(ParseStreamOptions(fields, request));
+  return std::nullopt;
+}
+
+json NullableString(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+json FinishJson(ApiFinishReason finish) {
+  return finish == ApiFinishReason::kNone ? json(nullptr) : json(FinishReasonName(finish));
+}
+
+json UsageJson(const UsageCounts& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+}
+
+json HeaderJson(const ResponseHeader& header, std::string_view object) {
+  return {{"id", header.id}, {"object", object}, {"created", header.created},
+          {"model", header.model}};
+}
+
+// Replaces invalid UTF-8 rather than throwing: text deltas should never be broken, but a
+// formatting failure must not take the server down.
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string Sse(const json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
+
+}  // namespace
+
+ParseResult ParseOpenAiRequest(std::string_view body, ApiKind kind, const ParseLimits& limits) {
+  if (body.size() > limits.max_body_bytes) {
+    return ApiError{413,
+                    absl::StrCat("request body of ", body.size(), " bytes exceeds the limit of ",
+                                 limits.max_body_bytes, " bytes"),
+                    "invalid_request_error", "", "request_too_large"};
+  }
+  if (MaxJsonDepth(body) > limits.max_json_depth) {
+    return BadRequest(absl::StrCat("JSON nesting deeper than ", limits.max_json_depth),
+                      "", "invalid_json");
+  }
+  json parsed;
+  try {
+    parsed = json::parse(body);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    if (what.find("UTF-8") != std::string::npos) {
+      return BadRequest("the request body is not valid UTF-8", "", "invalid_utf8");
+    }
+    return BadRequest(absl::StrCat("malformed JSON: ", what), "", "invalid_json");
+  }
+  OpenAiRequest request;
+  if (auto error = ParseFields(parsed, kind, &request)) return *error;
+  return request;
+}
+
+std::string FormatErrorBody(const ApiError& error) {
+  json body = {{"error",
+                {{"message", error.message},
+                 {"type", error.type},
+                 {"param", NullableString(error.param)},
+                 {"code", NullableString(error.code)}}}};
+  return Dump(body);
+}
+
+std::string_view FinishReasonName(ApiFinishReason reason) {
+  switch (reason) {
+    case ApiFinishReason::kStop:
+      return "stop";
+    case ApiFinishReason::kLength:
+      return "length";
+    case ApiFinishReason::kAbort:
+      return "abort";
+    case ApiFinishReason::kError:
+      return "error";
+    case ApiFinishReason::kNone:
+      break;
+  }
+  return "";
+}
+
+std::string FormatResponse(ApiKind kind, const ResponseHeader& header, std::string_view text,
+                           ApiFinishReason finish, const UsageCounts& usage) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(finish)}};
+  json body;
+  if (kind == ApiKind::kCompletion) {
+    body = HeaderJson(header, "text_completion");
+    choice["text"] = text;
+  } else {
+    body = HeaderJson(header, "chat.completion");
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  }
+  body["choices"] = json::array({choice});
+  body["usage"] = UsageJson(usage);
+  return Dump(body);
+}
+
+std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header, std::string_view text,
+                              ApiFinishReason finish, bool first) {
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(finish)}};
+  json body;
+  if (kind == ApiKind::kCompletion) {
+    body = HeaderJson(header, "text_completion");
+    choice["text"] = text;
+  } else {
+    body = HeaderJson(header, "chat.completion.chunk");
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || first) delta["content"] = text;
+    choice["delta"] = delta;
+  }
+  body["choices"] = json::array({choice});
+  return Sse(body);
+}
+
+std::string FormatUsageChunk(ApiKind kind, const ResponseHeader& header,
+                             const UsageCounts& usage) {
+  json body = HeaderJson(header,
+                         kind == ApiKind::kCompletion ? "text_completion" : "chat.completion.chunk");
+  body["choices"] = json::array();
+  body["usage"] = UsageJson(usage);
+  return Sse(body);
+}
+
+std::string FormatStreamError(const ApiError& error) {
+  return absl::StrCat("data: ", FormatErrorBody(error), "\n\n");
+}
+
+}  // namespace pdspark::router

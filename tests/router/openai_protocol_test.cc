@@ -1,0 +1,244 @@
+#include "router/openai_protocol.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace pdspark::router {
+namespace {
+
+using nlohmann::json;
+
+OpenAiRequest MustParse(const std::string& body, ApiKind kind = ApiKind::kCompletion) {
+  ParseResult r = ParseOpenAiRequest(body, kind, ParseLimits{});
+  if (auto* e = std::get_if<ApiError>(&r)) {
+    ADD_FAILURE() << "unexpected error: " << e->message;
+    return {};
+  }
+  return std::get<OpenAiRequest>(r);
+}
+
+TEST(OpenAiProtocolTest, ParsesCompletionWithAllSamplingFields) {
+  OpenAiRequest r = MustParse(R"({
+    "model": "m", "prompt": "hello", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+    "top_k": 40, "min_p": 0.05, "seed": 42, "stop": ["a", "bc"], "stop_token_ids": [3, 4],
+    "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true},
+    "n": 1, "logprobs": null, "some_future_field": {"x": 1}, "request_id": "abc"})");
+  EXPECT_EQ(r.kind, ApiKind::kCompletion);
+  EXPECT_EQ(r.model, "m");
+  ASSERT_TRUE(r.prompt_text.has_value());
+  EXPECT_EQ(*r.prompt_text, "hello");
+  EXPECT_EQ(r.sampling.max_tokens, 7u);
+  EXPECT_DOUBLE_EQ(r.sampling.temperature, 0.5);
+  EXPECT_DOUBLE_EQ(r.sampling.top_p, 0.9);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_DOUBLE_EQ(r.sampling.min_p, 0.05);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.sampling.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(r.sampling.stop_token_ids, (std::vector<uint32_t>{3, 4}));
+  EXPECT_TRUE(r.sampling.ignore_eos);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.request_id, "abc");
+}
+
+TEST(OpenAiProtocolTest, DefaultsMatchOpenAi) {
+  OpenAiRequest r = MustParse(R"({"prompt": "x"})");
+  EXPECT_DOUBLE_EQ(r.sampling.temperature, 1.0);
+  EXPECT_DOUBLE_EQ(r.sampling.top_p, 1.0);
+  EXPECT_EQ(r.sampling.top_k, -1);
+  EXPECT_FALSE(r.sampling.max_tokens.has_value());
+  EXPECT_FALSE(r.sampling.seed.has_value());
+  EXPECT_FALSE(r.stream);
+  EXPECT_TRUE(r.sampling.skip_special_tokens);
+}
+
+TEST(OpenAiProtocolTest, PromptForms) {
+  EXPECT_EQ(MustParse(R"({"prompt": [1, 2, 3]})").prompt_token_ids,
+            (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(MustParse(R"({"prompt": ["one"]})").prompt_text, "one");
+  EXPECT_EQ(MustParse(R"({"prompt": [[5, 6]]})").prompt_token_ids, (std::vector<uint32_t>{5, 6}));
+  EXPECT_EQ(MustParse(R"({"prompt": "s", "stop": "x"})").sampling.stop,
+            std::vector<std::string>{"x"});
+}
+
+TEST(OpenAiProtocolTest, ParsesChatMessages) {
+  OpenAiRequest r = MustParse(R"({
+    "model": "m", "max_completion_tokens": 5, "max_tokens": 99,
+    "messages": [{"role": "system", "content": "be nice"},
+                 {"role": "user", "content": [{"type": "text", "text": "a"},
+                                              {"type": "text", "text": "b"}]},
+                 {"role": "assistant", "content": null},
+                 {"role": "user", "content": "c", "name": "bob"}],
+    "chat_template_kwargs": {"thinking": true}})",
+                              ApiKind::kChat);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "a\nb");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.messages[3].content, "c");
+  EXPECT_EQ(r.sampling.max_tokens, 5u);
+  EXPECT_TRUE(r.thinking);
+}
+
+struct BadCase {
+  const char* name;
+  ApiKind kind;
+  std::string body;
+  int status;
+  const char* param;  // "" = null
+};
+
+class BadBodyTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadBodyTest, GivesOpenAiError) {
+  const BadCase& c = GetParam();
+  ParseLimits limits;
+  limits.max_body_bytes = 4096;
+  ParseResult r = ParseOpenAiRequest(c.body, c.kind, limits);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << c.name;
+  const ApiError& e = std::get<ApiError>(r);
+  EXPECT_EQ(e.http_status, c.status) << c.name << ": " << e.message;
+  EXPECT_EQ(e.param, c.param) << c.name << ": " << e.message;
+  EXPECT_FALSE(e.message.empty());
+  json body = json::parse(FormatErrorBody(e));
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["message"], e.message);
+  if (c.param[0] == '\0') {
+    EXPECT_TRUE(body["error"]["param"].is_null());
+  } else {
+    EXPECT_EQ(body["error"]["param"], c.param);
+  }
+}
+
+const ApiKind kC = ApiKind::kCompletion;
+const ApiKind kChat = ApiKind::kChat;
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, BadBodyTest,
+    ::testing::Values(
+        BadCase{"malformed", kC, R"({"prompt": "x",)", 400, ""},
+        BadCase{"not_object", kC, R"([1,2])", 400, ""},
+        BadCase{"invalid_utf8", kC, "{\"prompt\": \"\xff\xfe\"}", 400, ""},
+        BadCase{"too_large", kC, "{\"prompt\": \"" + std::string(5000, 'a') + "\"}", 413, ""},
+        BadCase{"too_deep", kC, std::string(100, '[') + std::string(100, ']'), 400, ""},
+        BadCase{"missing_prompt", kC, R"({"model": "m"})", 400, "prompt"},
+        BadCase{"prompt_number", kC, R"({"prompt": 5})", 400, "prompt"},
+        BadCase{"prompt_empty", kC, R"({"prompt": ""})", 400, "prompt"},
+        BadCase{"prompt_batch", kC, R"({"prompt": ["a", "b"]})", 400, "prompt"},
+        BadCase{"prompt_negative_id", kC, R"({"prompt": [1, -2]})", 400, "prompt"},
+        BadCase{"max_tokens_zero", kC, R"({"prompt": "x", "max_tokens": 0})", 400, "max_tokens"},
+        BadCase{"max_tokens_string", kC, R"({"prompt": "x", "max_tokens": "5"})", 400,
+                "max_tokens"},
+        BadCase{"max_tokens_fraction", kC, R"({"prompt": "x", "max_tokens": 2.5})", 400,
+                "max_tokens"},
+        BadCase{"temperature_negative", kC, R"({"prompt": "x", "temperature": -1})", 400,
+                "temperature"},
+        BadCase{"temperature_string", kC, R"({"prompt": "x", "temperature": "hot"})", 400,
+                "temperature"},
+        BadCase{"top_p_zero", kC, R"({"prompt": "x", "top_p": 0})", 400, "top_p"},
+        BadCase{"top_p_big", kC, R"({"prompt": "x", "top_p": 1.5})", 400, "top_p"},
+        BadCase{"top_k_bad", kC, R"({"prompt": "x", "top_k": -5})", 400, "top_k"},
+        BadCase{"min_p_bad", kC, R"({"prompt": "x", "min_p": 2})", 400, "min_p"},
+        BadCase{"seed_string", kC, R"({"prompt": "x", "seed": "1"})", 400, "seed"},
+        BadCase{"n_two", kC, R"({"prompt": "x", "n": 2})", 400, "n"},
+        BadCase{"stop_number", kC, R"({"prompt": "x", "stop": 3})", 400, "stop"},
+        BadCase{"stop_list_mixed", kC, R"({"prompt": "x", "stop": ["a", 1]})", 400, "stop"},
+        BadCase{"stop_ids_bad", kC, R"({"prompt": "x", "stop_token_ids": "1"})", 400,
+                "stop_token_ids"},
+        BadCase{"ignore_eos_string", kC, R"({"prompt": "x", "ignore_eos": "yes"})", 400,
+                "ignore_eos"},
+        BadCase{"stream_string", kC, R"({"prompt": "x", "stream": "true"})", 400, "stream"},
+        BadCase{"stream_options_no_stream", kC,
+                R"({"prompt": "x", "stream_options": {"include_usage": true}})", 400,
+                "stream_options"},
+        BadCase{"include_usage_type", kC,
+                R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})", 400,
+                "stream_options.include_usage"},
+        BadCase{"logprobs", kC, R"({"prompt": "x", "logprobs": 5})", 400, "logprobs"},
+        BadCase{"chat_logprobs", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", 400,
+                "logprobs"},
+        BadCase{"echo", kC, R"({"prompt": "x", "echo": true})", 400, "echo"},
+        BadCase{"model_number", kC, R"({"prompt": "x", "model": 3})", 400, "model"},
+        BadCase{"missing_messages", kChat, R"({"model": "m"})", 400, "messages"},
+        BadCase{"messages_empty", kChat, R"({"messages": []})", 400, "messages"},
+        BadCase{"message_no_role", kChat, R"({"messages": [{"content": "x"}]})", 400,
+                "messages[0].role"},
+        BadCase{"message_bad_role", kChat, R"({"messages": [{"role": "tool", "content": "x"}]})",
+                400, "messages[0].role"},
+        BadCase{"message_image", kChat,
+                R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
+                "messages[0].content[0].type"},
+        BadCase{"message_content_number", kChat,
+                R"({"messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
+        BadCase{"chat_max_completion_tokens", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1})",
+                400, "max_completion_tokens"},
+        BadCase{"tools", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
+                400, "tools"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+ResponseHeader Header() { return ResponseHeader{"cmpl-1", 1700000000, "tiny"}; }
+
+TEST(OpenAiProtocolTest, FormatsCompletionResponse) {
+  json j = json::parse(FormatResponse(ApiKind::kCompletion, Header(), "hi", ApiFinishReason::kLength,
+                                      UsageCounts{3, 2}));
+  EXPECT_EQ(j["id"], "cmpl-1");
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["created"], 1700000000);
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["text"], "hi");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(j["usage"]["total_tokens"], 5);
+}
+
+TEST(OpenAiProtocolTest, FormatsChatResponse) {
+  json j = json::parse(
+      FormatResponse(ApiKind::kChat, Header(), "yo", ApiFinishReason::kStop, UsageCounts{1, 1}));
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "yo");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+}
+
+json ParseSse(const std::string& event) {
+  EXPECT_EQ(event.rfind("data: ", 0), 0u);
+  EXPECT_EQ(event.substr(event.size() - 2), "\n\n");
+  return json::parse(event.substr(6, event.size() - 8));
+}
+
+TEST(OpenAiProtocolTest, FormatsStreamChunks) {
+  json c = ParseSse(
+      FormatStreamChunk(ApiKind::kCompletion, Header(), "ab", ApiFinishReason::kNone, true));
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["text"], "ab");
+  EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+
+  json first = ParseSse(FormatStreamChunk(ApiKind::kChat, Header(), "", ApiFinishReason::kNone, true));
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  json last = ParseSse(FormatStreamChunk(ApiKind::kChat, Header(), "", ApiFinishReason::kStop, false));
+  EXPECT_TRUE(last["choices"][0]["delta"].is_object());
+  EXPECT_TRUE(last["choices"][0]["delta"].empty());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+
+  json usage = ParseSse(FormatUsageChunk(ApiKind::kCompletion, Header(), UsageCounts{4, 5}));
+  EXPECT_TRUE(usage["choices"].is_array());
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["total_tokens"], 9);
+}
+
+TEST(OpenAiProtocolTest, BrokenUtf8InTextIsReplacedNotThrown) {
+  std::string body = FormatResponse(ApiKind::kCompletion, Header(), "a\xff", ApiFinishReason::kStop,
+                                    UsageCounts{});
+  EXPECT_NO_THROW(json::parse(body));
+}
+
+}  // namespace
+}  // namespace pdspark::router
