@@ -24,13 +24,13 @@ inline constexpr double kMinResidualMass = 1e-8;
 
 // One request's verify round as flat row-major buffers (rows of vocab_size floats).
 struct DraftVerification {
-  std::span<const int32_t> draft_tokens;  // d_1..d_L; L may be 0 (plain decoding).
+  std::span<const int32_t> draft_tokens = {};  // d_1..d_L; L may be 0 (plain decoding).
   // q_1..q_L: row k-1 is exactly the distribution d_k was drawn from (same temperature and
   // masks as the target). Empty means a deterministic draft: q_k is one-hot on d_k.
-  std::span<const float> draft_probs;
+  std::span<const float> draft_probs = {};
   // p_0..p_L (L + 1 rows), after the request's ProcessLogits. Greedy mode only takes the argmax
   // of each row, so raw logits work there too.
-  std::span<const float> target_probs;
+  std::span<const float> target_probs = {};
   int64_t vocab_size = 0;
 };
 
