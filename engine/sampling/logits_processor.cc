@@ -155,4 +155,13 @@ std::vector<float> ProcessLogits(std::span<const float> logits, const SamplingPa
   return probs;
 }
 
+void ProcessLogitsRows(std::span<const float> logits, int64_t vocab_size,
+                       const SamplingParams& params, std::span<float> probs) {
+  if (vocab_size <= 0) return;
+  const size_t vocab = static_cast<size_t>(vocab_size);
+  for (size_t begin = 0; begin + vocab <= logits.size(); begin += vocab) {
+    ProcessLogits(logits.subspan(begin, vocab), params, probs.subspan(begin, vocab));
+  }
+}
+
 }  // namespace pdspark::sampling

@@ -48,4 +48,9 @@ void ProcessLogits(std::span<const float> logits, const SamplingParams& params,
                    std::span<float> probs);
 std::vector<float> ProcessLogits(std::span<const float> logits, const SamplingParams& params);
 
+// ProcessLogits on each row of a row-major [rows, vocab_size] buffer, e.g. the verify pass's
+// L + 1 target rows or the drafter's L rows. `probs` has the same size as `logits`.
+void ProcessLogitsRows(std::span<const float> logits, int64_t vocab_size,
+                       const SamplingParams& params, std::span<float> probs);
+
 }  // namespace pdspark::sampling

@@ -25,6 +25,10 @@ Status SamplingParams::Validate() const {
   if (max_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_tokens must be >= 1, got ", max_tokens));
   }
+  if (min_tokens < 0 || min_tokens > max_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_tokens must be in [0, max_tokens = ", max_tokens, "], got ", min_tokens));
+  }
   for (int32_t id : stop_token_ids) {
     if (id < 0) {
       return absl::InvalidArgumentError(absl::StrCat("stop_token_ids must be >= 0, got ", id));

@@ -23,6 +23,7 @@ struct SamplingParams {
   float min_p = 0.0f;            // In [0, 1]; keep tokens with p >= min_p * max p. 0 disables.
   std::optional<uint64_t> seed;  // Per-request RNG seed; absent means a random seed.
   int32_t max_tokens = 16;       // Maximum number of generated tokens (vLLM default).
+  int32_t min_tokens = 0;        // EOS and stop tokens are suppressed until this many exist.
   std::vector<int32_t> stop_token_ids;  // Generation ends after emitting any of these.
   bool ignore_eos = false;              // When true, EOS does not end generation.
 

@@ -1,6 +1,7 @@
 #include "engine/sampling/stop_conditions.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace pdspark::sampling {
 namespace {
@@ -17,12 +18,29 @@ bool IsStopToken(const SamplingParams& params, std::span<const int32_t> eos_toke
 
 }  // namespace
 
+void SuppressStopTokens(const SamplingParams& params, std::span<const int32_t> eos_token_ids,
+                        int32_t num_generated, std::span<float> logits) {
+  if (num_generated >= params.min_tokens) return;
+  const auto suppress = [&](int32_t token) {
+    if (token >= 0 && static_cast<size_t>(token) < logits.size()) {
+      logits[token] = -std::numeric_limits<float>::infinity();
+    }
+  };
+  for (int32_t token : params.stop_token_ids) suppress(token);
+  if (!params.ignore_eos) {
+    for (int32_t token : eos_token_ids) suppress(token);
+  }
+}
+
 FinishReason ApplyStopConditions(const SamplingParams& params,
                                  std::span<const int32_t> eos_token_ids, int32_t num_generated,
                                  std::vector<int32_t>* tokens) {
   const size_t budget = static_cast<size_t>(std::max(0, params.max_tokens - num_generated));
   const size_t limit = std::min(budget, tokens->size());
-  for (size_t i = 0; i < limit; ++i) {
+  // Tokens at index < first_stoppable are still inside min_tokens.
+  const size_t first_stoppable =
+      static_cast<size_t>(std::max(0, params.min_tokens - num_generated));
+  for (size_t i = first_stoppable; i < limit; ++i) {
     if (IsStopToken(params, eos_token_ids, (*tokens)[i])) {
       tokens->resize(i + 1);
       return FinishReason::kStop;

@@ -18,8 +18,16 @@ enum class FinishReason {
   kLength,  // Reached max_tokens.
 };
 
+// min_tokens: while fewer than params.min_tokens tokens exist, sets the logits of EOS (unless
+// ignore_eos) and of stop_token_ids to -inf, as vLLM does. `num_generated` counts the tokens
+// generated before the position these logits predict. Apply it to the draft and the target
+// logits of every verified position alike, so q and p stay the distributions actually used.
+void SuppressStopTokens(const SamplingParams& params, std::span<const int32_t> eos_token_ids,
+                        int32_t num_generated, std::span<float> logits);
+
 // Truncates `tokens` (this step's output) given that `num_generated` tokens were generated
-// before it. A stop token at or before the max_tokens limit wins over kLength.
+// before it. A stop token at or before the max_tokens limit wins over kLength; a stop token
+// that lands before min_tokens does not stop (SuppressStopTokens normally keeps it out).
 FinishReason ApplyStopConditions(const SamplingParams& params,
                                  std::span<const int32_t> eos_token_ids, int32_t num_generated,
                                  std::vector<int32_t>* tokens);

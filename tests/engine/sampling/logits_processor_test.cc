@@ -193,6 +193,15 @@ TEST(ProcessLogitsTest, TemperatureIsAppliedBeforeMasks) {
               Pointwise(FloatNear(1e-6), std::vector<float>{0, 0.4f, 0.6f}));
 }
 
+TEST(ProcessLogitsRowsTest, ProcessesEachRowIndependently) {
+  SamplingParams params;
+  params.top_k = 1;
+  const std::vector<float> logits = {0.0f, 2.0f, 1.0f, /*row 2*/ 5.0f, 2.0f, 1.0f};
+  std::vector<float> probs(logits.size());
+  ProcessLogitsRows(logits, 3, params, probs);
+  EXPECT_THAT(probs, ElementsAre(0, 1, 0, 1, 0, 0));
+}
+
 TEST(NormalizeTest, SumsToOneAndLeavesZeroAlone) {
   std::vector<float> probs = {1.0f, 3.0f};
   Normalize(probs);

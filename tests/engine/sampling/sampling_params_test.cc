@@ -86,5 +86,16 @@ TEST(SamplingParamsTest, RejectsBadMaxTokensAndStopIds) {
   ExpectInvalid(params, "stop_token_ids must be >= 0");
 }
 
+TEST(SamplingParamsTest, MinTokensMustNotExceedMaxTokens) {
+  SamplingParams params;
+  params.max_tokens = 8;
+  params.min_tokens = 8;
+  EXPECT_TRUE(params.Validate().ok());
+  params.min_tokens = 9;
+  ExpectInvalid(params, "min_tokens must be in [0, max_tokens");
+  params.min_tokens = -1;
+  ExpectInvalid(params, "min_tokens must be in [0, max_tokens");
+}
+
 }  // namespace
 }  // namespace pdspark::sampling

@@ -1,5 +1,7 @@
 #include "engine/sampling/stop_conditions.h"
 
+#include <limits>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -79,6 +81,37 @@ TEST(StopConditionsTest, AcceptanceResultCountsOnlySurvivingDrafts) {
   EXPECT_EQ(ApplyStopConditions(Params(5), kEosIds, 3, &length), FinishReason::kLength);
   EXPECT_EQ(length.num_accepted, 2);
   EXPECT_THAT(length.tokens, ElementsAre(5, 6));
+}
+
+TEST(StopConditionsTest, StopTokensInsideMinTokensDoNotStop) {
+  SamplingParams params = Params(100, {9});
+  params.min_tokens = 3;
+  // Two tokens exist already: index 0 is token #3 (still inside min_tokens), index 1 is #4.
+  std::vector<int32_t> tokens = {kEos, 9, 7};
+  EXPECT_EQ(ApplyStopConditions(params, kEosIds, 2, &tokens), FinishReason::kStop);
+  EXPECT_THAT(tokens, ElementsAre(kEos, 9));
+  std::vector<int32_t> early = {9, kEos, 7};
+  EXPECT_EQ(ApplyStopConditions(params, kEosIds, 0, &early), FinishReason::kNone);
+  EXPECT_THAT(early, ElementsAre(9, kEos, 7));
+}
+
+TEST(SuppressStopTokensTest, MasksEosAndStopIdsUntilMinTokens) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  SamplingParams params = Params(100, {3});
+  params.min_tokens = 2;
+  std::vector<float> logits = {0.5f, 0.5f, 0.5f, 0.5f};
+  SuppressStopTokens(params, kEosIds, 1, logits);
+  EXPECT_THAT(logits, ElementsAre(0.5f, -kInf, 0.5f, -kInf));
+
+  std::vector<float> reached = {0.5f, 0.5f, 0.5f, 0.5f};
+  SuppressStopTokens(params, kEosIds, 2, reached);
+  EXPECT_THAT(reached, ElementsAre(0.5f, 0.5f, 0.5f, 0.5f));
+
+  params.ignore_eos = true;
+  params.stop_token_ids = {3, 42};  // Out-of-vocab ids are ignored.
+  std::vector<float> ignore_eos = {0.5f, 0.5f, 0.5f, 0.5f};
+  SuppressStopTokens(params, kEosIds, 0, ignore_eos);
+  EXPECT_THAT(ignore_eos, ElementsAre(0.5f, 0.5f, 0.5f, -kInf));
 }
 
 TEST(StopConditionsTest, MultipleEosIds) {
