@@ -1,0 +1,47 @@
+// The manifest of per-sequence cache groups each layer needs, derived from the model config:
+//   window_kv        raw K=V latent per token (only the last `sliding_window` are read)
+//   compressor_rows  per-token compressor projections [kv | score + ape] (partial-group state)
+//   compressed_kv    one pooled, normed, RoPE'd, FP8-simulated entry per `ratio` tokens
+//   indexer_rows     the indexer compressor's per-token projections
+//   indexer_keys     Hadamard-rotated FP4-simulated index keys, one per `ratio` tokens
+// Keeping the compressor's per-token rows instead of the reference's running state makes
+// truncation (speculation rollback) and snapshots exact: the state is recomputed from rows.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config/model_config.h"
+
+namespace pdspark::engine {
+
+enum class CacheGroupKind { kWindowKv, kCompressorRows, kCompressedKv, kIndexerRows, kIndexerKeys };
+
+struct CacheGroupSpec {
+  CacheGroupKind kind;
+  std::string name;
+  int64_t width = 0;           // floats per row
+  int64_t tokens_per_row = 1;  // 1 for per-token groups, `ratio` for compressed entries
+  // Tokens that must stay readable behind the sequence end (0 = keep everything).
+  int64_t keep_tokens = 0;
+};
+
+struct LayerCacheSpec {
+  int64_t compress_ratio = 0;
+  std::vector<CacheGroupSpec> groups;
+  // Index of a kind inside `groups`, or -1.
+  int Find(CacheGroupKind kind) const;
+};
+
+struct CacheLayout {
+  std::vector<LayerCacheSpec> layers;
+  // Extra tokens kept beyond the attention window so that a sequence can be truncated by up
+  // to this many tokens (speculative-decoding rollback).
+  int64_t max_rollback_tokens = 0;
+  std::string Describe() const;
+};
+
+CacheLayout BuildCacheLayout(const config::ModelConfig& config, int64_t max_rollback_tokens);
+
+}  // namespace pdspark::engine

@@ -1,0 +1,140 @@
+#include "engine/cache/sequence_state.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdspark::engine {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'D', 'S', 'S', 'E', 'Q', '0', '1'};
+
+void PutInt(std::string& out, int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+
+bool GetInt(std::string_view in, size_t& offset, int64_t& v) {
+  if (offset + sizeof(v) > in.size()) return false;
+  std::memcpy(&v, in.data() + offset, sizeof(v));
+  offset += sizeof(v);
+  return true;
+}
+
+}  // namespace
+
+SequenceState::SequenceState(const CacheLayout* layout, CachePools* pools) : layout_(layout) {
+  groups_.resize(layout->layers.size());
+  for (size_t l = 0; l < layout->layers.size(); ++l) {
+    for (const auto& spec : layout->layers[l].groups) {
+      groups_[l].emplace_back(&pools->ForWidth(spec.width));
+    }
+  }
+}
+
+PagedRows& SequenceState::Group(int64_t layer, CacheGroupKind kind) {
+  return groups_[layer][layout_->layers[layer].Find(kind)];
+}
+
+const PagedRows& SequenceState::Group(int64_t layer, CacheGroupKind kind) const {
+  return groups_[layer][layout_->layers[layer].Find(kind)];
+}
+
+void SequenceState::CommitTokens(int64_t count) {
+  num_tokens_ += count;
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    const auto& specs = layout_->layers[l].groups;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      if (specs[g].keep_tokens <= 0) continue;
+      const int64_t keep_from = num_tokens_ - specs[g].keep_tokens;
+      if (keep_from > 0) groups_[l][g].ReleaseBelow(keep_from / specs[g].tokens_per_row);
+    }
+  }
+}
+
+Status SequenceState::Truncate(int64_t position) {
+  if (position < 0 || position > num_tokens_) {
+    return absl::OutOfRangeError(
+        absl::StrCat("truncate to ", position, " outside [0, ", num_tokens_, "]"));
+  }
+  // Continuing from `position` needs, per group, the rows covering the last keep_tokens
+  // tokens minus the rollback allowance.
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    const auto& specs = layout_->layers[l].groups;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      if (specs[g].keep_tokens <= 0) continue;
+      const int64_t need_tokens = specs[g].keep_tokens - layout_->max_rollback_tokens;
+      const int64_t need_from = std::max<int64_t>(0, position - need_tokens);
+      if (groups_[l][g].first_row() * specs[g].tokens_per_row > need_from) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "truncate to ", position, ": layer ", l, " ", specs[g].name, " already released rows below ",
+            groups_[l][g].first_row(), " (max_rollback_tokens=", layout_->max_rollback_tokens, ")"));
+      }
+    }
+  }
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    const auto& specs = layout_->layers[l].groups;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      groups_[l][g].Truncate(position / specs[g].tokens_per_row);
+    }
+  }
+  num_tokens_ = position;
+  return absl::OkStatus();
+}
+
+std::string SequenceState::Serialize() const {
+  std::string out(kMagic, sizeof(kMagic));
+  PutInt(out, num_tokens_);
+  PutInt(out, static_cast<int64_t>(groups_.size()));
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    PutInt(out, static_cast<int64_t>(groups_[l].size()));
+    for (const PagedRows& rows : groups_[l]) {
+      PutInt(out, rows.width());
+      rows.AppendTo(out);
+    }
+  }
+  return out;
+}
+
+Status SequenceState::Restore(std::string_view bytes) {
+  const std::string in(bytes);
+  if (in.size() < sizeof(kMagic) || std::memcmp(in.data(), kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError("cache snapshot: bad magic");
+  }
+  size_t offset = sizeof(kMagic);
+  int64_t tokens = 0, layers = 0;
+  if (!GetInt(in, offset, tokens) || !GetInt(in, offset, layers) ||
+      layers != static_cast<int64_t>(groups_.size())) {
+    return absl::DataLossError("cache snapshot: layer count differs from this model");
+  }
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    int64_t n = 0;
+    if (!GetInt(in, offset, n) || n != static_cast<int64_t>(groups_[l].size())) {
+      return absl::DataLossError(absl::StrCat("cache snapshot: layer ", l, " group count differs"));
+    }
+    for (PagedRows& rows : groups_[l]) {
+      int64_t width = 0;
+      if (!GetInt(in, offset, width) || width != rows.width()) {
+        return absl::DataLossError(absl::StrCat("cache snapshot: layer ", l, " row width differs"));
+      }
+      RETURN_IF_ERROR(rows.ReadFrom(in, offset));
+    }
+  }
+  if (offset != in.size()) return absl::DataLossError("cache snapshot: trailing bytes");
+  num_tokens_ = tokens;
+  return absl::OkStatus();
+}
+
+int64_t SequenceState::MemoryBytes() const {
+  int64_t total = 0;
+  for (const auto& layer : groups_) {
+    for (const PagedRows& rows : layer) total += rows.bytes();
+  }
+  return total;
+}
+
+void SequenceState::Free() {
+  for (auto& layer : groups_) {
+    for (PagedRows& rows : layer) rows.Clear();
+  }
+  num_tokens_ = 0;
+}
+
+}  // namespace pdspark::engine

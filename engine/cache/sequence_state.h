@@ -1,0 +1,53 @@
+// Per-sequence model state: for every layer the cache groups of its CacheLayout, stored in
+// paged pool blocks. Supports truncation to a position (speculation rollback), a byte
+// snapshot/restore (KV transfer between prefill and decode processes) and exact memory
+// accounting. Freed on destruction.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/base/status.h"
+#include "engine/cache/block_pool.h"
+#include "engine/cache/cache_layout.h"
+#include "engine/cache/paged_rows.h"
+
+namespace pdspark::engine {
+
+class SequenceState {
+ public:
+  SequenceState(const CacheLayout* layout, CachePools* pools);
+
+  // Tokens whose state is cached (the next token goes to this position).
+  int64_t num_tokens() const { return num_tokens_; }
+  const CacheLayout& layout() const { return *layout_; }
+
+  PagedRows& Group(int64_t layer, CacheGroupKind kind);
+  const PagedRows& Group(int64_t layer, CacheGroupKind kind) const;
+
+  // Called by the forward once `count` tokens were appended to every group; releases blocks
+  // that fell out of every group's retention window.
+  void CommitTokens(int64_t count);
+
+  // Rolls back to the first `position` tokens. Fails (state unchanged) when the state needed
+  // to continue from `position` was already released (beyond max_rollback_tokens).
+  Status Truncate(int64_t position);
+
+  // Self-describing snapshot of the whole state; Restore checks it matches this layout.
+  std::string Serialize() const;
+  Status Restore(std::string_view bytes);
+
+  // Bytes of pool blocks held by this sequence.
+  int64_t MemoryBytes() const;
+  void Free();
+
+ private:
+  const CacheLayout* layout_;
+  std::vector<std::vector<PagedRows>> groups_;  // [layer][group]
+  int64_t num_tokens_ = 0;
+};
+
+}  // namespace pdspark::engine

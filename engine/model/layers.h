@@ -1,0 +1,41 @@
+// Sub-layers of one DeepSeek-V4 block, each over all rows of a batch. Internal to the engine.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/batch.h"
+#include "engine/model/model_dims.h"
+#include "engine/model/weights.h"
+#include "kernels/cpu/kernels.h"
+
+namespace pdspark::engine {
+
+// Output of hc_pre: the sub-layer input and the mixing coefficients hc_post needs.
+struct HcMix {
+  std::vector<float> input;  // [rows, dim]
+  std::vector<float> post;   // [rows, hc]
+  std::vector<float> comb;   // [rows, hc, hc]
+};
+
+// streams: [rows, hc, dim].
+HcMix HcPre(const ModelDims& d, const HyperConnectionWeights& w, const std::vector<float>& streams,
+            int64_t rows);
+// streams <- post * f + comb^T * streams.
+void HcPost(const ModelDims& d, const HcMix& mix, const std::vector<float>& f,
+            std::vector<float>& streams, int64_t rows);
+// hc_head: the final 4 -> 1 mixing, [rows, dim].
+std::vector<float> HcHead(const ModelDims& d, const HyperConnectionWeights& w,
+                          const std::vector<float>& streams, int64_t rows);
+
+// Attention sub-layer of `layer` on normalised input u [rows, dim]; reads and appends the
+// sequences' caches. Returns [rows, dim].
+std::vector<float> AttentionForward(const ModelDims& d, int64_t layer, const BlockWeights& w,
+                                    const kernels::cpu::RopeTable& rope, const std::vector<float>& u,
+                                    const BatchLayout& batch);
+
+// MoE sub-layer on normalised input v [rows, dim]. Returns [rows, dim].
+std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
+                              const std::vector<float>& v, const std::vector<int32_t>& token_ids);
+
+}  // namespace pdspark::engine

@@ -1,0 +1,90 @@
+// The DeepSeek-V4-Flash target model on CPU: load once, then run steps over any number of
+// sequences, each contributing a ragged run of new tokens (prefill chunks, single decode
+// tokens, or gamma+1 DSpark verification tokens all go through the same Step).
+//
+//   auto model = Model::Load(dir).value();
+//   auto seq = model->NewSequence();
+//   StepInput in{seq.get(), prompt_ids};
+//   StepOutput out = model->Step({&in, 1}).value();   // logits for every new token
+//   seq->Truncate(p);                                  // roll back rejected draft tokens
+//   std::string bytes = seq->Serialize();              // ship the state to another process
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/config/model_config.h"
+#include "engine/cache/block_pool.h"
+#include "engine/cache/cache_layout.h"
+#include "engine/cache/sequence_state.h"
+#include "engine/model/model_dims.h"
+#include "engine/model/weights.h"
+#include "kernels/cpu/kernels.h"
+
+namespace pdspark::engine {
+
+struct ModelOptions {
+  int64_t cache_block_rows = 256;      // rows per paged cache block
+  int64_t max_rollback_tokens = 256;   // how far Truncate may go back behind the window
+  bool show_progress = true;           // weight-loading progress bar on stderr
+  // Layers whose hc-stream mean is exported as features (DSpark `hidden_last3`); empty means
+  // the config's dspark_target_layer_ids, else the last three layers.
+  std::vector<int64_t> feature_layers;
+};
+
+struct StepInput {
+  SequenceState* sequence = nullptr;
+  std::span<const int32_t> tokens;  // new tokens, appended at sequence->num_tokens()
+};
+
+enum class LogitsMode { kAllTokens, kLastTokenPerSequence, kNone };
+
+struct StepOptions {
+  LogitsMode logits = LogitsMode::kAllTokens;
+  bool features = false;  // hc-mean outputs of the feature layers
+  bool block_io = false;  // the 4-stream state entering every block and leaving the last
+};
+
+struct StepOutput {
+  // Row offsets of each input sequence in the flat token order (size = inputs + 1).
+  std::vector<int64_t> row_offsets;
+  // kAllTokens: [total_tokens, vocab]; kLastTokenPerSequence: [num_sequences, vocab].
+  std::vector<float> logits;
+  std::vector<float> features;  // [total_tokens, feature_layers, dim]
+  std::vector<float> block_io;  // [layers + 1, total_tokens, hc, dim]
+};
+
+class Model {
+ public:
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
+                                               const ModelOptions& options = {});
+  Model(config::ModelConfig config, ModelWeights weights, const ModelOptions& options);
+
+  std::unique_ptr<SequenceState> NewSequence();
+  // One forward over all inputs; appends their tokens to their states.
+  StatusOr<StepOutput> Step(std::span<const StepInput> inputs, const StepOptions& options = {});
+
+  const config::ModelConfig& config() const { return config_; }
+  const ModelDims& dims() const { return dims_; }
+  const CacheLayout& cache_layout() const { return layout_; }
+  CachePools& pools() { return pools_; }
+  const std::vector<int64_t>& feature_layers() const { return feature_layers_; }
+  int64_t parameter_count() const { return weights_.total_parameters; }
+
+ private:
+  Status Validate(std::span<const StepInput> inputs) const;
+
+  config::ModelConfig config_;
+  ModelDims dims_;
+  ModelWeights weights_;
+  std::vector<kernels::cpu::RopeTable> rope_;  // per layer
+  CacheLayout layout_;
+  CachePools pools_;
+  std::vector<int64_t> feature_layers_;
+};
+
+}  // namespace pdspark::engine

@@ -1,0 +1,311 @@
+#include "engine/model/weights.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/safetensors/safetensors.h"
+#include "engine/model/dequant.h"
+
+namespace pdspark::engine {
+namespace {
+
+namespace st = ::pdspark::safetensors;
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+// Reads tensors by name with dtype/shape checks and draws a progress bar on stderr.
+class TensorLoader {
+ public:
+  TensorLoader(const st::Checkpoint& checkpoint, bool show_progress)
+      : checkpoint_(checkpoint), show_progress_(show_progress),
+        total_(checkpoint.Names().size()) {}
+  ~TensorLoader() {
+    if (show_progress_) std::fprintf(stderr, "\n");
+  }
+
+  StatusOr<Matrix> LoadMatrix(const std::string& name, int64_t rows, int64_t cols) {
+    ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
+    Matrix m{rows, cols, {}};
+    switch (view.dtype) {
+      case st::DType::kF8E4M3: {
+        RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
+        const int64_t block = 128;
+        ASSIGN_OR_RETURN(st::TensorView scale,
+                         FetchScale(name, {(rows + block - 1) / block, (cols + block - 1) / block}));
+        m.data = DequantFp8Blocks(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block);
+        break;
+      }
+      case st::DType::kI8: {  // packed FP4 E2M1, two values per byte
+        RETURN_IF_ERROR(CheckShape(view, {rows, cols / 2}));
+        const int64_t block = 32;
+        ASSIGN_OR_RETURN(st::TensorView scale, FetchScale(name, {rows, cols / block}));
+        m.data = DequantFp4Packed(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block);
+        break;
+      }
+      case st::DType::kBF16:
+      case st::DType::kF32: {
+        RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
+        m.data = ToFloat(view);
+        break;
+      }
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": unsupported dtype ",
+                                                       std::string(st::DTypeName(view.dtype))));
+    }
+    parameters_ += rows * cols;
+    return m;
+  }
+
+  StatusOr<std::vector<float>> LoadVector(const std::string& name, int64_t n) {
+    ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
+    if (view.dtype != st::DType::kBF16 && view.dtype != st::DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": expected BF16 or F32, got ",
+                                                     std::string(st::DTypeName(view.dtype))));
+    }
+    RETURN_IF_ERROR(CheckShape(view, {n}));
+    parameters_ += n;
+    return ToFloat(view);
+  }
+
+  // A float matrix flattened (hc_* parameters, ape).
+  StatusOr<std::vector<float>> LoadFlat(const std::string& name, int64_t rows, int64_t cols) {
+    ASSIGN_OR_RETURN(Matrix m, LoadMatrix(name, rows, cols));
+    return std::move(m.data);
+  }
+
+  StatusOr<std::vector<int32_t>> LoadIndexTable(const std::string& name, int64_t rows,
+                                                int64_t cols, int64_t max_value) {
+    ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
+    RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
+    std::vector<int32_t> out(rows * cols);
+    if (view.dtype == st::DType::kI64) {
+      auto src = view.As<int64_t>();
+      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(src[i]);
+    } else if (view.dtype == st::DType::kI32) {
+      auto src = view.As<int32_t>();
+      for (size_t i = 0; i < out.size(); ++i) out[i] = src[i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": expected I64 or I32, got ",
+                                                     std::string(st::DTypeName(view.dtype))));
+    }
+    for (int32_t v : out) {
+      if (v < 0 || v >= max_value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", name, ": entry ", v, " outside [0, ", max_value, ")"));
+      }
+    }
+    return out;
+  }
+
+  int64_t parameters() const { return parameters_; }
+
+ private:
+  StatusOr<st::TensorView> Fetch(const std::string& name) {
+    if (!checkpoint_.Contains(name)) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_.directory(),
+                                              " lacks tensor ", name));
+    }
+    ASSIGN_OR_RETURN(st::TensorView view, checkpoint_.Get(name));
+    Tick();
+    return view;
+  }
+
+  StatusOr<st::TensorView> FetchScale(const std::string& weight_name,
+                                      const std::vector<int64_t>& shape) {
+    std::string name = weight_name;
+    const std::string suffix = ".weight";
+    if (name.size() > suffix.size() && name.ends_with(suffix)) {
+      name = name.substr(0, name.size() - suffix.size());
+    }
+    name += ".scale";
+    ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
+    if (view.dtype != st::DType::kF8E8M0) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": expected F8_E8M0, got ",
+                                                     std::string(st::DTypeName(view.dtype))));
+    }
+    RETURN_IF_ERROR(CheckShape(view, shape));
+    return view;
+  }
+
+  static Status CheckShape(const st::TensorView& view, const std::vector<int64_t>& shape) {
+    if (view.shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", view.name, ": shape ",
+                                                     ShapeString(view.shape), ", config implies ",
+                                                     ShapeString(shape)));
+    }
+    return absl::OkStatus();
+  }
+
+  static std::vector<float> ToFloat(const st::TensorView& view) {
+    if (view.dtype == st::DType::kBF16) return Bf16ToFloatVector(view.As<uint16_t>());
+    auto src = view.As<float>();
+    return {src.begin(), src.end()};
+  }
+
+  void Tick() {
+    ++done_;
+    if (!show_progress_) return;
+    const int width = 40;
+    const size_t step = total_ / 100 + 1;
+    if (done_ % step != 0 && done_ != total_) return;
+    const int filled = total_ ? static_cast<int>(width * done_ / total_) : width;
+    std::fprintf(stderr, "\rloading weights [%s%s] %zu/%zu tensors",
+                 std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(),
+                 done_, total_);
+  }
+
+  const st::Checkpoint& checkpoint_;
+  bool show_progress_;
+  size_t total_;
+  size_t done_ = 0;
+  int64_t parameters_ = 0;
+};
+
+StatusOr<HyperConnectionWeights> LoadHc(TensorLoader& loader, const std::string& prefix,
+                                        int64_t mix, int64_t hc_dim, int64_t n_scale) {
+  HyperConnectionWeights hc;
+  ASSIGN_OR_RETURN(hc.fn, loader.LoadMatrix(prefix + "_fn", mix, hc_dim));
+  ASSIGN_OR_RETURN(hc.base, loader.LoadVector(prefix + "_base", mix));
+  ASSIGN_OR_RETURN(hc.scale, loader.LoadVector(prefix + "_scale", n_scale));
+  return hc;
+}
+
+StatusOr<CompressorWeights> LoadCompressor(TensorLoader& loader, const std::string& prefix,
+                                           int64_t ratio, int64_t head_dim, int64_t dim) {
+  CompressorWeights c;
+  c.ratio = ratio;
+  c.head_dim = head_dim;
+  c.overlap = ratio == 4;
+  const int64_t width = (c.overlap ? 2 : 1) * head_dim;
+  ASSIGN_OR_RETURN(c.wkv, loader.LoadMatrix(prefix + ".wkv.weight", width, dim));
+  ASSIGN_OR_RETURN(c.wgate, loader.LoadMatrix(prefix + ".wgate.weight", width, dim));
+  ASSIGN_OR_RETURN(c.ape, loader.LoadFlat(prefix + ".ape", ratio, width));
+  ASSIGN_OR_RETURN(c.norm, loader.LoadVector(prefix + ".norm.weight", head_dim));
+  return c;
+}
+
+StatusOr<ExpertWeights> LoadExpert(TensorLoader& loader, const std::string& prefix, int64_t dim,
+                                   int64_t inter) {
+  ExpertWeights e;
+  ASSIGN_OR_RETURN(e.w1, loader.LoadMatrix(prefix + ".w1.weight", inter, dim));
+  ASSIGN_OR_RETURN(e.w2, loader.LoadMatrix(prefix + ".w2.weight", dim, inter));
+  ASSIGN_OR_RETURN(e.w3, loader.LoadMatrix(prefix + ".w3.weight", inter, dim));
+  return e;
+}
+
+StatusOr<AttentionWeights> LoadAttention(TensorLoader& loader, const config::ModelConfig& c,
+                                         const std::string& prefix, int64_t ratio) {
+  AttentionWeights a;
+  const int64_t dim = c.hidden_size, heads = c.num_attention_heads, hd = c.head_dim;
+  ASSIGN_OR_RETURN(a.attn_sink, loader.LoadVector(prefix + ".attn_sink", heads));
+  ASSIGN_OR_RETURN(a.wq_a, loader.LoadMatrix(prefix + ".wq_a.weight", c.q_lora_rank, dim));
+  ASSIGN_OR_RETURN(a.q_norm, loader.LoadVector(prefix + ".q_norm.weight", c.q_lora_rank));
+  ASSIGN_OR_RETURN(a.wq_b, loader.LoadMatrix(prefix + ".wq_b.weight", heads * hd, c.q_lora_rank));
+  ASSIGN_OR_RETURN(a.wkv, loader.LoadMatrix(prefix + ".wkv.weight", hd, dim));
+  ASSIGN_OR_RETURN(a.kv_norm, loader.LoadVector(prefix + ".kv_norm.weight", hd));
+  ASSIGN_OR_RETURN(a.wo_a, loader.LoadMatrix(prefix + ".wo_a.weight", c.o_groups * c.o_lora_rank,
+                                             heads * hd / c.o_groups));
+  ASSIGN_OR_RETURN(a.wo_b, loader.LoadMatrix(prefix + ".wo_b.weight", dim,
+                                             c.o_groups * c.o_lora_rank));
+  if (ratio > 0) {
+    ASSIGN_OR_RETURN(a.compressor, LoadCompressor(loader, prefix + ".compressor", ratio, hd, dim));
+  }
+  if (ratio == 4) {
+    IndexerWeights idx;
+    const std::string ip = prefix + ".indexer";
+    ASSIGN_OR_RETURN(idx.wq_b, loader.LoadMatrix(ip + ".wq_b.weight",
+                                                 c.index_n_heads * c.index_head_dim, c.q_lora_rank));
+    ASSIGN_OR_RETURN(idx.weights_proj,
+                     loader.LoadMatrix(ip + ".weights_proj.weight", c.index_n_heads, dim));
+    ASSIGN_OR_RETURN(idx.compressor,
+                     LoadCompressor(loader, ip + ".compressor", ratio, c.index_head_dim, dim));
+    a.indexer = std::move(idx);
+  }
+  return a;
+}
+
+StatusOr<MoeWeights> LoadMoe(TensorLoader& loader, const config::ModelConfig& c,
+                             const std::string& prefix, bool hash_gate) {
+  MoeWeights m;
+  const int64_t dim = c.hidden_size, experts = c.n_routed_experts, inter = c.moe_intermediate_size;
+  ASSIGN_OR_RETURN(m.gate, loader.LoadMatrix(prefix + ".gate.weight", experts, dim));
+  if (hash_gate) {
+    ASSIGN_OR_RETURN(m.tid2eid, loader.LoadIndexTable(prefix + ".gate.tid2eid", c.vocab_size,
+                                                      c.num_experts_per_tok, experts));
+  } else {
+    ASSIGN_OR_RETURN(m.gate_bias, loader.LoadVector(prefix + ".gate.bias", experts));
+  }
+  m.experts.reserve(experts);
+  for (int64_t e = 0; e < experts; ++e) {
+    ASSIGN_OR_RETURN(ExpertWeights ew,
+                     LoadExpert(loader, absl::StrCat(prefix, ".experts.", e), dim, inter));
+    m.experts.push_back(std::move(ew));
+  }
+  ASSIGN_OR_RETURN(m.shared, LoadExpert(loader, prefix + ".shared_experts", dim,
+                                        inter * c.n_shared_experts));
+  return m;
+}
+
+StatusOr<BlockWeights> LoadBlock(TensorLoader& loader, const config::ModelConfig& c, int64_t layer) {
+  BlockWeights b;
+  const std::string p = absl::StrCat("layers.", layer);
+  const int64_t hc = c.hc_mult, mix = (2 + hc) * hc, hc_dim = hc * c.hidden_size;
+  b.compress_ratio = c.CompressRatio(layer);
+  b.hash_gate = c.IsHashLayer(layer);
+  ASSIGN_OR_RETURN(b.hc_attn, LoadHc(loader, p + ".hc_attn", mix, hc_dim, 3));
+  ASSIGN_OR_RETURN(b.hc_ffn, LoadHc(loader, p + ".hc_ffn", mix, hc_dim, 3));
+  ASSIGN_OR_RETURN(b.attn_norm, loader.LoadVector(p + ".attn_norm.weight", c.hidden_size));
+  ASSIGN_OR_RETURN(b.ffn_norm, loader.LoadVector(p + ".ffn_norm.weight", c.hidden_size));
+  ASSIGN_OR_RETURN(b.attn, LoadAttention(loader, c, p + ".attn", b.compress_ratio));
+  ASSIGN_OR_RETURN(b.ffn, LoadMoe(loader, c, p + ".ffn", b.hash_gate));
+  return b;
+}
+
+Status CheckSupportedConfig(const config::ModelConfig& c) {
+  if (c.num_key_value_heads != 1) {
+    return absl::InvalidArgumentError("config: num_key_value_heads must be 1 (single K=V latent)");
+  }
+  if (c.n_shared_experts != 1) {
+    return absl::InvalidArgumentError("config: n_shared_experts must be 1");
+  }
+  if (static_cast<int64_t>(c.compress_ratios.size()) < c.num_hidden_layers) {
+    return absl::InvalidArgumentError("config: compress_ratios shorter than num_hidden_layers");
+  }
+  if (c.num_attention_heads % c.o_groups != 0) {
+    return absl::InvalidArgumentError("config: num_attention_heads not divisible by o_groups");
+  }
+  if (c.nope_head_dim() % 64 != 0) {
+    return absl::InvalidArgumentError("config: head_dim - qk_rope_head_dim must be a multiple of 64");
+  }
+  if (c.index_head_dim % 32 != 0 || (c.index_head_dim & (c.index_head_dim - 1)) != 0) {
+    return absl::InvalidArgumentError("config: index_head_dim must be a power of two >= 32");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ModelWeights> LoadModelWeights(const std::string& dir, const config::ModelConfig& c,
+                                        const LoadOptions& options) {
+  RETURN_IF_ERROR(CheckSupportedConfig(c));
+  ASSIGN_OR_RETURN(std::unique_ptr<st::Checkpoint> checkpoint, st::Checkpoint::Open(dir));
+  TensorLoader loader(*checkpoint, options.show_progress);
+  ModelWeights w;
+  const int64_t dim = c.hidden_size;
+  ASSIGN_OR_RETURN(w.embed, loader.LoadMatrix("embed.weight", c.vocab_size, dim));
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    ASSIGN_OR_RETURN(BlockWeights block, LoadBlock(loader, c, layer));
+    w.layers.push_back(std::move(block));
+  }
+  ASSIGN_OR_RETURN(w.hc_head, LoadHc(loader, "hc_head", c.hc_mult, c.hc_mult * dim, 1));
+  ASSIGN_OR_RETURN(w.norm, loader.LoadVector("norm.weight", dim));
+  ASSIGN_OR_RETURN(w.head, loader.LoadMatrix("head.weight", c.vocab_size, dim));
+  w.total_parameters = loader.parameters();
+  return w;
+}
+
+}  // namespace pdspark::engine

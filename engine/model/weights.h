@@ -1,0 +1,105 @@
+// Dequantised fp32 weights of the DeepSeek-V4-Flash target model, one struct per module so the
+// forward code reads like the architecture. Every matrix is row-major [out, in] (the
+// checkpoint's layout); a tensor-parallel rank would hold a slice of the head / expert axis of
+// the attention and MoE structs (the split points are noted on each field).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+#include "common/config/model_config.h"
+
+namespace pdspark::engine {
+
+struct Matrix {
+  int64_t rows = 0;  // output features
+  int64_t cols = 0;  // input features
+  std::vector<float> data;
+  const float* ptr() const { return data.data(); }
+};
+
+struct HyperConnectionWeights {
+  Matrix fn;                // [(2+hc)*hc or hc, hc*dim]
+  std::vector<float> base;  // [(2+hc)*hc or hc]
+  std::vector<float> scale;  // [3] or [1]
+};
+
+// Gated-pooling compressor of one CSA/HCA layer (or of its indexer).
+struct CompressorWeights {
+  int64_t ratio = 0;
+  int64_t head_dim = 0;
+  bool overlap = false;     // ratio 4: pooling over 2 groups, channels split in halves
+  Matrix wkv;               // [c*head_dim, dim]
+  Matrix wgate;             // [c*head_dim, dim]
+  std::vector<float> ape;   // [ratio, c*head_dim]
+  std::vector<float> norm;  // [head_dim]
+};
+
+struct IndexerWeights {
+  Matrix wq_b;          // [index_heads*index_head_dim, q_lora]   (TP: split over index heads)
+  Matrix weights_proj;  // [index_heads, dim]                     (TP: split over index heads)
+  CompressorWeights compressor;
+};
+
+struct AttentionWeights {
+  std::vector<float> attn_sink;  // [heads]                        (TP: split over heads)
+  Matrix wq_a;                   // [q_lora, dim]
+  std::vector<float> q_norm;     // [q_lora]
+  Matrix wq_b;                   // [heads*head_dim, q_lora]       (TP: split over heads)
+  Matrix wkv;                    // [head_dim, dim]
+  std::vector<float> kv_norm;    // [head_dim]
+  Matrix wo_a;                   // [groups*o_lora, heads*head_dim/groups] (TP: split groups)
+  Matrix wo_b;                   // [dim, groups*o_lora]           (TP: split input, all-reduce)
+  std::optional<CompressorWeights> compressor;  // ratio > 0
+  std::optional<IndexerWeights> indexer;        // ratio == 4
+};
+
+struct ExpertWeights {
+  Matrix w1;  // gate [inter, dim]
+  Matrix w2;  // down [dim, inter]
+  Matrix w3;  // up   [inter, dim]
+};
+
+struct MoeWeights {
+  Matrix gate;                     // [experts, dim]
+  std::vector<float> gate_bias;    // [experts], score layers only
+  std::vector<int32_t> tid2eid;    // [vocab, top_k], hash layers only
+  std::vector<ExpertWeights> experts;  // (TP: split over experts, all-reduce the sum)
+  ExpertWeights shared;
+};
+
+struct BlockWeights {
+  int64_t compress_ratio = 0;
+  bool hash_gate = false;
+  HyperConnectionWeights hc_attn;
+  HyperConnectionWeights hc_ffn;
+  std::vector<float> attn_norm;
+  std::vector<float> ffn_norm;
+  AttentionWeights attn;
+  MoeWeights ffn;
+};
+
+struct ModelWeights {
+  Matrix embed;  // [vocab, dim]
+  Matrix head;   // [vocab, dim]
+  std::vector<float> norm;
+  HyperConnectionWeights hc_head;
+  std::vector<BlockWeights> layers;
+  int64_t total_parameters = 0;
+};
+
+struct LoadOptions {
+  bool show_progress = true;  // a progress bar on stderr
+};
+
+// Loads and dequantises every target-model tensor of the Hugging Face checkpoint in `dir`
+// (FP8 E4M3 with 128x128 E8M0 block scales, FP4 E2M1 experts packed in I8 with per-32 E8M0
+// scales, BF16/F32 elsewhere). Each tensor's presence, dtype and shape is checked against what
+// `config` implies; errors name the tensor.
+StatusOr<ModelWeights> LoadModelWeights(const std::string& dir, const config::ModelConfig& config,
+                                        const LoadOptions& options = {});
+
+}  // namespace pdspark::engine

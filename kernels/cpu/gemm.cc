@@ -1,0 +1,17 @@
+// GEMM through OpenBLAS: every projection of the model is x * W^T with W stored [out, in].
+#include <cblas.h>
+
+#include "kernels/cpu/kernels.h"
+
+namespace pdspark::kernels::cpu {
+
+void MatMulTransB(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
+                  int64_t ldw, float* y, int64_t ldy) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x,
+              static_cast<blasint>(ldx), w, static_cast<blasint>(ldw), 0.0f, y,
+              static_cast<blasint>(ldy));
+}
+
+}  // namespace pdspark::kernels::cpu

@@ -1,0 +1,35 @@
+// `pdspark generate`: prefill a prompt, then decode token by token (greedy at temperature 0,
+// otherwise categorical sampling from softmax(logits / T) with a seeded RNG).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/base/status.h"
+
+namespace pdspark::tools {
+
+struct GenerateOptions {
+  std::string model_dir;
+  std::vector<int32_t> prompt_ids;
+  int64_t max_tokens = 16;
+  double temperature = 0.0;
+  uint64_t seed = 0;
+  bool stop_at_eos = true;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> token_ids;  // generated tokens only
+  double load_seconds = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  int64_t prompt_tokens = 0;
+};
+
+StatusOr<GenerateResult> Generate(const GenerateOptions& options);
+
+// Picks the next token from one row of logits.
+int32_t SampleToken(const float* logits, int64_t vocab, double temperature, uint64_t& rng_state);
+
+}  // namespace pdspark::tools

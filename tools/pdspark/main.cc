@@ -1,0 +1,101 @@
+// pdspark: command-line entry to the model engine.
+//   pdspark golden-check --golden DIR [--tolerance 1e-4] [--verbose]
+//   pdspark generate --model DIR --prompt-ids 1,2,3 --max-tokens N --temperature T --seed S [--json]
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "tools/pdspark/generate.h"
+#include "tools/pdspark/golden_check.h"
+
+namespace {
+
+int RunGoldenCheckCommand(const pdspark::tools::GoldenCheckOptions& options) {
+  auto results = pdspark::tools::RunGoldenCheck(options);
+  if (!results.ok()) {
+    std::fprintf(stderr, "golden-check: %s\n", std::string(results.status().message()).c_str());
+    return 2;
+  }
+  double worst = 0;
+  for (const auto& r : *results) {
+    std::printf("run=%s rows=%ld max_rel_err=%.3e per_row_max=%.3e worst_row=%ld argmax_mismatches=%ld "
+                "hidden_max_rel_err=%.3e %s\n",
+                r.name.c_str(), static_cast<long>(r.rows), r.max_rel_err, r.max_rel_err_per_row,
+                static_cast<long>(r.worst_row), static_cast<long>(r.argmax_mismatches),
+                r.hidden_max_rel_err, r.max_rel_err <= options.tolerance ? "PASS" : "FAIL");
+    worst = std::max(worst, r.max_rel_err);
+  }
+  std::printf("max_rel_err=%.3e\n", worst);
+  return worst <= options.tolerance ? 0 : 1;
+}
+
+int RunGenerateCommand(pdspark::tools::GenerateOptions options, const std::string& ids_text,
+                       bool json) {
+  for (absl::string_view piece : absl::StrSplit(ids_text, ',', absl::SkipWhitespace())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(piece, &id)) {
+      std::fprintf(stderr, "generate: bad token id '%s'\n", std::string(piece).c_str());
+      return 2;
+    }
+    options.prompt_ids.push_back(id);
+  }
+  auto result = pdspark::tools::Generate(options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "generate: %s\n", std::string(result.status().message()).c_str());
+    return 2;
+  }
+  const double decode_tps =
+      result->decode_seconds > 0 ? result->token_ids.size() / result->decode_seconds : 0;
+  if (json) {
+    nlohmann::json j;
+    j["prompt_ids"] = options.prompt_ids;
+    j["token_ids"] = result->token_ids;
+    j["text"] = nullptr;  // no tokenizer wired in yet
+    j["timing"] = {{"load_s", result->load_seconds},
+                   {"prefill_s", result->prefill_seconds},
+                   {"decode_s", result->decode_seconds},
+                   {"prompt_tokens", result->prompt_tokens},
+                   {"generated_tokens", result->token_ids.size()},
+                   {"decode_tokens_per_s", decode_tps}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s\n", absl::StrJoin(result->token_ids, ",").c_str());
+    std::fprintf(stderr, "prefill %.3fs, decode %.3fs (%.1f tok/s)\n", result->prefill_seconds,
+                 result->decode_seconds, decode_tps);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pdspark: DeepSeek-V4-Flash engine tools"};
+  app.require_subcommand(1);
+
+  pdspark::tools::GoldenCheckOptions golden;
+  auto* golden_cmd = app.add_subcommand("golden-check", "compare logits with a golden directory");
+  golden_cmd->add_option("--golden", golden.dir, "directory with config, checkpoint, golden.*")
+      ->required();
+  golden_cmd->add_option("--tolerance", golden.tolerance, "max allowed max_rel_err");
+  golden_cmd->add_flag("--verbose", golden.verbose, "per-step and per-block diagnostics");
+
+  pdspark::tools::GenerateOptions gen;
+  std::string ids_text;
+  bool json = false;
+  auto* gen_cmd = app.add_subcommand("generate", "generate tokens from a prompt");
+  gen_cmd->add_option("--model", gen.model_dir, "checkpoint directory")->required();
+  gen_cmd->add_option("--prompt-ids", ids_text, "comma-separated prompt token ids")->required();
+  gen_cmd->add_option("--max-tokens", gen.max_tokens, "tokens to generate");
+  gen_cmd->add_option("--temperature", gen.temperature, "0 = greedy");
+  gen_cmd->add_option("--seed", gen.seed, "sampling seed");
+  gen_cmd->add_flag("--json", json, "print one JSON object");
+
+  CLI11_PARSE(app, argc, argv);
+  if (golden_cmd->parsed()) return RunGoldenCheckCommand(golden);
+  return RunGenerateCommand(gen, ids_text, json);
+}
