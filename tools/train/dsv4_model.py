@@ -348,6 +348,8 @@ class Indexer(nn.Module):
         bsz, seqlen, _ = x.shape
         r = self.ratio
         end = start_pos + seqlen
+        # the indexer is trained only by its own auxiliary loss (its scores feed a top-k)
+        x, qr = x.detach(), qr.detach()
         q = self.wq_b(qr).unflatten(-1, (self.n_heads, self.head_dim))
         q = rope_part(q, freqs_q, self.rd)
         q = fp4_sim(hadamard(q), 32)
@@ -426,6 +428,21 @@ class Attention(nn.Module):
         p = torch.cat([sc, sink], -1).softmax(-1)[..., :-1]
         return torch.einsum("bshn,bnd->bshd", p, kv)
 
+    def indexer_kl(self, q, ent, iscore, t, n):
+        """Auxiliary indexer loss (DSA-style distillation): KL(main attention mass over all eligible
+        compressed entries, head-averaged || softmax(index scores))."""
+        elig = torch.arange(n).view(1, -1) < ((t + 1) // self.ratio).view(-1, 1)  # [s, n]
+        valid = elig.any(-1)
+        if not bool(valid.any()):
+            return None
+        with torch.no_grad():
+            lg = torch.einsum("bshd,bnd->bshn", q.detach(), ent.detach()) * self.scale
+            lg = lg.masked_fill(~elig.view(1, -1, 1, n), float("-inf"))
+            p = lg[:, valid].softmax(-1).mean(2)  # [b, s_valid, n]
+        logq = iscore[:, valid].masked_fill(~elig[valid].unsqueeze(0), float("-inf")).log_softmax(-1)
+        logq = logq.masked_fill(~elig[valid].unsqueeze(0), 0.0)
+        return (p * (torch.log(p.clamp(min=1e-12)) - logq)).sum(-1).mean()
+
     def output(self, o, cs):
         o = rope_part(o, cs, self.rd, inverse=True)
         b, s = o.shape[:2]
@@ -436,6 +453,7 @@ class Attention(nn.Module):
 
     def forward(self, x, start_pos=0, use_cache=False, want_aux=False):
         bsz, seqlen, _ = x.shape
+        self.aux = None
         cs = self.freqs[start_pos:start_pos + seqlen]
         qr, q = self.project_q(x, cs)
         kv = self.project_kv(x, cs)
@@ -457,7 +475,7 @@ class Attention(nn.Module):
                         cm.scatter_(2, torch.where(idx < 0, n, idx), True)
                         cm = cm[..., :n]
                         if want_aux:
-                            self.aux = (iscore, cm)
+                            self.aux = self.indexer_kl(q, ent, iscore, t, n)
                     else:
                         cm = (torch.arange(n).view(1, -1) < (t.view(-1, 1) + 1) // r).unsqueeze(0).expand(bsz, -1, -1)
                     mask = torch.cat([mask, cm], -1)
