@@ -55,7 +55,7 @@ func str(v interface{}) string {
 }
 
 func list(v interface{}) []interface{} { l, _ := v.([]interface{}); return l }
-func asObj(v interface{}) obj         { m, _ := v.(obj); return m }
+func asObj(v interface{}) obj          { m, _ := v.(obj); return m }
 
 func parseDocs(p *problems, files []Rendered) []doc {
 	var docs []doc

@@ -71,7 +71,7 @@ type Capabilities struct {
 // Files is .Files: every chart file outside templates/.
 type Files map[string][]byte
 
-func (f Files) Get(name string) string     { return string(f[name]) }
+func (f Files) Get(name string) string      { return string(f[name]) }
 func (f Files) GetBytes(name string) []byte { return f[name] }
 
 type TemplateInfo struct {

@@ -1,0 +1,3 @@
+package main
+
+func checkDashboard(p *problems, dashboard, metricsDoc, rules string) {}

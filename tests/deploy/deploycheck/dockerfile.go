@@ -1,0 +1,3 @@
+package main
+
+func checkDockerfile(p *problems, path, flavor string) {}
