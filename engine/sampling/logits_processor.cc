@@ -1,6 +1,7 @@
 #include "engine/sampling/logits_processor.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -8,29 +9,75 @@
 namespace pdspark::sampling {
 namespace {
 
-// Orders token ids by weight descending, then id ascending, so the order is total.
-struct ByWeightDescending {
-  std::span<const float> probs;
-  bool operator()(int32_t a, int32_t b) const {
-    if (probs[a] != probs[b]) return probs[a] > probs[b];
-    return a < b;
-  }
-};
+// A token's rank as one integer: weight descending, then id ascending. Non-negative floats
+// order like their bit patterns, so comparisons are plain integer compares and the order is
+// total (no two tokens tie), which makes every selection below deterministic.
+uint64_t RankKey(float weight, int32_t id) {
+  return (uint64_t{std::bit_cast<uint32_t>(weight)} << 32) |
+         (0xFFFFFFFFu - static_cast<uint32_t>(id));
+}
+float KeyWeight(uint64_t key) { return std::bit_cast<float>(static_cast<uint32_t>(key >> 32)); }
+int32_t KeyId(uint64_t key) {
+  return static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(key));
+}
 
-// Top-p only needs the head of the sorted order; in practice the nucleus is a few hundred
-// tokens out of ~129k, so sort a head of this size first and fall back to a full sort only
-// when the head does not hold enough mass.
-constexpr size_t kTopPHeadSize = 1024;
+// Top-p buckets: the top 16 bits of a non-negative float (sign bit 0), so 2^15 buckets.
+constexpr int kNumBuckets = 1 << 15;
+int Bucket(float weight) { return static_cast<int>(std::bit_cast<uint32_t>(weight) >> 16); }
 
-// Returns how many of `order` (sorted by weight descending) the nucleus keeps, or
-// order.size() + 1 when the nucleus may extend past the end of `order`.
-size_t NucleusSize(std::span<const float> probs, std::span<const int32_t> order, double limit) {
-  double mass_before = 0.0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (mass_before >= limit) return i;
-    mass_before += probs[order[i]];
+// Ranges at most this long are finished by sorting.
+constexpr size_t kSortBelow = 32;
+
+// Reorders `keys` so that keys[0, m) are the m highest-ranked tokens, where m is the smallest
+// count holding at least `limit` of mass (all keys if none does), and returns m. A weighted
+// quickselect: expected O(n) instead of a sort.
+size_t SelectNucleus(std::vector<uint64_t>& keys, double limit) {
+  size_t lo = 0;
+  size_t hi = keys.size();
+  double kept = 0.0;  // Mass of keys[0, lo), all of which outrank keys[lo, hi).
+  while (hi - lo > kSortBelow) {
+    const auto first = keys.begin() + lo;
+    const auto last = keys.begin() + hi;
+    const uint64_t a = *first, b = first[(hi - lo) / 2], c = last[-1];
+    const uint64_t pivot = std::max(std::min(a, b), std::min(std::max(a, b), c));
+    const auto mid = std::partition(first, last, [pivot](uint64_t k) { return k > pivot; });
+    std::iter_swap(mid, std::find(mid, last, pivot));
+    double above = 0.0;
+    for (auto it = first; it != mid; ++it) above += KeyWeight(*it);
+    if (kept + above >= limit) {
+      hi = mid - keys.begin();  // The nucleus ends inside the part above the pivot.
+      continue;
+    }
+    kept += above + KeyWeight(*mid);
+    lo = mid - keys.begin() + 1;
+    if (kept >= limit) return lo;
   }
-  return mass_before >= limit ? order.size() : order.size() + 1;
+  std::sort(keys.begin() + lo, keys.begin() + hi, std::greater<>());
+  for (size_t i = lo; i < hi; ++i) {
+    if (kept >= limit) return i;
+    kept += KeyWeight(keys[i]);
+  }
+  return hi;
+}
+
+// The k-th largest weight (counting repeats). A size-k min-heap touches each weight once and
+// rarely does more than one compare, which beats nth_element on a copy for small k.
+float KthLargest(std::span<const float> probs, int32_t k) {
+  if (static_cast<size_t>(k) > probs.size() / 16) {
+    std::vector<float> sorted(probs.begin(), probs.end());
+    std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
+    return sorted[k - 1];
+  }
+  std::vector<float> heap(probs.begin(), probs.begin() + k);
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  for (size_t i = k; i < probs.size(); ++i) {
+    if (probs[i] > heap.front()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      heap.back() = probs[i];
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
+  }
+  return heap.front();
 }
 
 void OneHot(int32_t id, std::span<float> probs) {
@@ -78,9 +125,7 @@ void SoftmaxWithTemperature(std::span<const float> logits, float temperature,
 
 void ApplyTopK(std::span<float> probs, int32_t k) {
   if (k <= 0 || static_cast<size_t>(k) >= probs.size()) return;
-  std::vector<float> sorted(probs.begin(), probs.end());
-  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
-  const float threshold = sorted[k - 1];
+  const float threshold = KthLargest(probs, k);
   for (float& p : probs) {
     if (p < threshold) p = 0.0f;
   }
@@ -88,27 +133,39 @@ void ApplyTopK(std::span<float> probs, int32_t k) {
 
 void ApplyTopP(std::span<float> probs, float top_p) {
   if (top_p >= 1.0f) return;
-  std::vector<int32_t> order;
-  order.reserve(probs.size());
+  // Pass 1: mass per bucket of the weight's top 16 bits (non-negative floats order like their
+  // bits, so buckets are ordered). Reused per thread: 256 KiB zeroed beats a fresh allocation.
+  thread_local std::vector<double> bucket_mass(kNumBuckets);
+  std::fill(bucket_mass.begin(), bucket_mass.end(), 0.0);
   double total = 0.0;
-  for (size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] > 0.0f) {
-      order.push_back(static_cast<int32_t>(i));
-      total += probs[i];
+  for (float p : probs) {
+    if (p > 0.0f) {
+      bucket_mass[Bucket(p)] += p;
+      total += p;
     }
   }
   const double limit = static_cast<double>(top_p) * total;
-  const ByWeightDescending cmp{probs};
-  size_t keep = order.size() + 1;
-  if (order.size() > kTopPHeadSize) {
-    std::partial_sort(order.begin(), order.begin() + kTopPHeadSize, order.end(), cmp);
-    keep = NucleusSize(probs, std::span(order).first(kTopPHeadSize), limit);
+  // The nucleus ends in the first bucket (from the top) where the running mass reaches limit.
+  double above = 0.0;
+  int boundary = kNumBuckets - 1;
+  for (; boundary >= 0; --boundary) {
+    if (above + bucket_mass[boundary] >= limit) break;
+    above += bucket_mass[boundary];
   }
-  if (keep > kTopPHeadSize || order.size() <= kTopPHeadSize) {
-    std::sort(order.begin(), order.end(), cmp);
-    keep = std::min(NucleusSize(probs, order, limit), order.size());
+  if (boundary < 0) return;  // Rounding kept the running mass below limit: keep everything.
+  // Pass 2: higher buckets stay, lower ones go, the boundary bucket is resolved exactly.
+  std::vector<uint64_t> keys;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (!(probs[i] > 0.0f)) continue;
+    const int bucket = Bucket(probs[i]);
+    if (bucket == boundary) {
+      keys.push_back(RankKey(probs[i], static_cast<int32_t>(i)));
+    } else if (bucket < boundary) {
+      probs[i] = 0.0f;
+    }
   }
-  for (size_t i = keep; i < order.size(); ++i) probs[order[i]] = 0.0f;
+  const size_t keep = SelectNucleus(keys, limit - above);
+  for (size_t i = keep; i < keys.size(); ++i) probs[KeyId(keys[i])] = 0.0f;
 }
 
 void ApplyMinP(std::span<float> probs, float min_p) {

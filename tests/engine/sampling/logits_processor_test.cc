@@ -113,34 +113,56 @@ TEST(TopPTest, TiesBreakTowardsLowerId) {
   EXPECT_THAT(probs, ElementsAre(0.25f, 0.25f, 0.0f, 0.0f));
 }
 
+// Reference top-p: sort everything, keep token i iff the mass ranked above it < top_p * total.
+std::vector<float> BruteForceTopP(const std::vector<float>& probs, float top_p) {
+  std::vector<int32_t> order(probs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
+  });
+  double total = 0.0;
+  for (float p : probs) total += p;
+  std::vector<float> expected(probs.size(), 0.0f);
+  double before = 0.0;
+  for (int32_t id : order) {
+    if (before >= top_p * total) break;
+    expected[id] = probs[id];
+    before += probs[id];
+  }
+  return expected;
+}
+
 TEST(TopPTest, LargeVocabMatchesBruteForce) {
-  // Exercises both the sorted-head fast path (peaked) and the full-sort fallback (flat).
+  // Peaked and flat shapes put the nucleus boundary in sparse and in crowded buckets.
   std::mt19937_64 rng(7);
-  for (float concentration : {0.05f, 5.0f}) {
-    std::gamma_distribution<float> gamma(concentration, 1.0f);
-    std::vector<float> probs(5000);
-    for (float& p : probs) p = gamma(rng) + 1e-30f;
-    for (float top_p : {0.1f, 0.9f, 0.999f}) {
-      std::vector<float> fast = probs;
-      ApplyTopP(fast, top_p);
-      // Brute force: keep token i iff the mass ranked strictly above it is < top_p * total.
-      std::vector<int32_t> order(probs.size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-      std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-        return probs[a] != probs[b] ? probs[a] > probs[b] : a < b;
-      });
-      double total = 0.0;
-      for (float p : probs) total += p;
-      std::vector<float> expected(probs.size(), 0.0f);
-      double before = 0.0;
-      for (int32_t id : order) {
-        if (before >= top_p * total) break;
-        expected[id] = probs[id];
-        before += probs[id];
+  for (int64_t vocab : {5000, 129280}) {
+    for (float concentration : {0.05f, 5.0f}) {
+      std::gamma_distribution<float> gamma(concentration, 1.0f);
+      std::vector<float> probs(vocab);
+      for (float& p : probs) p = gamma(rng) + 1e-30f;
+      for (float top_p : {0.1f, 0.5f, 0.9f, 0.999f}) {
+        std::vector<float> fast = probs;
+        ApplyTopP(fast, top_p);
+        EXPECT_EQ(fast, BruteForceTopP(probs, top_p))
+            << vocab << " " << concentration << " " << top_p;
       }
-      EXPECT_EQ(fast, expected) << concentration << " " << top_p;
     }
   }
+}
+
+TEST(TopPTest, ManyExactTiesKeepLowestIds) {
+  std::vector<float> probs(10000, 1.0f);
+  probs[1234] = 0.0f;
+  ApplyTopP(probs, 0.25f);
+  // Exactly the 2500 lowest ids (skipping the zero) survive.
+  int kept = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] > 0.0f) {
+      ++kept;
+      EXPECT_LE(i, 2500u) << i;
+    }
+  }
+  EXPECT_EQ(kept, 2500);
 }
 
 TEST(MinPTest, KeepsTokensAboveFractionOfMax) {
