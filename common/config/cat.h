@@ -1,6 +1,7 @@
 // Internal: concatenates values into a message. absl::StrCat cannot be used with std::string_view
-// here because Debian's Abseil is built with its own absl::string_view (ABSL_OPTION_USE_STD_STRING_VIEW
-// is 0), so this formats through fmt and converts absl::string_view (Status::message()) itself.
+// here because Debian's Abseil is built with its own absl::string_view
+// (ABSL_OPTION_USE_STD_STRING_VIEW is 0), so this formats through fmt and converts
+// absl::string_view (Status::message()) itself.
 #pragma once
 
 #include <iterator>

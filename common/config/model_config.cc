@@ -9,9 +9,9 @@
 #include <sstream>
 #include <utility>
 
-#include "common/config/cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
+#include "common/config/cat.h"
 #include "nlohmann/json.hpp"
 
 namespace pdspark::config {
@@ -52,7 +52,8 @@ class FieldReader {
   Status Double(std::string_view key, double* out, bool required = false) {
     ASSIGN_OR_RETURN(const Json* value, Find(key, required));
     if (value == nullptr) return absl::OkStatus();
-    if (!value->is_number()) return Error(key, internal::Cat("must be a number, got ", Type(*value)));
+    if (!value->is_number())
+      return Error(key, internal::Cat("must be a number, got ", Type(*value)));
     *out = value->get<double>();
     if (!std::isfinite(*out)) return Error(key, "must be finite");
     return absl::OkStatus();
@@ -71,7 +72,8 @@ class FieldReader {
   Status String(std::string_view key, std::string* out, bool required = false) {
     ASSIGN_OR_RETURN(const Json* value, Find(key, required));
     if (value == nullptr) return absl::OkStatus();
-    if (!value->is_string()) return Error(key, internal::Cat("must be a string, got ", Type(*value)));
+    if (!value->is_string())
+      return Error(key, internal::Cat("must be a string, got ", Type(*value)));
     *out = value->get<std::string>();
     return absl::OkStatus();
   }
@@ -155,8 +157,8 @@ Status ReadRopeScaling(FieldReader& top, std::string_view source, ModelConfig& c
     return reader.Error("type", internal::Cat("is '", rope.type, "', only 'yarn' is supported"));
   }
   RETURN_IF_ERROR(reader.Double("factor", &rope.factor, true));
-  RETURN_IF_ERROR(reader.Int("original_max_position_embeddings",
-                             &rope.original_max_position_embeddings, true));
+  RETURN_IF_ERROR(
+      reader.Int("original_max_position_embeddings", &rope.original_max_position_embeddings, true));
   RETURN_IF_ERROR(reader.Double("beta_fast", &rope.beta_fast));
   RETURN_IF_ERROR(reader.Double("beta_slow", &rope.beta_slow));
   for (auto& name : reader.Unconsumed()) unknown.push_back(std::move(name));

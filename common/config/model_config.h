@@ -74,8 +74,8 @@ struct ModelConfig {
   // Attention (single shared K=V head, low-rank Q and grouped low-rank O).
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 1;
-  int64_t head_dim = 0;           // full head dim (nope + rope).
-  int64_t qk_rope_head_dim = 0;   // rotary part at the end of each head.
+  int64_t head_dim = 0;          // full head dim (nope + rope).
+  int64_t qk_rope_head_dim = 0;  // rotary part at the end of each head.
   int64_t q_lora_rank = 0;
   int64_t o_lora_rank = 0;
   int64_t o_groups = 0;

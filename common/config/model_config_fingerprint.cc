@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string>
 
-#include "common/config/cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/config/cat.h"
 #include "common/config/model_config.h"
 
 namespace pdspark::config {
@@ -76,7 +76,8 @@ std::string ModelConfig::CanonicalArchitectureString() const {
   c.Add("quant.present", quantization_config.present);
   if (quantization_config.present) {
     c.Add("quant.method", quantization_config.quant_method);
-    c.Add("quant.fmt", quantization_config.fmt).Add("quant.scale_fmt", quantization_config.scale_fmt);
+    c.Add("quant.fmt", quantization_config.fmt)
+        .Add("quant.scale_fmt", quantization_config.scale_fmt);
     c.Add("quant.activation_scheme", quantization_config.activation_scheme);
     c.Add("quant.weight_block_size", quantization_config.weight_block_size);
   }

@@ -81,16 +81,17 @@ Status CheckDimensions(const Checker& k, const ModelConfig& c) {
 Status CheckAttention(const Checker& k, const ModelConfig& c) {
   // V4 attention has one shared K=V head (dspark_dsv4.md D.4.2); the kernels assume it.
   if (c.num_key_value_heads != 1) {
-    return k.Fail("num_key_value_heads", internal::Cat("is ", c.num_key_value_heads,
-                                                      ", DeepSeek-V4 attention needs 1"));
+    return k.Fail("num_key_value_heads",
+                  internal::Cat("is ", c.num_key_value_heads, ", DeepSeek-V4 attention needs 1"));
   }
   RETURN_IF_ERROR(k.AtMost("qk_rope_head_dim", c.qk_rope_head_dim, "head_dim", c.head_dim));
   if (c.qk_rope_head_dim % 2 != 0) {
     return k.Fail("qk_rope_head_dim", internal::Cat("is ", c.qk_rope_head_dim, ", must be even"));
   }
   if (c.num_attention_heads % c.o_groups != 0) {
-    return k.Fail("o_groups", internal::Cat("is ", c.o_groups, ", must divide num_attention_heads (",
-                                           c.num_attention_heads, ")"));
+    return k.Fail("o_groups",
+                  internal::Cat("is ", c.o_groups, ", must divide num_attention_heads (",
+                                c.num_attention_heads, ")"));
   }
   return absl::OkStatus();
 }
@@ -98,23 +99,24 @@ Status CheckAttention(const Checker& k, const ModelConfig& c) {
 Status CheckCompressRatios(const Checker& k, const ModelConfig& c) {
   const int64_t entries = static_cast<int64_t>(c.compress_ratios.size());
   if (entries < c.num_hidden_layers) {
-    return k.Fail("compress_ratios", internal::Cat("has ", entries, " entries, num_hidden_layers is ",
-                                                  c.num_hidden_layers));
+    return k.Fail(
+        "compress_ratios",
+        internal::Cat("has ", entries, " entries, num_hidden_layers is ", c.num_hidden_layers));
   }
   const int64_t extra = entries - c.num_hidden_layers;
   if (c.dspark.has_value()) {
     // 0731: one entry per DSpark stage after the target layers (A.4.1).
     if (extra != c.dspark->num_stages) {
-      return k.Fail("compress_ratios",
-                    internal::Cat("has ", entries, " entries, expected num_hidden_layers (",
-                                 c.num_hidden_layers, ") + DSpark stages (", c.dspark->num_stages,
-                                 ")"));
+      return k.Fail(
+          "compress_ratios",
+          internal::Cat("has ", entries, " entries, expected num_hidden_layers (",
+                        c.num_hidden_layers, ") + DSpark stages (", c.dspark->num_stages, ")"));
     }
   } else if (extra != 0 && extra != c.num_nextn_predict_layers) {
     return k.Fail("compress_ratios",
                   internal::Cat("has ", entries, " entries, expected num_hidden_layers (",
-                               c.num_hidden_layers, ") + num_nextn_predict_layers (",
-                               c.num_nextn_predict_layers, ")"));
+                                c.num_hidden_layers, ") + num_nextn_predict_layers (",
+                                c.num_nextn_predict_layers, ")"));
   }
   for (size_t i = 0; i < c.compress_ratios.size(); ++i) {
     const int64_t ratio = c.compress_ratios[i];
@@ -165,8 +167,8 @@ Status CheckRopeScaling(const Checker& k, const RopeScaling& rope) {
   RETURN_IF_ERROR(k.Positive("rope_scaling.beta_fast", rope.beta_fast));
   RETURN_IF_ERROR(k.Positive("rope_scaling.beta_slow", rope.beta_slow));
   if (rope.beta_fast < rope.beta_slow) {
-    return k.Fail("rope_scaling.beta_fast", internal::Cat("is ", rope.beta_fast,
-                                                         ", below beta_slow (", rope.beta_slow, ")"));
+    return k.Fail("rope_scaling.beta_fast",
+                  internal::Cat("is ", rope.beta_fast, ", below beta_slow (", rope.beta_slow, ")"));
   }
   return absl::OkStatus();
 }
@@ -193,16 +195,16 @@ Status CheckDSpark(const Checker& k, const ModelConfig& c) {
   RETURN_IF_ERROR(k.Positive("dspark_markov_rank", d.markov_rank));
   if (d.num_stages <= 0) {
     return k.Fail("n_mtp_layers", internal::Cat("is ", d.num_stages,
-                                               ": a DSpark config needs >= 1 drafter stage (and a "
-                                               "compress_ratios entry for each)"));
+                                                ": a DSpark config needs >= 1 drafter stage (and a "
+                                                "compress_ratios entry for each)"));
   }
   if (d.target_layer_ids.empty()) return k.Fail("dspark_target_layer_ids", "is empty");
   for (size_t i = 0; i < d.target_layer_ids.size(); ++i) {
     const int64_t id = d.target_layer_ids[i];
     if (id < 0 || id >= c.num_hidden_layers) {
-      return k.Fail(internal::Cat("dspark_target_layer_ids[", i, "]"),
-                    internal::Cat("is ", id, ", outside [0, num_hidden_layers=",
-                                 c.num_hidden_layers, ")"));
+      return k.Fail(
+          internal::Cat("dspark_target_layer_ids[", i, "]"),
+          internal::Cat("is ", id, ", outside [0, num_hidden_layers=", c.num_hidden_layers, ")"));
     }
   }
   RETURN_IF_ERROR(k.NonNegative("dspark_n_routed_experts", d.n_routed_experts));

@@ -6,8 +6,8 @@
 #include <sstream>
 #include <utility>
 
-#include "common/safetensors/cat.h"
 #include "common/base/logging.h"
+#include "common/safetensors/cat.h"
 #include "common/safetensors/safetensors.h"
 #include "common/safetensors/strict_json.h"
 
@@ -57,13 +57,14 @@ StatusOr<std::map<std::string, std::string>> ParseIndex(const std::string& index
   if (!json->is_object()) return IndexError(index_path, "must be a JSON object");
   auto weight_map = json->find("weight_map");
   if (weight_map == json->end()) return IndexError(index_path, "field 'weight_map' is missing");
-  if (!weight_map->is_object()) return IndexError(index_path, "field 'weight_map' must be an object");
+  if (!weight_map->is_object())
+    return IndexError(index_path, "field 'weight_map' must be an object");
   if (weight_map->empty()) return IndexError(index_path, "field 'weight_map' is empty");
   std::map<std::string, std::string> result;
   for (const auto& [tensor, shard] : weight_map->items()) {
     if (!shard.is_string() || !IsPlainFileName(shard.get_ref<const std::string&>())) {
-      return IndexError(index_path, internal::Cat("tensor '", tensor,
-                                                 "': shard must be a plain file name"));
+      return IndexError(index_path,
+                        internal::Cat("tensor '", tensor, "': shard must be a plain file name"));
     }
     result.emplace(tensor, shard.get<std::string>());
   }
@@ -110,15 +111,15 @@ Status Checkpoint::OpenSharded(const std::string& index_path) {
       if (!file.ok()) {
         return Status(file.status().code(),
                       internal::Cat(index_path, ": shard '", shard, "' (listed for tensor '",
-                                   tensor, "'): ", file.status().message()));
+                                    tensor, "'): ", file.status().message()));
       }
       files_.push_back(*std::move(file));
       it = shards.emplace(shard, files_.back().get()).first;
     }
     if (!it->second->Contains(tensor)) {
       return absl::NotFoundError(internal::Cat(index_path, ": tensor '", tensor,
-                                              "' is listed in shard '", shard,
-                                              "' but absent from it"));
+                                               "' is listed in shard '", shard,
+                                               "' but absent from it"));
     }
     index_.emplace(tensor, it->second);
   }
@@ -127,8 +128,8 @@ Status Checkpoint::OpenSharded(const std::string& index_path) {
     for (const auto& [name, info] : file->header().tensors) unlisted += !index_.contains(name);
   }
   if (unlisted > 0) {
-    LOG_WARN("checkpoint {}: {} tensors in shards are not in the index and are ignored",
-             directory_, unlisted);
+    LOG_WARN("checkpoint {}: {} tensors in shards are not in the index and are ignored", directory_,
+             unlisted);
   }
   return absl::OkStatus();
 }

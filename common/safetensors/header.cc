@@ -32,9 +32,9 @@ StatusOr<uint64_t> NonNegativeInt(const Json& value, uint64_t max, std::string_v
   if (value.is_number_integer()) {  // signed and therefore negative
     return TensorError(name, internal::Cat(what, " is ", value.get<int64_t>(), ", must be >= 0"));
   }
-  return TensorError(name, internal::Cat(what, " must be a non-negative integer, got ",
-                                        value.is_number_float() ? "a fractional number"
-                                                                : value.type_name()));
+  return TensorError(
+      name, internal::Cat(what, " must be a non-negative integer, got ",
+                          value.is_number_float() ? "a fractional number" : value.type_name()));
 }
 
 StatusOr<std::vector<int64_t>> ParseShape(const Json& json, std::string_view name) {
@@ -44,9 +44,8 @@ StatusOr<std::vector<int64_t>> ParseShape(const Json& json, std::string_view nam
   std::vector<int64_t> shape;
   shape.reserve(json.size());
   for (size_t i = 0; i < json.size(); ++i) {
-    ASSIGN_OR_RETURN(uint64_t dim,
-                     NonNegativeInt(json[i], std::numeric_limits<int64_t>::max(), name,
-                                    internal::Cat("shape[", i, "]")));
+    ASSIGN_OR_RETURN(uint64_t dim, NonNegativeInt(json[i], std::numeric_limits<int64_t>::max(),
+                                                  name, internal::Cat("shape[", i, "]")));
     shape.push_back(static_cast<int64_t>(dim));
   }
   return shape;
@@ -69,8 +68,7 @@ StatusOr<uint64_t> ByteCount(const std::vector<int64_t>& shape, size_t element_s
   return bytes;
 }
 
-Status ParseOffsets(const Json& json, std::string_view name, uint64_t data_size,
-                    TensorInfo& info) {
+Status ParseOffsets(const Json& json, std::string_view name, uint64_t data_size, TensorInfo& info) {
   if (!json.is_array() || json.size() != 2) {
     return TensorError(name, "data_offsets must be a list of 2 integers");
   }
@@ -79,13 +77,13 @@ Status ParseOffsets(const Json& json, std::string_view name, uint64_t data_size,
   ASSIGN_OR_RETURN(info.end, NonNegativeInt(json[1], std::numeric_limits<uint64_t>::max(), name,
                                             "data_offsets[1]"));
   if (info.begin > info.end) {
-    return TensorError(name, internal::Cat("data_offsets [", info.begin, ", ", info.end,
-                                          "] out of order"));
+    return TensorError(
+        name, internal::Cat("data_offsets [", info.begin, ", ", info.end, "] out of order"));
   }
   if (info.end > data_size) {
-    return TensorError(name, internal::Cat("data_offsets [", info.begin, ", ", info.end,
-                                          "] past the end of the data section (", data_size,
-                                          " bytes)"));
+    return TensorError(name,
+                       internal::Cat("data_offsets [", info.begin, ", ", info.end,
+                                     "] past the end of the data section (", data_size, " bytes)"));
   }
   return absl::OkStatus();
 }
@@ -114,8 +112,8 @@ StatusOr<TensorInfo> ParseTensor(const Json& json, std::string_view name, uint64
   ASSIGN_OR_RETURN(uint64_t bytes, ByteCount(info.shape, DTypeSize(info.dtype), name));
   if (bytes != info.end - info.begin) {
     return TensorError(name, internal::Cat("dtype ", DTypeName(info.dtype), " shape needs ", bytes,
-                                          " bytes but data_offsets [", info.begin, ", ", info.end,
-                                          "] span ", info.end - info.begin));
+                                           " bytes but data_offsets [", info.begin, ", ", info.end,
+                                           "] span ", info.end - info.begin));
   }
   return info;
 }
@@ -127,9 +125,8 @@ Status ParseMetadata(const Json& json, std::map<std::string, std::string>& metad
   }
   for (const auto& [key, value] : json.items()) {
     if (!value.is_string()) {
-      return absl::InvalidArgumentError(internal::Cat("__metadata__ entry '", key,
-                                                     "' must be a string, got ",
-                                                     value.type_name()));
+      return absl::InvalidArgumentError(internal::Cat(
+          "__metadata__ entry '", key, "' must be a string, got ", value.type_name()));
     }
     metadata.emplace(key, value.get<std::string>());
   }
@@ -148,9 +145,9 @@ Status CheckNoOverlap(const std::map<std::string, TensorInfo>& tensors) {
     const auto& [prev_name, prev] = spans[i - 1];
     const auto& [name, info] = spans[i];
     if (info->begin < prev->end) {
-      return TensorError(*name, internal::Cat("data_offsets [", info->begin, ", ", info->end,
-                                             "] overlap tensor '", *prev_name, "' [",
-                                             prev->begin, ", ", prev->end, "]"));
+      return TensorError(
+          *name, internal::Cat("data_offsets [", info->begin, ", ", info->end, "] overlap tensor '",
+                               *prev_name, "' [", prev->begin, ", ", prev->end, "]"));
     }
   }
   return absl::OkStatus();

@@ -65,12 +65,12 @@ StatusOr<std::unique_ptr<File>> File::Open(const std::string& path) {
   const uint64_t header_bytes = ReadLittleEndian64(file->map_);
   if (header_bytes > kMaxHeaderBytes) {
     return absl::InvalidArgumentError(internal::Cat(path, ": header length ", header_bytes,
-                                                   " exceeds the limit of ", kMaxHeaderBytes));
+                                                    " exceeds the limit of ", kMaxHeaderBytes));
   }
   if (header_bytes > size - kLengthPrefixBytes) {
     return absl::InvalidArgumentError(internal::Cat(path, ": header length ", header_bytes,
-                                                   " runs past the end of the file (", size,
-                                                   " bytes)"));
+                                                    " runs past the end of the file (", size,
+                                                    " bytes)"));
   }
   const std::string_view json(reinterpret_cast<const char*>(file->map_) + kLengthPrefixBytes,
                               header_bytes);

@@ -54,8 +54,7 @@ StatusOr<nlohmann::json> ParseStrictJson(std::string_view text) {
   // One key set per open object; the parser callback sees keys in document order.
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
-  auto callback = [&](int /*depth*/, nlohmann::json::parse_event_t event,
-                      nlohmann::json& parsed) {
+  auto callback = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using Event = nlohmann::json::parse_event_t;
     if (event == Event::object_start) {
       open_objects.emplace_back();

@@ -39,7 +39,10 @@ Json DSpark() {
 
 std::vector<BadConfig> Cases() {
   return {
-      {"TooFewCompressRatios", [](Json& j) { j["compress_ratios"] = {0, 0, 4, 16, 4}; },
+      {"TooFewCompressRatios",
+       [](Json& j) {
+         j["compress_ratios"] = {0, 0, 4, 16, 4};
+       },
        "field 'compress_ratios' has 5 entries, num_hidden_layers is 6"},
       {"TooManyCompressRatios", [](Json& j) { j["compress_ratios"] = {0, 0, 4, 16, 4, 16, 0, 0}; },
        "field 'compress_ratios' has 8 entries, expected num_hidden_layers (6) + "
@@ -91,7 +94,10 @@ std::vector<BadConfig> Cases() {
        "field 'swiglu_limit' must be >= 0"},
       {"EosOutsideVocab", [](Json& j) { j["eos_token_id"] = 1024; },
        "field 'eos_token_id' is 1024, outside [0, vocab_size=1024)"},
-      {"EosListOutsideVocab", [](Json& j) { j["eos_token_id"] = {1, 5000}; },
+      {"EosListOutsideVocab",
+       [](Json& j) {
+         j["eos_token_id"] = {1, 5000};
+       },
        "field 'eos_token_id[1]' is 5000"},
       {"BosNegative", [](Json& j) { j["bos_token_id"] = -1; }, "field 'bos_token_id' is -1"},
       {"RopeScalingNotObject", [](Json& j) { j["rope_scaling"] = "yarn"; },
@@ -111,7 +117,9 @@ std::vector<BadConfig> Cases() {
        [](Json& j) { j["quantization_config"]["weight_block_size"] = {128}; },
        "field 'quantization_config.weight_block_size' has 1 entries, expected 2"},
       {"QuantBlockZero",
-       [](Json& j) { j["quantization_config"]["weight_block_size"] = {128, 0}; },
+       [](Json& j) {
+         j["quantization_config"]["weight_block_size"] = {128, 0};
+       },
        "field 'quantization_config.weight_block_size[1]' is 0, must be > 0"},
       {"QuantUnknownFmt", [](Json& j) { j["quantization_config"]["fmt"] = "e5m2"; },
        "field 'quantization_config.fmt' is 'e5m2'"},
@@ -191,8 +199,7 @@ INSTANTIATE_TEST_SUITE_P(Table, BadConfigTest, ::testing::ValuesIn(Cases()),
 TEST(BadConfigTest, InvalidJsonNamesFile) {
   StatusOr<ModelConfig> config = ParseModelConfig("{\"hidden_size\": ", "/ckpt/config.json");
   ASSERT_FALSE(config.ok());
-  EXPECT_THAT(std::string(config.status().message()),
-              HasSubstr("/ckpt/config.json: invalid JSON"));
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("/ckpt/config.json: invalid JSON"));
 }
 
 TEST(BadConfigTest, TopLevelMustBeObject) {

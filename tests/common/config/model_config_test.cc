@@ -114,10 +114,9 @@ TEST(ModelConfigTest, UnknownFieldsAreToleratedAndRecorded) {
   json["quantization_config"]["ignored_layers"] = {"head"};
   StatusOr<ModelConfig> config = ParseModelConfig(json.dump(), "config.json");
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_THAT(config->unknown_fields,
-              ElementsAre("quantization_config.ignored_layers",
-                          "quantization_config.modules_to_not_convert", "rope_scaling.mscale",
-                          "some_future_key"));
+  EXPECT_THAT(config->unknown_fields, ElementsAre("quantization_config.ignored_layers",
+                                                  "quantization_config.modules_to_not_convert",
+                                                  "rope_scaling.mscale", "some_future_key"));
 }
 
 // The 0731 DSpark layout of A.4.1, shrunk: 3 drafter stages after the target layers.
@@ -178,9 +177,9 @@ TEST(ModelConfigTest, EosMayBeAList) {
 
 TEST(ModelConfigTest, OptionalFieldsTakeV4FlashDefaults) {
   nlohmann::json json = nlohmann::json::parse(GoldenText());
-  for (const char* key : {"num_key_value_heads", "n_shared_experts", "hc_mult", "hc_sinkhorn_iters",
-                          "hc_eps", "rms_norm_eps", "scoring_func", "rope_scaling",
-                          "quantization_config", "swiglu_limit"}) {
+  for (const char* key :
+       {"num_key_value_heads", "n_shared_experts", "hc_mult", "hc_sinkhorn_iters", "hc_eps",
+        "rms_norm_eps", "scoring_func", "rope_scaling", "quantization_config", "swiglu_limit"}) {
     json.erase(key);
   }
   StatusOr<ModelConfig> config = ParseModelConfig(json.dump(), "config.json");

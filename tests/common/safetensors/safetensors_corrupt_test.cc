@@ -14,9 +14,9 @@ namespace pdspark::safetensors {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using testing::BytesOf;
 using testing::FreshDir;
+using ::testing::HasSubstr;
 using testing::Serialize;
 using testing::SerializeTensors;
 using testing::WriteFile;
@@ -24,9 +24,8 @@ using testing::WriteFile;
 constexpr char kShard[] = "model-00001-of-00002.safetensors";
 
 std::string ValidShard() {
-  return SerializeTensors(
-      {{"layers.0.attn.wkv.weight", "F8_E4M3", {2, 4}, std::string(8, '\x11')},
-       {"layers.0.attn.wkv.scale", "F8_E8M0", {1, 1}, std::string(1, '\x7f')}});
+  return SerializeTensors({{"layers.0.attn.wkv.weight", "F8_E4M3", {2, 4}, std::string(8, '\x11')},
+                           {"layers.0.attn.wkv.scale", "F8_E8M0", {1, 1}, std::string(1, '\x7f')}});
 }
 
 struct CorruptCase {
@@ -83,7 +82,8 @@ std::vector<CorruptCase> Cases() {
       {"BadJson", Header(R"({"x": {"dtype": "F32", )"), {kShard, "invalid JSON"}},
       {"HeaderNotObject", Header("[1, 2, 3]"), {kShard, "header must be a JSON object"}},
       {"InvalidUtf8",
-       Header("{\"bad\xc3\x28name\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}"),
+       Header(
+           "{\"bad\xc3\x28name\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}"),
        {kShard, "invalid UTF-8 at byte 5"}},
       {"OverlongUtf8",
        Header("{\"a\xc0\xaf\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}"),
@@ -123,7 +123,8 @@ std::vector<CorruptCase> Cases() {
        Header(R"({"a": {"dtype": "U8", "shape": 4, "data_offsets": [0, 4]}})"),
        {kShard, "tensor 'a'", "shape must be a list"}},
       {"ShapeOverflow",
-       Header(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})"),
+       Header(
+           R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})"),
        {kShard, "tensor 'a'", "overflows 64 bits"}},
       {"ExtraField",
        Header(R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1], "stride": [1]}})"),
@@ -143,7 +144,8 @@ std::vector<CorruptCase> Cases() {
        Header(R"({"__metadata__": {"format": "pt", "version": 2}})"),
        {kShard, "__metadata__ entry 'version' must be a string"}},
       {"MetadataNotObject",
-       Header(R"({"__metadata__": "pt"})"), {kShard, "__metadata__ must be an object"}},
+       Header(R"({"__metadata__": "pt"})"),
+       {kShard, "__metadata__ must be an object"}},
       {"MissingShard",
        [](const fs::path& dir) {
          WriteShard(dir, ValidShard());
@@ -160,12 +162,13 @@ std::vector<CorruptCase> Cases() {
              "layers.0.attn.wkv.weight": "model-00001-of-00002.safetensors",
              "layers.0.attn.wo_a.weight": "model-00001-of-00002.safetensors"}})");
        },
-       {"model.safetensors.index.json", "tensor 'layers.0.attn.wo_a.weight'",
-        "absent from it", kShard}},
+       {"model.safetensors.index.json", "tensor 'layers.0.attn.wo_a.weight'", "absent from it",
+        kShard}},
       {"CorruptShardThroughIndex",
        [](const fs::path& dir) {
-         WriteShard(dir, Serialize(R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 2]}})",
-                                   std::string(2, '\0')));
+         WriteShard(dir,
+                    Serialize(R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 2]}})",
+                              std::string(2, '\0')));
          return WriteIndex(dir, R"({"weight_map": {"a": "model-00001-of-00002.safetensors"}})");
        },
        {"model.safetensors.index.json", kShard, "tensor 'a'", "needs 1 bytes"}},
@@ -183,9 +186,11 @@ std::vector<CorruptCase> Cases() {
       {"IndexShardNotString",
        [](const fs::path& dir) { return WriteIndex(dir, R"({"weight_map": {"a": 3}})"); },
        {"model.safetensors.index.json", "tensor 'a'"}},
-      {"EmptyDirectory", [](const fs::path& dir) { return dir; },
+      {"EmptyDirectory",
+       [](const fs::path& dir) { return dir; },
        {"model.safetensors.index.json", "model.safetensors"}},
-      {"MissingFile", [](const fs::path& dir) { return dir / "nope.safetensors"; },
+      {"MissingFile",
+       [](const fs::path& dir) { return dir / "nope.safetensors"; },
        {"nope.safetensors", "cannot open"}},
   };
 }
@@ -201,7 +206,9 @@ TEST_P(CorruptInputTest, FailsNamingFileAndField) {
   const std::string message(checkpoint.status().message());
   for (const std::string& part : c.expected) EXPECT_THAT(message, HasSubstr(part)) << c.name;
   // The file-level API reports the same problems for single files.
-  if (fs::is_regular_file(path)) EXPECT_FALSE(File::Open(path.string()).ok());
+  if (fs::is_regular_file(path)) {
+    EXPECT_FALSE(File::Open(path.string()).ok());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, CorruptInputTest, ::testing::ValuesIn(Cases()),

@@ -12,10 +12,10 @@
 namespace pdspark::safetensors {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::BytesOf;
+using ::testing::ElementsAre;
 using testing::FreshDir;
+using ::testing::HasSubstr;
 using testing::SerializeTensors;
 using testing::TestTensor;
 using testing::WriteFile;
@@ -24,8 +24,8 @@ const std::string kGoldenDir = std::string(PDSPARK_SOURCE_DIR) + "/tests/data/go
 
 TEST(DTypeTest, NamesAndSizesRoundTrip) {
   const std::map<std::string, size_t> expected = {
-      {"F32", 4},     {"F16", 2}, {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I8", 1},
-      {"I16", 2},     {"I32", 4}, {"I64", 8},  {"U8", 1},      {"BOOL", 1}};
+      {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E8M0", 1}, {"I8", 1},
+      {"I16", 2}, {"I32", 4}, {"I64", 8},  {"U8", 1},      {"BOOL", 1}};
   for (const auto& [name, size] : expected) {
     StatusOr<DType> dtype = ParseDType(name);
     ASSERT_TRUE(dtype.ok()) << name;
@@ -52,7 +52,7 @@ TEST(GoldenCheckpointTest, OpensShardedDirectoryWithAllTensors) {
     EXPECT_EQ(view->data.size(), view->NumElements() * DTypeSize(view->dtype)) << name;
     ++per_dtype[std::string(DTypeName(view->dtype))];
   }
-  const std::map<std::string, int> expected = {{"BF16", 53},    {"F32", 55}, {"F8_E4M3", 50},
+  const std::map<std::string, int> expected = {{"BF16", 53},     {"F32", 55}, {"F8_E4M3", 50},
                                                {"F8_E8M0", 194}, {"I64", 2},  {"I8", 144}};
   EXPECT_EQ(per_dtype, expected);
 }
@@ -198,8 +198,9 @@ TEST(RoundTripTest, ShardedDirectoryResolvesEachTensorToItsShard) {
             SerializeTensors({{"x", "I32", {2}, BytesOf(std::vector<int32_t>{1, 2})}}));
   WriteFile(dir / "b.safetensors",
             SerializeTensors({{"y", "I32", {1}, BytesOf(std::vector<int32_t>{3})}}));
-  WriteFile(dir / "model.safetensors.index.json",
-            R"({"metadata": {"total_size": 12}, "weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})");
+  WriteFile(
+      dir / "model.safetensors.index.json",
+      R"({"metadata": {"total_size": 12}, "weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})");
   auto checkpoint = Checkpoint::Open(dir.string());
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   EXPECT_EQ((*checkpoint)->NumFiles(), 2u);

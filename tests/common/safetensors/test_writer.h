@@ -1,6 +1,8 @@
 // Test-only helpers that write safetensors files, valid or deliberately broken.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -8,8 +10,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
