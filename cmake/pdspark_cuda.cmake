@@ -5,7 +5,7 @@ if(PDSPARK_ENABLE_CUDA AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
   set(CMAKE_CUDA_ARCHITECTURES 90)
-  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 knows no CUDA20 flags for nvcc
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR})
