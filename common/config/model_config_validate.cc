@@ -88,6 +88,19 @@ Status CheckAttention(const Checker& k, const ModelConfig& c) {
   if (c.qk_rope_head_dim % 2 != 0) {
     return k.Fail("qk_rope_head_dim", internal::Cat("is ", c.qk_rope_head_dim, ", must be even"));
   }
+  // The reference's quantise-dequantise simulations work in fixed blocks (dspark_dsv4.md D.9):
+  // FP8 over the non-RoPE KV dims in blocks of 64; Hadamard + FP4 blocks of 32 on indexer heads.
+  if (c.nope_head_dim() % 64 != 0) {
+    return k.Fail("head_dim", internal::Cat("is ", c.head_dim, ": head_dim - qk_rope_head_dim (",
+                                            c.nope_head_dim(), ") must be a multiple of 64"));
+  }
+  RETURN_IF_ERROR(
+      k.AtMost("qk_rope_head_dim", c.qk_rope_head_dim, "index_head_dim", c.index_head_dim));
+  const bool power_of_two = (c.index_head_dim & (c.index_head_dim - 1)) == 0;
+  if (!power_of_two || c.index_head_dim % 32 != 0) {
+    return k.Fail("index_head_dim",
+                  internal::Cat("is ", c.index_head_dim, ", must be a power of two and >= 32"));
+  }
   if (c.num_attention_heads % c.o_groups != 0) {
     return k.Fail("o_groups",
                   internal::Cat("is ", c.o_groups, ", must divide num_attention_heads (",
