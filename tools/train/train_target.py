@@ -159,10 +159,16 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
 
-    def lr_at(step):
+    def progress(step):
+        """Fraction of the run done: by steps or by wall time, whichever is further (the 2 cores
+        are shared, so the schedule and the QAT switch follow the time budget too)."""
+        if args.max_minutes <= 0:  # step-exact (deterministic) schedule
+            return step / args.steps
+        return max(step / args.steps, (time.time() - t_start) / 60 / args.max_minutes)
+
+    def lr_at(step, p):
         if step < args.warmup:
             return args.lr * (step + 1) / args.warmup
-        p = (step - args.warmup) / max(1, args.steps - args.warmup)
         return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(p, 1.0))))
 
     data = pack(train_docs, args.seq_len, rng)
@@ -173,10 +179,11 @@ def main():
     step = 0
     ema = None
     for step in range(args.steps):
-        if (time.time() - t_start) / 60 > args.max_minutes:
+        prog = progress(step)
+        if prog >= 1.0:
             print(f"time budget reached at step {step}", flush=True)
             break
-        if step == int(args.qat_from * args.steps):
+        if prog >= args.qat_from and not M.QAT["on"]:
             M.QAT["on"] = True
             print(f"step {step}: weight QAT on", flush=True)
         if cursor + args.batch > len(data):
@@ -184,7 +191,7 @@ def main():
         x = data[cursor:cursor + args.batch]
         cursor += args.batch
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = lr_at(step, prog)
         logits = model(x[:, :-1], want_aux=True)
         loss = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
         aux = [l.attn.aux for l in model.layers if getattr(l.attn, "aux", None) is not None]
@@ -197,7 +204,7 @@ def main():
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         if step % args.log_every == 0 or step == args.steps - 1:
             el = time.time() - t_start
-            print(f"step {step:5d} loss {loss.item():.4f} ema {ema:.4f} idx-kl {float(aux_loss):.3f} gnorm {gn:.2f} lr {lr_at(step):.2e} "
+            print(f"step {step:5d} loss {loss.item():.4f} ema {ema:.4f} idx-kl {float(aux_loss):.3f} gnorm {gn:.2f} lr {lr_at(step, prog):.2e} "
                   f"{el / (step + 1):.2f}s/step elapsed {el / 60:.1f}m", flush=True)
         if (step + 1) % args.eval_every == 0:
             vl = evaluate(model, val)
