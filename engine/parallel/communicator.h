@@ -6,6 +6,9 @@
 // a call blocks until all ranks have joined it. All operations work in place on caller-owned
 // float buffers, which must stay valid and untouched by the caller until the call returns.
 // Results are bitwise identical on every rank and from run to run.
+//
+// Buffers are host memory for the in-process backend. A NCCL backend (CUDA builds) will take
+// device pointers and enqueue on the stream it was created with; the calls keep their shape.
 #pragma once
 
 #include <cstddef>

@@ -75,8 +75,10 @@ class InProcessGroup {
 
   int world_size() const { return world_size_; }
 
-  // The communicator of rank `rank` in [0, world_size); owned by the group.
-  InProcessCommunicator* Rank(int rank) { return ranks_[rank].get(); }
+  // The communicator of rank `rank`, owned by the group; nullptr outside [0, world_size).
+  InProcessCommunicator* Rank(int rank) {
+    return rank >= 0 && rank < world_size_ ? ranks_[rank].get() : nullptr;
+  }
 
   // Breaks the group with `reason` (e.g. a rank failed to load its weights), waking every rank
   // blocked in a collective; they and all later calls return `reason`.

@@ -61,6 +61,8 @@ TEST(InProcessGroupTest, RanksKnowTheirPlace) {
     EXPECT_EQ(group->Rank(r)->rank(), r);
     EXPECT_EQ(group->Rank(r)->world_size(), 3);
   }
+  EXPECT_EQ(group->Rank(-1), nullptr);
+  EXPECT_EQ(group->Rank(3), nullptr);
 }
 
 TEST(InProcessCommunicatorTest, AllReduceSumAllSizes) {
