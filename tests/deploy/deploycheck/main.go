@@ -27,7 +27,13 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 type problems struct{ list []string }
 
 func (p *problems) add(format string, args ...interface{}) {
-	p.list = append(p.list, fmt.Sprintf(format, args...))
+	m := fmt.Sprintf(format, args...)
+	for _, x := range p.list {
+		if x == m {
+			return
+		}
+	}
+	p.list = append(p.list, m)
 }
 
 func (p *problems) exit(what string) {
