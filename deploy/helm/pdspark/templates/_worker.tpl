@@ -91,6 +91,9 @@ spec:
               valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
             - name: POD_IP
               valueFrom: {fieldRef: {fieldPath: status.podIP}}
+            # The root filesystem is read-only: keep CUDA's JIT cache on the /tmp volume.
+            - name: CUDA_CACHE_PATH
+              value: /tmp/cuda-cache
             - name: UCX_TLS
               value: {{ $root.Values.ucx.tls | quote }}
             {{- with $root.Values.ucx.netDevices }}
