@@ -1,0 +1,155 @@
+#include "router/grpc_inference_service.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdspark::router {
+namespace {
+
+grpc::Status ToGrpc(const ApiError& e) {
+  return grpc::Status(GrpcCodeFor(e), e.message);
+}
+
+v1::FinishReason ToProto(ApiFinishReason r) {
+  switch (r) {
+    case ApiFinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case ApiFinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case ApiFinishReason::kAbort:
+      return v1::FINISH_REASON_ABORT;
+    case ApiFinishReason::kError:
+      return v1::FINISH_REASON_ERROR;
+    case ApiFinishReason::kNone:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+class GrpcObserver : public StreamObserver {
+ public:
+  GrpcObserver(grpc::ServerContext* context, grpc::ServerWriter<v1::GenerateResponse>* writer,
+               std::string request_id)
+      : context_(context), writer_(writer), request_id_(std::move(request_id)) {}
+
+  bool OnChunk(const TokenChunk& chunk) override {
+    v1::GenerateResponse response;
+    response.set_request_id(request_id_);
+    response.mutable_token_ids()->Assign(chunk.token_ids.begin(), chunk.token_ids.end());
+    response.set_text(chunk.text);
+    return writer_->Write(response);
+  }
+  bool ClientGone() const override { return context_->IsCancelled(); }
+
+ private:
+  grpc::ServerContext* context_;
+  grpc::ServerWriter<v1::GenerateResponse>* writer_;
+  std::string request_id_;
+};
+
+}  // namespace
+
+std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
+    const grpc::ServerContext& context, const v1::GenerateRequest& request) const {
+  GenerateInput input;
+  input.request_id = request.request_id();
+  input.prompt_param = "input";
+  if (!request.model().empty() && request.model() != model_name_) {
+    return ApiError{404, absl::StrCat("model '", request.model(), "' is not served here"),
+                    "not_found_error", "model", "model_not_found"};
+  }
+  if (request.has_token_ids()) {
+    input.prompt_ids.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
+  } else {
+    StatusOr<std::vector<uint32_t>> ids = handler_->codec().Encode(request.text(), true);
+    if (!ids.ok()) {
+      return ApiError{400, std::string(ids.status().message()), "invalid_request_error", "text",
+                      "invalid_value"};
+    }
+    input.prompt_ids = *std::move(ids);
+    if (auto bos = handler_->codec().bos_token_id();
+        bos && (input.prompt_ids.empty() || input.prompt_ids.front() != *bos)) {
+      input.prompt_ids.insert(input.prompt_ids.begin(), *bos);
+    }
+  }
+  const v1::SamplingParams& p = request.sampling();
+  SamplingOptions& s = input.sampling;
+  s.temperature = p.temperature();
+  s.top_p = p.top_p() <= 0 ? 1.0 : p.top_p();
+  s.top_k = p.top_k();
+  s.min_p = p.min_p();
+  if (p.temperature() < 0 || p.top_p() > 1 || p.min_p() < 0 || p.min_p() > 1 || p.top_k() < -1) {
+    return ApiError{400, "sampling parameters out of range", "invalid_request_error", "sampling",
+                    "invalid_value"};
+  }
+  if (p.max_tokens() > 0) s.max_tokens = p.max_tokens();
+  s.min_tokens = p.min_tokens();
+  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.stop.assign(p.stop().begin(), p.stop().end());
+  if (p.has_seed()) s.seed = p.seed();
+  s.ignore_eos = p.ignore_eos();
+  s.skip_special_tokens = request.skip_special_tokens();
+  // max_tokens 0 means "until EOS or the end of the context".
+  input.default_max_tokens_to_context = true;
+  // The tighter of the request's timeout and the client's own gRPC deadline.
+  auto timeout = std::chrono::milliseconds(request.timeout_ms());
+  const auto client_left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      context.deadline() - std::chrono::system_clock::now());
+  if (client_left.count() > 0 && client_left < std::chrono::hours(24 * 365) &&
+      (timeout.count() == 0 || client_left < timeout)) {
+    timeout = client_left;
+  }
+  input.timeout = timeout;
+  return input;
+}
+
+grpc::Status GrpcInferenceService::Generate(grpc::ServerContext* context,
+                                            const v1::GenerateRequest* request,
+                                            grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  auto input = ToInput(*context, *request);
+  if (auto* e = std::get_if<ApiError>(&input)) return ToGrpc(*e);
+  auto admitted = handler_->Admit(std::get<GenerateInput>(std::move(input)));
+  if (auto* e = std::get_if<ApiError>(&admitted)) return ToGrpc(*e);
+  AdmittedRequest& req = *std::get<std::unique_ptr<AdmittedRequest>>(admitted);
+  GrpcObserver observer(context, writer, req.request_id());
+  GenerateOutcome outcome = handler_->Run(req, observer);
+  if (outcome.error) return ToGrpc(*outcome.error);
+  if (outcome.finish == ApiFinishReason::kAbort && context->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
+  }
+  v1::GenerateResponse last;
+  last.set_request_id(req.request_id());
+  last.set_finish_reason(ToProto(outcome.finish));
+  last.mutable_usage()->set_prompt_tokens(outcome.usage.prompt_tokens);
+  last.mutable_usage()->set_completion_tokens(outcome.usage.completion_tokens);
+  *last.mutable_spec() = outcome.spec;
+  writer->Write(last);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcInferenceService::Abort(grpc::ServerContext*, const v1::AbortRequest* request,
+                                         v1::AbortResponse* response) {
+  response->set_found(handler_->Abort(request->request_id()));
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcInferenceService::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+                                              v1::ListModelsResponse* response) {
+  v1::ModelInfo* model = response->add_models();
+  model->set_id(model_name_);
+  model->set_max_model_len(handler_->options().max_model_len);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcInferenceService::Health(grpc::ServerContext*, const v1::HealthRequest*,
+                                          v1::HealthResponse* response) {
+  const size_t decode = registry_->Healthy(v1::WORKER_ROLE_DECODE).size();
+  response->set_decode_workers(static_cast<uint32_t>(decode));
+  response->set_prefill_workers(
+      static_cast<uint32_t>(registry_->Healthy(v1::WORKER_ROLE_PREFILL).size()));
+  response->set_serving(decode > 0);
+  return grpc::Status::OK;
+}
+
+}  // namespace pdspark::router

@@ -1,0 +1,280 @@
+#include "router/http_server.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "router/chat_template.h"
+
+namespace pdspark::router {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kJson[] = "application/json";
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void SendError(httplib::Response& res, const ApiError& error) {
+  res.status = error.http_status;
+  res.set_content(FormatErrorBody(error), kJson);
+}
+
+// Non-streaming: gathers the text.
+class CollectingObserver : public StreamObserver {
+ public:
+  bool OnChunk(const TokenChunk& chunk) override {
+    text_ += chunk.text;
+    return true;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
+// Streaming: one SSE event per chunk that carries text. A failed write means the client left.
+class SseObserver : public StreamObserver {
+ public:
+  SseObserver(ApiKind kind, const ResponseHeader& header, httplib::DataSink& sink)
+      : kind_(kind), header_(header), sink_(sink) {}
+
+  bool OnChunk(const TokenChunk& chunk) override {
+    if (chunk.text.empty()) return !gone_;
+    return Write(FormatStreamChunk(kind_, header_, chunk.text, ApiFinishReason::kNone, false));
+  }
+  bool Write(const std::string& event) {
+    if (!gone_ && !sink_.write(event.data(), event.size())) gone_ = true;
+    return !gone_;
+  }
+  bool gone() const { return gone_; }
+
+ private:
+  ApiKind kind_;
+  const ResponseHeader& header_;
+  httplib::DataSink& sink_;
+  bool gone_ = false;
+};
+
+struct StreamState {
+  ApiKind kind;
+  ResponseHeader header;
+  bool include_usage = false;
+  std::unique_ptr<AdmittedRequest> request;
+};
+
+}  // namespace
+
+HttpServer::HttpServer(Options options, RequestHandler* handler, WorkerRegistry* registry,
+                       RouterMetrics* metrics)
+    : options_(std::move(options)),
+      handler_(handler),
+      registry_(registry),
+      metrics_(metrics),
+      server_(std::make_unique<httplib::Server>()),
+      created_(UnixSeconds()) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Start() {
+  const int threads = options_.threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_payload_max_length(options_.max_request_bytes);
+  // Bodies httplib refuses itself (413, 404, ...) still get an OpenAI-style error body.
+  server_->set_error_handler(httplib::Server::HandlerWithResponse(
+      [](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e{res.status, absl::StrCat("HTTP error ", res.status), "invalid_request_error", "",
+               ""};
+    if (res.status == 413) {
+      e.message = "the request body exceeds the size limit";
+      e.code = "request_too_large";
+    } else if (res.status == 404) {
+      e.message = "no such endpoint";
+      e.type = "not_found_error";
+    }
+    res.set_content(FormatErrorBody(e), kJson);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGenerate(ApiKind::kCompletion, req, res);
+  });
+  server_->Post("/v1/chat/completions",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  HandleGenerate(ApiKind::kChat, req, res);
+                });
+  server_->Get("/v1/models",
+               [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
+  server_->Get("/health",
+               [this](const httplib::Request&, httplib::Response& res) { HandleHealth(res); });
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    try {
+      res.set_content(metrics_->Scrape(*registry_), "text/plain; version=0.0.4");
+    } catch (const std::exception& e) {
+      LOG_ERROR("metrics scrape failed: {}", e.what());
+      res.status = 500;
+      res.set_content(e.what(), "text/plain");
+    }
+  });
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+  } else {
+    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  }
+  if (port_ <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind HTTP ", options_.host, ":", options_.port));
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return absl::OkStatus();
+}
+
+void HttpServer::Stop() {
+  if (thread_.joinable()) {
+    server_->stop();
+    thread_.join();
+  }
+}
+
+std::optional<ApiError> HttpServer::CheckModel(const std::string& model) const {
+  if (model.empty() || model == options_.model_name || model == options_.model_path) {
+    return std::nullopt;
+  }
+  return ApiError{404, absl::StrCat("The model `", model, "` does not exist."),
+                  "not_found_error", "model", "model_not_found"};
+}
+
+std::variant<std::vector<uint32_t>, ApiError> HttpServer::PromptIds(
+    const OpenAiRequest& request) const {
+  const TextCodec& codec = handler_->codec();
+  if (request.kind == ApiKind::kCompletion) {
+    if (request.prompt_token_ids) return *request.prompt_token_ids;
+    // As vLLM: BOS first, special-token strings in the text are parsed.
+    StatusOr<std::vector<uint32_t>> ids = codec.Encode(*request.prompt_text, true);
+    if (!ids.ok()) {
+      return ApiError{400, std::string(ids.status().message()), "invalid_request_error",
+                      "prompt", "invalid_value"};
+    }
+    if (auto bos = codec.bos_token_id(); bos && (ids->empty() || ids->front() != *bos)) {
+      ids->insert(ids->begin(), *bos);
+    }
+    return *std::move(ids);
+  }
+  ChatTemplateOptions options;
+  options.thinking = request.thinking;
+  options.add_generation_prompt = request.add_generation_prompt;
+  StatusOr<std::string> text = EncodeDeepSeekV4Chat(request.messages, options);
+  if (!text.ok()) {
+    return ApiError{400, std::string(text.status().message()), "invalid_request_error",
+                    "messages", "invalid_value"};
+  }
+  StatusOr<std::vector<uint32_t>> ids = codec.Encode(*text, true);
+  if (!ids.ok()) {
+    return ApiError{400, std::string(ids.status().message()), "invalid_request_error",
+                    "messages", "invalid_value"};
+  }
+  return *std::move(ids);
+}
+
+void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req,
+                                httplib::Response& res) {
+  ParseLimits limits;
+  limits.max_body_bytes = options_.max_request_bytes;
+  ParseResult parsed = ParseOpenAiRequest(req.body, kind, limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    metrics_->Rejected("invalid");
+    metrics_->RequestFinished("invalid", "");
+    return SendError(res, *e);
+  }
+  OpenAiRequest& request = std::get<OpenAiRequest>(parsed);
+  if (auto e = CheckModel(request.model)) {
+    metrics_->Rejected("invalid");
+    metrics_->RequestFinished("invalid", "");
+    return SendError(res, *e);
+  }
+  auto prompt = PromptIds(request);
+  if (auto* e = std::get_if<ApiError>(&prompt)) {
+    metrics_->Rejected("invalid");
+    metrics_->RequestFinished("invalid", "");
+    return SendError(res, *e);
+  }
+  GenerateInput input;
+  input.request_id = request.request_id;
+  input.prompt_ids = std::move(std::get<std::vector<uint32_t>>(prompt));
+  input.sampling = request.sampling;
+  input.default_max_tokens_to_context = kind == ApiKind::kChat;
+  input.prompt_param = kind == ApiKind::kChat ? "messages" : "prompt";
+  auto admitted = handler_->Admit(std::move(input));
+  if (auto* e = std::get_if<ApiError>(&admitted)) return SendError(res, *e);
+
+  auto state = std::make_shared<StreamState>();
+  state->kind = kind;
+  state->header = ResponseHeader{RandomId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"),
+                                 UnixSeconds(),
+                                 request.model.empty() ? options_.model_name : request.model};
+  state->include_usage = request.include_usage;
+  state->request = std::move(std::get<std::unique_ptr<AdmittedRequest>>(admitted));
+
+  if (!request.stream) {
+    CollectingObserver observer;
+    GenerateOutcome outcome = handler_->Run(*state->request, observer);
+    if (outcome.error) return SendError(res, *outcome.error);
+    res.set_content(FormatResponse(kind, state->header, observer.text(), outcome.finish,
+                                   outcome.usage),
+                    kJson);
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [this, state](size_t, httplib::DataSink& sink) {
+        SseObserver observer(state->kind, state->header, sink);
+        if (state->kind == ApiKind::kChat) {
+          observer.Write(FormatStreamChunk(state->kind, state->header, "", ApiFinishReason::kNone,
+                                           /*first=*/true));
+        }
+        GenerateOutcome outcome = handler_->Run(*state->request, observer);
+        if (outcome.error) {
+          observer.Write(FormatStreamError(*outcome.error));
+        } else {
+          observer.Write(FormatStreamChunk(state->kind, state->header, "", outcome.finish, false));
+          if (state->include_usage) {
+            observer.Write(FormatUsageChunk(state->kind, state->header, outcome.usage));
+          }
+        }
+        observer.Write(std::string(kSseDone));
+        state->request.reset();  // frees the admission slot before the connection closes
+        if (observer.gone()) return false;
+        sink.done();
+        return true;
+      });
+}
+
+void HttpServer::HandleModels(httplib::Response& res) {
+  json model = {{"id", options_.model_name},
+                {"object", "model"},
+                {"created", created_},
+                {"owned_by", "pdspark"},
+                {"root", options_.model_path.empty() ? options_.model_name : options_.model_path},
+                {"max_model_len", handler_->options().max_model_len}};
+  res.set_content(json({{"object", "list"}, {"data", json::array({model})}}).dump(), kJson);
+}
+
+void HttpServer::HandleHealth(httplib::Response& res) {
+  const size_t decode = registry_->Healthy(v1::WORKER_ROLE_DECODE).size();
+  const size_t prefill = registry_->Healthy(v1::WORKER_ROLE_PREFILL).size();
+  res.status = decode > 0 ? 200 : 503;
+  res.set_content(json({{"status", decode > 0 ? "ok" : "no_healthy_decode_worker"},
+                        {"decode_workers", decode},
+                        {"prefill_workers", prefill}})
+                      .dump(),
+                  kJson);
+}
+
+}  // namespace pdspark::router

@@ -1,0 +1,63 @@
+// The OpenAI-compatible HTTP API: POST /v1/completions, POST /v1/chat/completions (JSON or SSE
+// streaming), GET /v1/models, GET /health (200 only with a healthy decode worker), GET /metrics.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/base/status.h"
+#include "router/openai_protocol.h"
+#include "router/request_handler.h"
+#include "router/router_metrics.h"
+#include "router/worker_registry.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace pdspark::router {
+
+class HttpServer {
+ public:
+  struct Options {
+    std::string host = "127.0.0.1";
+    int port = 0;  // 0: any free port
+    size_t max_request_bytes = 8u << 20;
+    // The name clients put in "model"; the model directory path is accepted too.
+    std::string model_name;
+    std::string model_path;
+    // Each streaming request holds a thread for its duration.
+    int threads = 64;
+  };
+
+  HttpServer(Options options, RequestHandler* handler, WorkerRegistry* registry,
+             RouterMetrics* metrics);
+  ~HttpServer();
+
+  // Binds and starts serving on a background thread.
+  Status Start();
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  void HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res);
+  void HandleModels(httplib::Response& res);
+  void HandleHealth(httplib::Response& res);
+  // Prompt ids from the parsed request (completion text / ids, or the chat template's text).
+  std::variant<std::vector<uint32_t>, ApiError> PromptIds(const OpenAiRequest& request) const;
+  std::optional<ApiError> CheckModel(const std::string& model) const;
+
+  Options options_;
+  RequestHandler* handler_;
+  WorkerRegistry* registry_;
+  RouterMetrics* metrics_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  int64_t created_ = 0;
+};
+
+}  // namespace pdspark::router

@@ -1,0 +1,116 @@
+// pdspark-router: the OpenAI-compatible HTTP API and the gRPC API in front of prefill and
+// decode workers. Workers find it through --grpc-port (the Registry service lives there).
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <pthread.h>
+
+#include "CLI/CLI.hpp"
+#include "common/base/logging.h"
+#include "nlohmann/json.hpp"
+#include "router/router_app.h"
+#include "router/tokenizer_text_codec.h"
+
+namespace {
+
+using pdspark::router::RouterOptions;
+
+// max_position_embeddings from the model's config.json: the default maximum context.
+pdspark::StatusOr<uint32_t> MaxPositionEmbeddings(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot read " + path);
+  nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
+    return absl::InvalidArgumentError(path + " is not a JSON object");
+  }
+  auto it = config.find("max_position_embeddings");
+  if (it == config.end() || !it->is_number_unsigned() || it->get<uint64_t>() == 0) {
+    return absl::InvalidArgumentError(path + ": max_position_embeddings missing or invalid");
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(it->get<uint64_t>(), UINT32_MAX));
+}
+
+int Fail(const pdspark::Status& status) {
+  LOG_ERROR("router failed: {}", status.ToString());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pdspark-router: OpenAI HTTP + gRPC front end for pdspark workers"};
+  RouterOptions options;
+  std::string model_dir, served_name, policy = "least_loaded", prefill_policy, decode_policy;
+  std::string log_level = "info";
+  uint32_t max_model_len = 0;
+  int64_t heartbeat_ms = 1000, timeout_s = 600;
+  options.http_port = 8000;
+  options.grpc_port = 50051;
+  app.add_option("--model", model_dir, "model directory (tokenizer.json, config.json)")
+      ->required();
+  app.add_option("--served-model-name", served_name, "name clients use (default: --model)");
+  app.add_option("--host", options.host, "address to bind")->capture_default_str();
+  app.add_option("--http-port", options.http_port, "HTTP port, 0 = any free port")
+      ->capture_default_str();
+  app.add_option("--grpc-port", options.grpc_port, "gRPC port, 0 = any free port")
+      ->capture_default_str();
+  app.add_option("--policy", policy, "scheduling policy for both stages: round_robin, least_loaded")
+      ->capture_default_str();
+  app.add_option("--prefill-policy", prefill_policy, "prefill policy (default: --policy)");
+  app.add_option("--decode-policy", decode_policy, "decode policy (default: --policy)");
+  app.add_option("--max-queue", options.max_queue, "requests in the router at once; more get 429")
+      ->capture_default_str();
+  app.add_option("--heartbeat-interval-ms", heartbeat_ms, "worker heartbeat interval")
+      ->capture_default_str();
+  app.add_option("--max-request-bytes", options.max_request_bytes, "largest request body")
+      ->capture_default_str();
+  app.add_option("--max-model-len", max_model_len,
+                 "maximum context (default: max_position_embeddings)");
+  app.add_option("--request-timeout-s", timeout_s, "default per-request deadline")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  pdspark::InitLogging("router", log_level);
+
+  // Signals are taken synchronously by main below; every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects must not kill the router
+
+  auto policy_of = [&](const std::string& name) {
+    return pdspark::router::ParseSchedulingPolicy(name.empty() ? policy : name);
+  };
+  auto prefill = policy_of(prefill_policy);
+  if (!prefill.ok()) return Fail(prefill.status());
+  auto decode = policy_of(decode_policy);
+  if (!decode.ok()) return Fail(decode.status());
+  options.prefill_policy = *prefill;
+  options.decode_policy = *decode;
+  options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
+  options.default_timeout = std::chrono::seconds(timeout_s);
+  options.model_path = model_dir;
+  options.model_name = served_name.empty() ? model_dir : served_name;
+  if (max_model_len > 0) {
+    options.max_model_len = max_model_len;
+  } else {
+    auto len = MaxPositionEmbeddings(model_dir);
+    if (!len.ok()) return Fail(len.status());
+    options.max_model_len = *len;
+  }
+  auto codec = pdspark::router::TokenizerTextCodec::Load(model_dir);
+  if (!codec.ok()) return Fail(codec.status());
+
+  pdspark::router::RouterApp router(options, codec->get());
+  if (auto status = router.Start(); !status.ok()) return Fail(status);
+  int signal = 0;
+  sigwait(&signals, &signal);
+  LOG_INFO("router shutting down signal={}", signal);
+  router.Shutdown();
+  LOG_INFO("router stopped");
+  return 0;
+}

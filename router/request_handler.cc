@@ -1,0 +1,447 @@
+#include "router/request_handler.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "router/stop_matcher.h"
+
+namespace pdspark::router {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+double SecondsSince(Steady::time_point t) {
+  return std::chrono::duration<double>(Steady::now() - t).count();
+}
+
+ApiError TooLong(const std::string& param, uint32_t max_model_len, uint32_t prompt,
+                 uint32_t completion) {
+  return ApiError{400,
+                  absl::StrCat("This model's maximum context length is ", max_model_len,
+                               " tokens. However, you requested ", prompt + completion,
+                               " tokens (", prompt, " in the prompt, ", completion,
+                               " for the completion). Please reduce the length of the prompt "
+                               "or completion."),
+                  "invalid_request_error", param, "context_length_exceeded"};
+}
+
+ApiFinishReason FromProto(v1::FinishReason r) {
+  switch (r) {
+    case v1::FINISH_REASON_STOP:
+      return ApiFinishReason::kStop;
+    case v1::FINISH_REASON_LENGTH:
+      return ApiFinishReason::kLength;
+    case v1::FINISH_REASON_ABORT:
+      return ApiFinishReason::kAbort;
+    case v1::FINISH_REASON_ERROR:
+      return ApiFinishReason::kError;
+    default:
+      return ApiFinishReason::kNone;
+  }
+}
+
+v1::SamplingParams ToProto(const SamplingOptions& s, uint32_t max_tokens) {
+  v1::SamplingParams p;
+  p.set_temperature(static_cast<float>(s.temperature));
+  p.set_top_p(static_cast<float>(s.top_p));
+  p.set_top_k(s.top_k);
+  p.set_min_p(static_cast<float>(s.min_p));
+  p.set_max_tokens(max_tokens);
+  p.set_min_tokens(s.min_tokens);
+  for (uint32_t id : s.stop_token_ids) p.add_stop_token_ids(id);
+  for (const std::string& stop : s.stop) p.add_stop(stop);
+  if (s.seed) p.set_seed(*s.seed);
+  p.set_ignore_eos(s.ignore_eos);
+  return p;
+}
+
+// The `status` label of pdspark_requests_total.
+std::string_view OutcomeStatus(const GenerateOutcome& outcome) {
+  if (outcome.finish == ApiFinishReason::kAbort) return "cancelled";
+  if (outcome.error && outcome.error->http_status == 504) return "timeout";
+  if (outcome.error || outcome.finish == ApiFinishReason::kError) return "error";
+  return "ok";
+}
+
+int64_t UnixMicros(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+// A live request, as cancellation sees it.
+struct RequestHandler::Live {
+  std::mutex mu;
+  grpc::ClientContext* downstream = nullptr;  // the current attempt's call
+  StreamObserver* observer = nullptr;         // set while Run streams
+  bool cancelled = false;                     // Abort or client gone
+
+  void Cancel() {
+    std::lock_guard<std::mutex> lock(mu);
+    cancelled = true;
+    if (downstream != nullptr) downstream->TryCancel();
+  }
+  bool IsCancelled() {
+    std::lock_guard<std::mutex> lock(mu);
+    return cancelled;
+  }
+};
+
+// Output state carried across attempts of one request.
+struct RequestHandler::Attempt {
+  std::unique_ptr<StreamDetokenizer> detokenizer;
+  std::unique_ptr<StopMatcher> stops;
+  uint32_t generated = 0;
+  bool first_sent = false;
+  double ttft_s = 0;
+  Steady::time_point last_chunk;
+};
+
+AdmittedRequest::~AdmittedRequest() {
+  if (on_release_) on_release_();
+}
+
+RequestHandler::RequestHandler(Options options, Scheduler* scheduler,
+                               AdmissionController* admission, const TextCodec* codec,
+                               WorkerChannels* channels, RouterMetrics* metrics)
+    : options_(options),
+      scheduler_(scheduler),
+      admission_(admission),
+      codec_(codec),
+      channels_(channels),
+      metrics_(metrics),
+      poller_([this] { PollCancellations(); }) {}
+
+RequestHandler::~RequestHandler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  poller_.join();
+}
+
+std::variant<std::unique_ptr<AdmittedRequest>, ApiError> RequestHandler::Admit(
+    GenerateInput input) {
+  auto ticket = admission_->TryAdmit();
+  if (ticket == nullptr) {
+    metrics_->Rejected("queue_full");
+    metrics_->RequestFinished("rejected", "");
+    return ApiError{429,
+                    absl::StrCat("the router is at its limit of ", admission_->max_in_flight(),
+                                 " requests in flight; retry later"),
+                    "rate_limit_error", "", "rate_limit_exceeded"};
+  }
+  const uint32_t prompt = static_cast<uint32_t>(input.prompt_ids.size());
+  uint32_t max_len = options_.max_model_len;
+  auto reject_too_long = [&](ApiError e) {
+    metrics_->Rejected("too_long");
+    metrics_->RequestFinished("invalid", "");
+    return e;
+  };
+  if (prompt == 0) {
+    metrics_->Rejected("invalid");
+    metrics_->RequestFinished("invalid", "");
+    return ApiError{400, "the prompt is empty", "invalid_request_error", input.prompt_param,
+                    "invalid_value"};
+  }
+  if (prompt >= max_len) return reject_too_long(TooLong(input.prompt_param, max_len, prompt, 1));
+  const uint32_t room = max_len - prompt;
+  uint32_t max_tokens = input.sampling.max_tokens.value_or(
+      input.default_max_tokens_to_context ? room : std::min<uint32_t>(16, room));
+  if (max_tokens > room) {
+    return reject_too_long(TooLong("max_tokens", max_len, prompt, max_tokens));
+  }
+
+  auto admitted = std::unique_ptr<AdmittedRequest>(new AdmittedRequest());
+  admitted->request_id_ = input.request_id.empty() ? RandomId("req-") : input.request_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!live_.emplace(admitted->request_id_, std::make_shared<Live>()).second) {
+      metrics_->Rejected("invalid");
+      metrics_->RequestFinished("invalid", "");
+      return ApiError{400, absl::StrCat("request_id '", admitted->request_id_, "' is in use"),
+                      "invalid_request_error", "request_id", "duplicate_request_id"};
+    }
+  }
+  admitted->on_release_ = [this, id = admitted->request_id_] {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(id);
+  };
+
+  const std::string policy(SchedulingPolicyName(scheduler_->decode_policy()));
+  StatusOr<Assignment> assignment = scheduler_->Pick();
+  if (!assignment.ok()) {
+    metrics_->SchedulingDecision(policy, "decode", "no_worker");
+    metrics_->Rejected("no_worker");
+    metrics_->RequestFinished("rejected", "");
+    return ApiError{503, "no healthy decode worker is available", "service_unavailable", "",
+                    "no_healthy_worker"};
+  }
+  metrics_->SchedulingDecision(policy, "decode", "chosen");
+  // A worker may serve a shorter context than the router's default.
+  const uint32_t worker_len = assignment->decode.max_model_len;
+  if (worker_len != 0 && prompt + max_tokens > worker_len) {
+    return reject_too_long(TooLong(input.sampling.max_tokens ? "max_tokens" : input.prompt_param,
+                                   worker_len, prompt, max_tokens));
+  }
+
+  const auto timeout = input.timeout.count() > 0 ? input.timeout : options_.default_timeout;
+  admitted->deadline_ = std::chrono::system_clock::now() + timeout;
+  admitted->max_tokens_ = max_tokens;
+  admitted->assignment_ = std::move(*assignment);
+  admitted->ticket_ = std::move(ticket);
+  admitted->input_ = std::move(input);
+  metrics_->in_flight().Increment();
+  auto release_id = std::move(admitted->on_release_);
+  admitted->on_release_ = [this, release_id = std::move(release_id)] {
+    metrics_->in_flight().Decrement();
+    release_id();
+  };
+  return admitted;
+}
+
+GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& observer) {
+  std::shared_ptr<Live> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live = live_.at(request.request_id_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->observer = &observer;
+  }
+  metrics_->queue_time().Observe(SecondsSince(request.input_.arrival));
+  metrics_->prompt_tokens().Increment(request.prompt_tokens());
+
+  Attempt state;
+  state.detokenizer = codec_->NewDetokenizer(request.input_.sampling.skip_special_tokens);
+  state.stops = std::make_unique<StopMatcher>(request.input_.sampling.stop,
+                                              request.input_.sampling.include_stop_str_in_output);
+  GenerateOutcome outcome;
+  outcome.usage.prompt_tokens = request.prompt_tokens();
+  WorkerSnapshot worker = request.assignment_.decode;
+  // One retry on another worker, only when the first failed before producing any token (so the
+  // client has seen nothing and the retry is invisible).
+  if (!RunAttempt(request, worker, *live, observer, state, outcome)) {
+    StatusOr<Assignment> other = scheduler_->Pick(worker.worker_id);
+    if (other.ok() && !live->IsCancelled()) {
+      LOG_WARN("request retried request={} failed_worker={} new_worker={}", request.request_id_,
+               worker.worker_id, other->decode.worker_id);
+      metrics_->Retried("decode");
+      worker = other->decode;
+      outcome.error.reset();
+      RunAttempt(request, worker, *live, observer, state, outcome);
+    }
+  }
+  outcome.decode_worker = worker.worker_id;
+
+  // The text held back for a possible stop string (or a partial character) goes out at the end.
+  if (outcome.finish == ApiFinishReason::kStop || outcome.finish == ApiFinishReason::kLength) {
+    TokenChunk tail;
+    if (!state.stops->stopped()) {
+      tail.text = state.stops->Push(state.detokenizer->Flush());
+      if (!state.stops->stopped()) tail.text += state.stops->Flush();
+    }
+    if (!tail.text.empty()) observer.OnChunk(tail);
+  }
+  {
+    std::lock_guard<std::mutex> lock(live->mu);
+    live->observer = nullptr;
+  }
+  outcome.usage.completion_tokens = state.generated;
+  metrics_->generation_tokens().Increment(state.generated);
+  const double e2e = SecondsSince(request.input_.arrival);
+  metrics_->e2e().Observe(e2e);
+  if (state.generated > 1) metrics_->tpot().Observe((e2e - state.ttft_s) / (state.generated - 1));
+  metrics_->RequestFinished(OutcomeStatus(outcome), FinishReasonName(outcome.finish));
+  return outcome;
+}
+
+bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
+                                Live& live, StreamObserver& observer, Attempt& state,
+                                GenerateOutcome& outcome) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(request.deadline_);
+  v1::WorkerGenerateRequest call;
+  call.mutable_context()->set_request_id(request.request_id_);
+  call.mutable_context()->set_deadline_unix_us(UnixMicros(request.deadline_));
+  call.mutable_prompt_token_ids()->Assign(request.input_.prompt_ids.begin(),
+                                          request.input_.prompt_ids.end());
+  *call.mutable_sampling() = ToProto(request.input_.sampling, request.max_tokens_);
+  {
+    std::lock_guard<std::mutex> lock(live.mu);
+    if (live.cancelled) {
+      outcome.finish = ApiFinishReason::kAbort;
+      return true;
+    }
+    live.downstream = &ctx;
+  }
+  auto stub = v1::DecodeWorker::NewStub(channels_->Get(worker.address));
+  std::unique_ptr<grpc::ClientReader<v1::WorkerGenerateResponse>> reader =
+      stub->Generate(&ctx, call);
+  const uint32_t before = state.generated;
+  bool cancel_downstream = false;  // we end the stream early: tell the worker to free the cache
+  v1::WorkerGenerateResponse response;
+  while (outcome.finish == ApiFinishReason::kNone && reader->Read(&response)) {
+    if (!response.error().empty()) {
+      outcome.finish = ApiFinishReason::kError;
+      outcome.error = ApiError{500, absl::StrCat("decode worker error: ", response.error()),
+                               "server_error", "", "worker_error"};
+      break;
+    }
+    TokenChunk chunk;
+    for (uint32_t id : response.token_ids()) {
+      chunk.token_ids.push_back(id);
+      ++state.generated;
+      chunk.text += state.stops->Push(state.detokenizer->Push(id));
+      if (state.stops->stopped()) {
+        outcome.finish = ApiFinishReason::kStop;
+        cancel_downstream = true;
+        break;
+      }
+      if (state.generated >= request.max_tokens_) {
+        outcome.finish = ApiFinishReason::kLength;
+        break;
+      }
+    }
+    if (!chunk.token_ids.empty()) {
+      const auto now = Steady::now();
+      if (!state.first_sent) {
+        state.ttft_s = SecondsSince(request.input_.arrival);
+        metrics_->ttft().Observe(state.ttft_s);
+        state.first_sent = true;
+      } else {
+        metrics_->itl().Observe(std::chrono::duration<double>(now - state.last_chunk).count() /
+                                chunk.token_ids.size());
+      }
+      state.last_chunk = now;
+      if (!observer.OnChunk(chunk)) {
+        live.Cancel();
+        break;
+      }
+    }
+    if (response.has_spec()) outcome.spec = response.spec();
+    if (outcome.finish == ApiFinishReason::kNone) {
+      outcome.finish = FromProto(response.finish_reason());
+    }
+  }
+  // Ending early: cancel so Finish() does not wait for the worker to end the stream.
+  if (outcome.finish == ApiFinishReason::kNone || cancel_downstream ||
+      outcome.finish == ApiFinishReason::kLength || outcome.finish == ApiFinishReason::kError) {
+    ctx.TryCancel();
+  }
+  {
+    std::lock_guard<std::mutex> lock(live.mu);
+    live.downstream = nullptr;
+  }
+  const grpc::Status status = reader->Finish();
+  if (live.IsCancelled()) {
+    outcome.finish = ApiFinishReason::kAbort;
+    cancel_downstream = true;
+  }
+  if (cancel_downstream) SendCancel(worker, request.request_id_);
+  if (outcome.finish != ApiFinishReason::kNone) return true;
+
+  // Past the deadline the worker may end the call first (CANCELLED) or the client timer may
+  // (DEADLINE_EXCEEDED); either way it is a timeout.
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+      (!status.ok() && std::chrono::system_clock::now() >= request.deadline_)) {
+    outcome.finish = ApiFinishReason::kError;
+    outcome.error = ApiError{504, "the request did not finish before its deadline", "timeout",
+                             "", "deadline_exceeded"};
+    SendCancel(worker, request.request_id_);
+    return true;
+  }
+  if (status.ok()) {
+    // A stream that ends cleanly without a finish reason: treat as a stop.
+    outcome.finish = ApiFinishReason::kStop;
+    return true;
+  }
+  LOG_WARN("decode call failed request={} worker={} code={} message={}", request.request_id_,
+           worker.worker_id, static_cast<int>(status.error_code()), status.error_message());
+  outcome.finish = ApiFinishReason::kError;
+  outcome.error = ApiError{502, absl::StrCat("decode worker ", worker.worker_id,
+                                             " failed: ", status.error_message()),
+                           "server_error", "", "worker_failed"};
+  if (state.generated != before) return true;
+  outcome.finish = ApiFinishReason::kNone;  // nothing reached the client: retryable
+  return false;
+}
+
+void RequestHandler::SendCancel(const WorkerSnapshot& worker, const std::string& request_id) {
+  // Fire and forget: the stream cancellation already tells the worker; this is the explicit
+  // message for workers that track requests by id.
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::CancelRequest request;
+    v1::CancelResponse response;
+    std::unique_ptr<v1::DecodeWorker::Stub> stub;
+  };
+  auto* call = new Call;
+  call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  call->request.set_request_id(request_id);
+  call->stub = v1::DecodeWorker::NewStub(channels_->Get(worker.address));
+  call->stub->async()->Cancel(&call->ctx, &call->request, &call->response,
+                              [call](grpc::Status) { delete call; });
+}
+
+bool RequestHandler::Abort(const std::string& request_id) {
+  std::shared_ptr<Live> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(request_id);
+    if (it == live_.end()) return false;
+    live = it->second;
+  }
+  LOG_INFO("request aborted request={}", request_id);
+  live->Cancel();
+  return true;
+}
+
+void RequestHandler::PollCancellations() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    stop_cv_.wait_for(lock, options_.cancel_poll);
+    std::vector<std::shared_ptr<Live>> live;
+    for (const auto& [id, l] : live_) live.push_back(l);
+    lock.unlock();
+    for (const auto& l : live) {
+      bool gone = false;
+      {
+        std::lock_guard<std::mutex> guard(l->mu);
+        gone = !l->cancelled && l->observer != nullptr && l->observer->ClientGone();
+      }
+      if (gone) l->Cancel();
+    }
+    lock.lock();
+  }
+}
+
+grpc::StatusCode GrpcCodeFor(const ApiError& error) {
+  switch (error.http_status) {
+    case 400:
+    case 413:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case 429:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case 503:
+      return grpc::StatusCode::UNAVAILABLE;
+    case 504:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case 499:
+      return grpc::StatusCode::CANCELLED;
+    default:
+      return grpc::StatusCode::INTERNAL;
+  }
+}
+
+std::string RandomId(std::string_view prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrCat(std::string(prefix), absl::Hex(rng(), absl::kZeroPad16),
+                      absl::Hex(rng() & 0xffffffffu, absl::kZeroPad8));
+}
+
+}  // namespace pdspark::router

@@ -1,0 +1,148 @@
+// The router's request path, shared by the HTTP and gRPC front ends:
+//   Admit: admission control, length limits, worker choice — every error a client can get
+//          before the first response byte (so HTTP can still answer 400/429/503);
+//   Run:   calls the decode worker's `DecodeWorker.Generate` stream, detokenizes, matches stop
+//          strings and hands text deltas to the front end, until a finish reason.
+// Cancellation: `Abort(request_id)`, a front end reporting its client gone, a stop string, or
+// the deadline all cancel the downstream call (and send `DecodeWorker.Cancel`), so the worker
+// frees the request's cache.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "pdspark/v1/worker.grpc.pb.h"
+#include "router/admission_control.h"
+#include "router/openai_protocol.h"
+#include "router/router_metrics.h"
+#include "router/scheduler.h"
+#include "router/text_codec.h"
+#include "router/worker_channels.h"
+
+namespace pdspark::router {
+
+struct GenerateInput {
+  std::string request_id;  // empty: one is generated
+  std::vector<uint32_t> prompt_ids;
+  SamplingOptions sampling;
+  // When sampling.max_tokens is unset: true -> the rest of the context (chat, gRPC), false ->
+  // 16 (OpenAI completions default).
+  bool default_max_tokens_to_context = false;
+  std::chrono::milliseconds timeout{0};  // 0: the router default
+  // The request field named in a "too long" error ("prompt" or "messages").
+  std::string prompt_param = "prompt";
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+};
+
+struct TokenChunk {
+  std::vector<uint32_t> token_ids;
+  std::string text;
+};
+
+// The front end's side of one request.
+class StreamObserver {
+ public:
+  virtual ~StreamObserver() = default;
+  // False when the client is gone: the request is cancelled.
+  virtual bool OnChunk(const TokenChunk& chunk) = 0;
+  // Polled while the worker is silent, so a disconnect is noticed between tokens too.
+  virtual bool ClientGone() const { return false; }
+};
+
+struct GenerateOutcome {
+  ApiFinishReason finish = ApiFinishReason::kNone;
+  UsageCounts usage;
+  v1::SpecCounters spec;
+  // Set when finish is kError (or the deadline passed): what to tell the client.
+  std::optional<ApiError> error;
+  std::string decode_worker;  // the worker that served it
+};
+
+// A request past admission: holds its slot and its worker choice until destroyed.
+class AdmittedRequest {
+ public:
+  ~AdmittedRequest();
+  const std::string& request_id() const { return request_id_; }
+  uint32_t prompt_tokens() const { return static_cast<uint32_t>(input_.prompt_ids.size()); }
+  uint32_t max_tokens() const { return max_tokens_; }
+  const Assignment& assignment() const { return assignment_; }
+
+ private:
+  friend class RequestHandler;
+  AdmittedRequest() = default;
+
+  GenerateInput input_;
+  std::string request_id_;
+  uint32_t max_tokens_ = 0;
+  std::chrono::system_clock::time_point deadline_;
+  Assignment assignment_;
+  std::unique_ptr<AdmissionController::Ticket> ticket_;
+  std::function<void()> on_release_;  // unregisters the request id, updates the gauge
+};
+
+class RequestHandler {
+ public:
+  struct Options {
+    uint32_t max_model_len = 4096;
+    std::chrono::milliseconds default_timeout{600'000};
+    // How often ClientGone() is polled.
+    std::chrono::milliseconds cancel_poll{20};
+  };
+
+  RequestHandler(Options options, Scheduler* scheduler, AdmissionController* admission,
+                 const TextCodec* codec, WorkerChannels* channels, RouterMetrics* metrics);
+  ~RequestHandler();
+
+  // 400 (too long, duplicate id), 429 (full), 503 (no decode worker).
+  std::variant<std::unique_ptr<AdmittedRequest>, ApiError> Admit(GenerateInput input);
+
+  // Streams the request to `observer`; blocks until it finishes.
+  GenerateOutcome Run(AdmittedRequest& request, StreamObserver& observer);
+
+  // Cancels a live request; false if none has this id.
+  bool Abort(const std::string& request_id);
+
+  const TextCodec& codec() const { return *codec_; }
+  const Options& options() const { return options_; }
+
+ private:
+  struct Live;  // a request between Admit and its end: what cancellation needs
+  struct Attempt;
+
+  // One call to a decode worker; returns false when it failed before any token so that a
+  // retry on another worker is safe.
+  bool RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker, Live& live,
+                  StreamObserver& observer, Attempt& state, GenerateOutcome& outcome);
+  void SendCancel(const WorkerSnapshot& worker, const std::string& request_id);
+  void PollCancellations();
+
+  Options options_;
+  Scheduler* scheduler_;
+  AdmissionController* admission_;
+  const TextCodec* codec_;
+  WorkerChannels* channels_;
+  RouterMetrics* metrics_;
+
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Live>> live_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread poller_;
+};
+
+// Maps an ApiError's HTTP status to the gRPC code for the same failure.
+grpc::StatusCode GrpcCodeFor(const ApiError& error);
+
+// "cmpl-" / "chatcmpl-" style ids: prefix + 24 random hex digits.
+std::string RandomId(std::string_view prefix);
+
+}  // namespace pdspark::router

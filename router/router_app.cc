@@ -1,0 +1,71 @@
+#include "router/router_app.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+
+namespace pdspark::router {
+
+RouterApp::RouterApp(RouterOptions options, const TextCodec* codec, const Clock* clock)
+    : options_(std::move(options)),
+      registry_(clock != nullptr ? clock : &steady_clock_, options_.heartbeat_interval),
+      scheduler_(&registry_, options_.prefill_policy, options_.decode_policy),
+      admission_(options_.max_queue),
+      metrics_(options_.model_name),
+      registry_service_(&registry_) {
+  RequestHandler::Options handler_options;
+  handler_options.max_model_len = options_.max_model_len;
+  handler_options.default_timeout = options_.default_timeout;
+  handler_ = std::make_unique<RequestHandler>(handler_options, &scheduler_, &admission_, codec,
+                                              &channels_, &metrics_);
+  inference_service_ =
+      std::make_unique<GrpcInferenceService>(handler_.get(), &registry_, options_.model_name);
+  HttpServer::Options http_options;
+  http_options.host = options_.host;
+  http_options.port = options_.http_port;
+  http_options.max_request_bytes = options_.max_request_bytes;
+  http_options.model_name = options_.model_name;
+  http_options.model_path = options_.model_path;
+  // Every admitted streaming request holds a thread; a few more answer 429s and health checks.
+  http_options.threads = static_cast<int>(std::min<uint32_t>(options_.max_queue, 1024) + 8);
+  http_ = std::make_unique<HttpServer>(http_options, handler_.get(), &registry_, &metrics_);
+}
+
+RouterApp::~RouterApp() { Shutdown(); }
+
+Status RouterApp::Start() {
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.grpc_port),
+                           grpc::InsecureServerCredentials(), &grpc_port_);
+  builder.RegisterService(&registry_service_);
+  builder.RegisterService(inference_service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr || grpc_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind gRPC ", options_.host, ":", options_.grpc_port));
+  }
+  RETURN_IF_ERROR(http_->Start());
+  LOG_INFO("router listening http={}:{} grpc={}:{} model={} policy={} max_queue={}",
+           options_.host, http_->port(), options_.host, grpc_port_, options_.model_name,
+           SchedulingPolicyName(options_.decode_policy), options_.max_queue);
+  return absl::OkStatus();
+}
+
+void RouterApp::Shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (http_) http_->Stop();
+  if (grpc_server_) {
+    // Streams still open get this long to finish before being cancelled.
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc_server_->Wait();
+  }
+}
+
+}  // namespace pdspark::router

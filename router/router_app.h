@@ -1,0 +1,77 @@
+// The whole router in one object: registry, scheduler, admission, request path, the gRPC server
+// (Registry + Inference, with reflection) and the HTTP server. main() and the in-process
+// integration tests both build one of these.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/base/status.h"
+#include "router/admission_control.h"
+#include "router/clock.h"
+#include "router/grpc_inference_service.h"
+#include "router/http_server.h"
+#include "router/registry_service.h"
+#include "router/request_handler.h"
+#include "router/router_metrics.h"
+#include "router/scheduler.h"
+#include "router/text_codec.h"
+#include "router/worker_channels.h"
+#include "router/worker_registry.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace pdspark::router {
+
+struct RouterOptions {
+  std::string host = "127.0.0.1";
+  int http_port = 0;  // 0: pick a free port
+  int grpc_port = 0;
+  std::string model_name = "pdspark";
+  std::string model_path;
+  uint32_t max_model_len = 4096;
+  SchedulingPolicy prefill_policy = SchedulingPolicy::kLeastLoaded;
+  SchedulingPolicy decode_policy = SchedulingPolicy::kLeastLoaded;
+  uint32_t max_queue = 256;  // requests in the router at once; beyond: 429
+  std::chrono::milliseconds heartbeat_interval{1000};
+  size_t max_request_bytes = 8u << 20;
+  std::chrono::milliseconds default_timeout{600'000};
+};
+
+class RouterApp {
+ public:
+  // `codec` and `clock` must outlive the app; a null clock means the steady clock.
+  RouterApp(RouterOptions options, const TextCodec* codec, const Clock* clock = nullptr);
+  ~RouterApp();
+
+  Status Start();
+  // Stops accepting, cancels nothing in flight beyond what the servers' shutdown does.
+  void Shutdown();
+
+  int http_port() const { return http_->port(); }
+  int grpc_port() const { return grpc_port_; }
+  WorkerRegistry& registry() { return registry_; }
+  RequestHandler& handler() { return *handler_; }
+  RouterMetrics& metrics() { return metrics_; }
+
+ private:
+  RouterOptions options_;
+  SteadyClock steady_clock_;
+  WorkerRegistry registry_;
+  Scheduler scheduler_;
+  AdmissionController admission_;
+  WorkerChannels channels_;
+  RouterMetrics metrics_;
+  std::unique_ptr<RequestHandler> handler_;
+  RegistryService registry_service_;
+  std::unique_ptr<GrpcInferenceService> inference_service_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int grpc_port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace pdspark::router

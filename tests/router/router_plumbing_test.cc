@@ -1,0 +1,583 @@
+// In-process test of the router's plumbing: the real RouterApp (gRPC Registry + Inference, HTTP)
+// on port 0, in front of ScriptedDecodeWorker test doubles that stream fixed text. This checks
+// the router, not the model; the end-to-end tests use the real decode worker.
+#include <csignal>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "pdspark/v1/inference.grpc.pb.h"
+#include "router/router_app.h"
+#include "tests/router/router_test_support.h"
+
+namespace pdspark::router {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using testing::ByteTextCodec;
+using testing::ScriptedDecodeWorker;
+using testing::WorkerHeartbeater;
+
+constexpr milliseconds kHeartbeat{50};
+const char kScript[] = "Hello, world!";
+
+class RouterPlumbingTest : public ::testing::Test {
+ protected:
+  void SetUp() override { std::signal(SIGPIPE, SIG_IGN); }
+
+  void StartRouter(uint32_t max_queue = 16, uint32_t max_model_len = 128,
+                   SchedulingPolicy policy = SchedulingPolicy::kRoundRobin) {
+    RouterOptions o;
+    o.model_name = "tiny";
+    o.model_path = "/models/tiny";
+    o.max_model_len = max_model_len;
+    o.max_queue = max_queue;
+    o.heartbeat_interval = kHeartbeat;
+    o.max_request_bytes = 4096;
+    o.decode_policy = policy;
+    o.default_timeout = std::chrono::seconds(20);
+    router_ = std::make_unique<RouterApp>(o, &codec_);
+    ASSERT_TRUE(router_->Start().ok());
+  }
+
+  ScriptedDecodeWorker* AddWorker(milliseconds delay = milliseconds(0),
+                                  std::string script = kScript) {
+    workers_.push_back(std::make_unique<ScriptedDecodeWorker>(std::move(script), delay));
+    workers_.back()->Start();
+    heartbeaters_.push_back(std::make_unique<WorkerHeartbeater>(
+        GrpcAddress(), v1::WORKER_ROLE_DECODE, workers_.back()->address(), kHeartbeat));
+    EXPECT_TRUE(heartbeaters_.back()->Register());
+    heartbeaters_.back()->Start();
+    return workers_.back().get();
+  }
+
+  void TearDown() override {
+    heartbeaters_.clear();
+    if (router_) router_->Shutdown();
+    workers_.clear();
+  }
+
+  std::string GrpcAddress() const {
+    return "127.0.0.1:" + std::to_string(router_->grpc_port());
+  }
+  httplib::Client Http() {
+    httplib::Client c("127.0.0.1", router_->http_port());
+    c.set_read_timeout(20, 0);
+    return c;
+  }
+  httplib::Result Post(const std::string& path, const std::string& body) {
+    return Http().Post(path.c_str(), body, "application/json");
+  }
+
+  // POSTs a streaming request and returns the SSE `data:` payloads in order.
+  std::vector<std::string> PostSse(const std::string& path, const std::string& body,
+                                   int* status = nullptr) {
+    httplib::Client c = Http();
+    std::string raw;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    req.set_header("Accept-Encoding", "gzip, deflate");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      raw.append(data, n);
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error error;
+    EXPECT_TRUE(c.send(req, res, error)) << httplib::to_string(error);
+    if (status) *status = res.status;
+    EXPECT_EQ(res.get_header_value("Content-Type"), "text/event-stream");
+    EXPECT_FALSE(res.has_header("Content-Encoding"));  // SSE must not be buffered by gzip
+    std::vector<std::string> events;
+    size_t start = 0;
+    while (start < raw.size()) {
+      size_t end = raw.find("\n\n", start);
+      if (end == std::string::npos) end = raw.size();
+      std::string event = raw.substr(start, end - start);
+      start = end + 2;
+      if (event.empty()) continue;
+      EXPECT_EQ(event.substr(0, 6), "data: ") << event;
+      events.push_back(event.substr(6));
+    }
+    return events;
+  }
+
+  ByteTextCodec codec_;
+  std::unique_ptr<RouterApp> router_;
+  std::vector<std::unique_ptr<ScriptedDecodeWorker>> workers_;
+  std::vector<std::unique_ptr<WorkerHeartbeater>> heartbeaters_;
+};
+
+TEST_F(RouterPlumbingTest, NonStreamingCompletion) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker();
+  auto res = Post("/v1/completions",
+                  R"({"model": "tiny", "prompt": "hi", "max_tokens": 5, "seed": 7,
+                      "temperature": 0, "stop_token_ids": [9]})");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(j["choices"][0]["text"], "Hello");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);  // BOS + 'h' + 'i'
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(j["usage"]["total_tokens"], 8);
+
+  ASSERT_EQ(worker->requests(), 1u);
+  const v1::WorkerGenerateRequest r = worker->seen()[0].request;
+  EXPECT_EQ(std::vector<uint32_t>(r.prompt_token_ids().begin(), r.prompt_token_ids().end()),
+            (std::vector<uint32_t>{testing::kBosId, 'h' + 3, 'i' + 3}));
+  EXPECT_EQ(r.reservation_id(), "");  // colocated path
+  EXPECT_EQ(r.sampling().max_tokens(), 5u);
+  EXPECT_EQ(r.sampling().seed(), 7u);
+  EXPECT_EQ(r.sampling().temperature(), 0.0f);
+  EXPECT_EQ(r.sampling().stop_token_ids_size(), 1);
+  EXPECT_FALSE(r.context().request_id().empty());
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  EXPECT_GT(r.context().deadline_unix_us(), now_us);
+  EXPECT_LT(r.context().deadline_unix_us(), now_us + 21'000'000);
+}
+
+TEST_F(RouterPlumbingTest, DefaultMaxTokensIs16ForCompletions) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(0), std::string(40, 'x'));
+  auto res = Post("/v1/completions", R"({"prompt": "hi"})");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(worker->seen()[0].request.sampling().max_tokens(), 16u);
+  EXPECT_EQ(json::parse(res->body)["usage"]["completion_tokens"], 16);
+}
+
+TEST_F(RouterPlumbingTest, StreamingCompletionWithUsageAndDone) {
+  StartRouter();
+  AddWorker();
+  int status = 0;
+  auto events = PostSse("/v1/completions",
+                        R"({"prompt": "hi", "max_tokens": 100, "stream": true,
+                            "stream_options": {"include_usage": true}})",
+                        &status);
+  EXPECT_EQ(status, 200);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  std::string finish;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    json chunk = json::parse(events[i]);
+    EXPECT_EQ(chunk["object"], "text_completion");
+    ASSERT_EQ(chunk["choices"].size(), 1u);
+    text += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, kScript);
+  EXPECT_EQ(finish, "stop");
+  json usage = json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 14);  // 13 bytes + EOS
+}
+
+TEST_F(RouterPlumbingTest, StreamingChatUsesDeepSeekTemplate) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker();
+  auto events = PostSse("/v1/chat/completions",
+                        R"({"model": "/models/tiny", "stream": true,
+                            "messages": [{"role": "system", "content": "S"},
+                                         {"role": "user", "content": "hello"}]})");
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json first = json::parse(events[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json delta = json::parse(events[i])["choices"][0]["delta"];
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, kScript);
+  json last = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+
+  const v1::WorkerGenerateRequest seen = worker->seen()[0].request;
+  const auto& ids = seen.prompt_token_ids();
+  EXPECT_EQ(ByteTextCodec::Decode({ids.begin(), ids.end()}),
+            std::string(testing::kTestBos) + "S<｜User｜>hello<｜Assistant｜></think>");
+  // Chat without max_tokens gets the rest of the context.
+  EXPECT_EQ(worker->seen()[0].request.sampling().max_tokens(), 128u - ids.size());
+}
+
+TEST_F(RouterPlumbingTest, NonStreamingChat) {
+  StartRouter();
+  AddWorker();
+  auto res = Post("/v1/chat/completions",
+                  R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4})");
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hell");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(RouterPlumbingTest, StopStringEndsAndCancelsDownstream) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(5));
+  auto res = Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 100, "stop": ["wor"]})");
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["text"], "Hello, ");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 10);  // up to the token completing "wor"
+  EXPECT_TRUE(worker->WaitFor([](ScriptedDecodeWorker& w) {
+    return w.seen_locked()[0].finished && w.seen_locked()[0].cancelled && w.cancel_rpcs_locked() == 1;
+  }));
+}
+
+TEST_F(RouterPlumbingTest, BadRequestsGetOpenAiErrors) {
+  StartRouter(/*max_queue=*/16, /*max_model_len=*/16);
+  ScriptedDecodeWorker* worker = AddWorker();
+  struct Case {
+    std::string path, body;
+    int status;
+    const char* code;
+  };
+  std::vector<Case> cases = {
+      {"/v1/completions", R"({"prompt": )", 400, "invalid_json"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": -3})", 400, "invalid_value"},
+      {"/v1/completions", R"({"prompt": "x", "n": 3})", 400, "unsupported_value"},
+      {"/v1/completions", R"({"prompt": "0123456789abcdefghij"})", 400,
+       "context_length_exceeded"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 15})", 400,
+       "context_length_exceeded"},
+      {"/v1/completions", R"({"prompt": "x", "model": "other"})", 404, "model_not_found"},
+      {"/v1/completions", "{\"prompt\": \"" + std::string(5000, 'a') + "\"}", 413,
+       "request_too_large"},
+      {"/v1/chat/completions", R"({"messages": "hi"})", 400, "invalid_type"},
+  };
+  for (const Case& c : cases) {
+    auto res = Post(c.path, c.body);
+    ASSERT_TRUE(res) << c.body.substr(0, 60);
+    EXPECT_EQ(res->status, c.status) << c.body.substr(0, 60) << " -> " << res->body;
+    json j = json::parse(res->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << res->body;
+    EXPECT_EQ(j["error"]["code"], c.code) << c.body.substr(0, 60) << " -> " << res->body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+  }
+  EXPECT_EQ(worker->requests(), 0u);
+}
+
+TEST_F(RouterPlumbingTest, FullRouterAnswers429) {
+  StartRouter(/*max_queue=*/2);
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(100));
+  const std::string slow = R"({"prompt": "hi", "max_tokens": 8})";
+  auto a = std::async(std::launch::async, [&] { return Post("/v1/completions", slow)->status; });
+  auto b = std::async(std::launch::async, [&] { return Post("/v1/completions", slow)->status; });
+  ASSERT_TRUE(worker->WaitFor([](ScriptedDecodeWorker& w) { return w.active_locked() == 2; }));
+  auto res = Post("/v1/completions", slow);
+  EXPECT_EQ(res->status, 429);
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "rate_limit_exceeded");
+  EXPECT_EQ(a.get(), 200);
+  EXPECT_EQ(b.get(), 200);
+  EXPECT_EQ(Post("/v1/completions", slow)->status, 200);  // slots come back
+}
+
+TEST_F(RouterPlumbingTest, DeadWorkerGetsNoNewRequests) {
+  StartRouter(16, 128, SchedulingPolicy::kRoundRobin);
+  ScriptedDecodeWorker* a = AddWorker();
+  ScriptedDecodeWorker* b = AddWorker();
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Post("/v1/completions", R"({"prompt": "x"})")->status, 200);
+  EXPECT_EQ(a->requests(), 2u);
+  EXPECT_EQ(b->requests(), 2u);
+  EXPECT_EQ(Http().Get("/health")->status, 200);
+
+  heartbeaters_[0]->Stop();  // worker a stops heartbeating: after 3 intervals it is unhealthy
+  std::this_thread::sleep_for(kHeartbeat * 3 + milliseconds(100));
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Post("/v1/completions", R"({"prompt": "x"})")->status, 200);
+  EXPECT_EQ(a->requests(), 2u);
+  EXPECT_EQ(b->requests(), 6u);
+  auto health = Http().Get("/health");
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["decode_workers"], 1);
+
+  heartbeaters_[1]->Stop();
+  std::this_thread::sleep_for(kHeartbeat * 3 + milliseconds(100));
+  EXPECT_EQ(Http().Get("/health")->status, 503);
+  auto res = Post("/v1/completions", R"({"prompt": "x"})");
+  EXPECT_EQ(res->status, 503);
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "no_healthy_worker");
+}
+
+TEST_F(RouterPlumbingTest, WorkerThatFailsBeforeAnyTokenIsRetriedElsewhere) {
+  StartRouter(16, 128, SchedulingPolicy::kRoundRobin);
+  ScriptedDecodeWorker* a = AddWorker();
+  ScriptedDecodeWorker* b = AddWorker();
+  a->Stop();  // still "healthy" in the registry (heartbeats continue) but not serving
+  for (int i = 0; i < 2; ++i) {
+    auto res = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 3})");
+    ASSERT_EQ(res->status, 200) << res->body;
+    EXPECT_EQ(json::parse(res->body)["choices"][0]["text"], "Hel");
+  }
+  EXPECT_EQ(b->requests(), 2u);
+}
+
+TEST_F(RouterPlumbingTest, ClientDisconnectCancelsDownstream) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30));
+  {
+    httplib::Client c = Http();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt": "hi", "max_tokens": 100, "stream": true})";
+    req.set_header("Content-Type", "application/json");
+    int chunks = 0;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      return ++chunks < 2;  // hang up after the first chunk
+    };
+    httplib::Response res;
+    httplib::Error error;
+    c.send(req, res, error);
+  }
+  EXPECT_TRUE(worker->WaitFor([](ScriptedDecodeWorker& w) {
+    return w.seen_locked().size() == 1 && w.seen_locked()[0].finished &&
+           w.seen_locked()[0].cancelled;
+  }));
+  // The request has left the router.
+  for (int i = 0; i < 100 && router_->metrics().in_flight().Value() != 0; ++i) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(router_->metrics().in_flight().Value(), 0);
+}
+
+class GrpcClient {
+ public:
+  explicit GrpcClient(const std::string& address)
+      : stub_(v1::Inference::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+  v1::Inference::Stub& operator*() { return *stub_; }
+  v1::Inference::Stub* operator->() { return stub_.get(); }
+
+ private:
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+TEST_F(RouterPlumbingTest, GrpcGenerateStreamsTokensAndUsage) {
+  StartRouter();
+  AddWorker();
+  GrpcClient client(GrpcAddress());
+  grpc::ClientContext ctx;
+  v1::GenerateRequest request;
+  request.set_request_id("g-1");
+  request.set_text("hi");
+  request.mutable_sampling()->set_max_tokens(7);
+  auto reader = client->Generate(&ctx, request);
+  v1::GenerateResponse response;
+  std::string text;
+  std::vector<uint32_t> ids;
+  v1::GenerateResponse last;
+  while (reader->Read(&response)) {
+    EXPECT_EQ(response.request_id(), "g-1");
+    text += response.text();
+    ids.insert(ids.end(), response.token_ids().begin(), response.token_ids().end());
+    last = response;
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(text, "Hello, ");
+  EXPECT_EQ(ByteTextCodec::Decode(ids), "Hello, ");
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(last.usage().prompt_tokens(), 3u);
+  EXPECT_EQ(last.usage().completion_tokens(), 7u);
+  EXPECT_EQ(last.spec().drafts(), 3u);
+
+  grpc::ClientContext hctx;
+  v1::HealthResponse health;
+  ASSERT_TRUE(client->Health(&hctx, v1::HealthRequest(), &health).ok());
+  EXPECT_TRUE(health.serving());
+  EXPECT_EQ(health.decode_workers(), 1u);
+  grpc::ClientContext mctx;
+  v1::ListModelsResponse models;
+  ASSERT_TRUE(client->ListModels(&mctx, v1::ListModelsRequest(), &models).ok());
+  ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.models(0).id(), "tiny");
+  EXPECT_EQ(models.models(0).max_model_len(), 128u);
+}
+
+TEST_F(RouterPlumbingTest, GrpcAbortCancelsDownstream) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30));
+  GrpcClient client(GrpcAddress());
+  grpc::ClientContext ctx;
+  v1::GenerateRequest request;
+  request.set_request_id("to-abort");
+  request.set_text("hi");
+  request.mutable_sampling()->set_max_tokens(100);
+  auto reader = client->Generate(&ctx, request);
+  v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));  // streaming has begun
+  grpc::ClientContext actx;
+  v1::AbortRequest abort;
+  abort.set_request_id("to-abort");
+  v1::AbortResponse aborted;
+  ASSERT_TRUE(client->Abort(&actx, abort, &aborted).ok());
+  EXPECT_TRUE(aborted.found());
+  v1::GenerateResponse last;
+  while (reader->Read(&response)) last = response;
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_ABORT);
+  EXPECT_TRUE(worker->WaitFor([](ScriptedDecodeWorker& w) {
+    return w.seen_locked()[0].finished && w.seen_locked()[0].cancelled &&
+           w.cancel_rpcs_locked() == 1;
+  }));
+  grpc::ClientContext actx2;
+  ASSERT_TRUE(client->Abort(&actx2, abort, &aborted).ok());
+  EXPECT_FALSE(aborted.found());
+}
+
+TEST_F(RouterPlumbingTest, GrpcClientCancelCancelsDownstream) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30));
+  GrpcClient client(GrpcAddress());
+  grpc::ClientContext ctx;
+  v1::GenerateRequest request;
+  request.set_text("hi");
+  request.mutable_sampling()->set_max_tokens(100);
+  auto reader = client->Generate(&ctx, request);
+  v1::GenerateResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  ctx.TryCancel();
+  while (reader->Read(&response)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(worker->WaitFor([](ScriptedDecodeWorker& w) {
+    return w.seen_locked()[0].finished && w.seen_locked()[0].cancelled;
+  }));
+}
+
+TEST_F(RouterPlumbingTest, GrpcDeadlinePropagatesAndErrorsMapToCodes) {
+  StartRouter(/*max_queue=*/16, /*max_model_len=*/16);
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(100));
+  GrpcClient client(GrpcAddress());
+  {
+    grpc::ClientContext ctx;
+    v1::GenerateRequest request;
+    request.set_text("hi");
+    request.set_timeout_ms(300);
+    request.mutable_sampling()->set_max_tokens(10);
+    auto reader = client->Generate(&ctx, request);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    const auto& seen = worker->seen();
+    ASSERT_EQ(seen.size(), 1u);
+    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    EXPECT_LT(seen[0].request.context().deadline_unix_us(), now_us);
+    EXPECT_GT(seen[0].request.context().deadline_unix_us(), now_us - 2'000'000);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GenerateRequest request;
+    request.set_text(std::string(40, 'z'));
+    auto reader = client->Generate(&ctx, request);
+    v1::GenerateResponse response;
+    EXPECT_FALSE(reader->Read(&response));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+}
+
+TEST_F(RouterPlumbingTest, RegistryAnswersUnknownIncarnation) {
+  StartRouter();
+  auto stub = v1::Registry::NewStub(
+      grpc::CreateChannel(GrpcAddress(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("decode-99");
+  hb.set_incarnation_id("gone");
+  v1::HeartbeatResponse response;
+  ASSERT_TRUE(stub->Heartbeat(&ctx, hb, &response).ok());
+  EXPECT_FALSE(response.known());
+  grpc::ClientContext rctx;
+  v1::RegisterRequest bad;  // no role
+  v1::RegisterResponse registered;
+  EXPECT_EQ(stub->Register(&rctx, bad, &registered).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(RouterPlumbingTest, ModelsAndMetrics) {
+  StartRouter();
+  AddWorker();
+  auto models = Http().Get("/v1/models");
+  ASSERT_EQ(models->status, 200);
+  json m = json::parse(models->body);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 128);
+  ASSERT_EQ(Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})")->status, 200);
+  ASSERT_EQ(Post("/v1/completions", R"({"prompt": 3})")->status, 400);
+  auto metrics = Http().Get("/metrics");
+  ASSERT_EQ(metrics->status, 200);
+  const std::string& text = metrics->body;
+  EXPECT_NE(text.find("pdspark_requests_total{model=\"tiny\",role=\"router\",finish_reason=\"length\",status=\"ok\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("pdspark_rejections_total"), std::string::npos);
+  EXPECT_NE(text.find("pdspark_workers{model=\"tiny\",role=\"decode\",state=\"healthy\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("pdspark_generation_tokens_total{model=\"tiny\",role=\"router\"} 2"),
+            std::string::npos);
+}
+
+// gRPC server reflection lists our services (what grpcurl relies on). The reflection request
+// is hand-encoded: ServerReflectionRequest{list_services: ""} is field 7, length 0.
+TEST_F(RouterPlumbingTest, ReflectionListsServices) {
+  StartRouter();
+  auto channel = grpc::CreateChannel(GrpcAddress(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                               &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  const char request_bytes[] = {0x3a, 0x00};
+  grpc::Slice slice(request_bytes, sizeof(request_bytes));
+  grpc::ByteBuffer request(&slice, 1);
+  call->Write(request, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_NE(bytes.find("pdspark.v1.Inference"), std::string::npos);
+  EXPECT_NE(bytes.find("pdspark.v1.Registry"), std::string::npos);
+  ctx.TryCancel();
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+}
+
+}  // namespace
+}  // namespace pdspark::router

@@ -1,0 +1,167 @@
+#include "router/worker_registry.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+#include "router/scheduler.h"
+
+namespace pdspark::router {
+namespace {
+
+using std::chrono::milliseconds;
+
+v1::RegisterRequest Req(v1::WorkerRole role, const std::string& address,
+                        const std::string& incarnation) {
+  v1::RegisterRequest r;
+  r.set_role(role);
+  r.set_address(address);
+  r.set_incarnation_id(incarnation);
+  r.set_model_id("tiny");
+  r.set_max_model_len(2048);
+  return r;
+}
+
+v1::WorkerLoad Load(uint32_t running, uint32_t queued = 0, uint64_t free_blocks = 100) {
+  v1::WorkerLoad l;
+  l.set_running_requests(running);
+  l.set_queued_requests(queued);
+  l.set_free_cache_blocks(free_blocks);
+  return l;
+}
+
+class WorkerRegistryTest : public ::testing::Test {
+ protected:
+  FakeClock clock_;
+  WorkerRegistry registry_{&clock_, milliseconds(100)};
+};
+
+TEST_F(WorkerRegistryTest, RegisterGivesIdsAndSnapshot) {
+  std::string d = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
+  std::string p = registry_.Register(Req(v1::WORKER_ROLE_PREFILL, "h:2", "inc-b"));
+  EXPECT_NE(d, p);
+  auto decoders = registry_.Healthy(v1::WORKER_ROLE_DECODE);
+  ASSERT_EQ(decoders.size(), 1u);
+  EXPECT_EQ(decoders[0].worker_id, d);
+  EXPECT_EQ(decoders[0].address, "h:1");
+  EXPECT_EQ(decoders[0].max_model_len, 2048u);
+  EXPECT_EQ(registry_.Healthy(v1::WORKER_ROLE_PREFILL).size(), 1u);
+}
+
+TEST_F(WorkerRegistryTest, SameIncarnationRegisteringAgainKeepsId) {
+  std::string a = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
+  EXPECT_EQ(registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a")), a);
+  EXPECT_EQ(registry_.All().size(), 1u);
+}
+
+TEST_F(WorkerRegistryTest, NewIncarnationReplacesOld) {
+  std::string old_id = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
+  std::string new_id = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-b"));
+  EXPECT_NE(old_id, new_id);
+  ASSERT_EQ(registry_.All().size(), 1u);
+  EXPECT_EQ(registry_.All()[0].incarnation_id, "inc-b");
+  // The old process's heartbeats are refused, so it would re-register (it is gone anyway).
+  EXPECT_FALSE(registry_.Heartbeat(old_id, "inc-a", Load(0)));
+  EXPECT_TRUE(registry_.Heartbeat(new_id, "inc-b", Load(0)));
+}
+
+TEST_F(WorkerRegistryTest, UnknownHeartbeatAnswersUnknown) {
+  EXPECT_FALSE(registry_.Heartbeat("decode-42", "whatever", Load(0)));
+  std::string id = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
+  EXPECT_FALSE(registry_.Heartbeat(id, "other-incarnation", Load(0)));
+}
+
+TEST_F(WorkerRegistryTest, MissingThreeIntervalsIsUnhealthyAndHeartbeatRevives) {
+  std::string id = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
+  clock_.Advance(milliseconds(300));  // exactly 3 intervals: still healthy
+  EXPECT_EQ(registry_.Healthy(v1::WORKER_ROLE_DECODE).size(), 1u);
+  clock_.Advance(milliseconds(1));
+  EXPECT_TRUE(registry_.Healthy(v1::WORKER_ROLE_DECODE).empty());
+  ASSERT_TRUE(registry_.Find(id).has_value());
+  EXPECT_EQ(registry_.Find(id)->state, WorkerState::kUnhealthy);
+  EXPECT_TRUE(registry_.Heartbeat(id, "inc-a", Load(2)));
+  EXPECT_EQ(registry_.Healthy(v1::WORKER_ROLE_DECODE).size(), 1u);
+  EXPECT_EQ(registry_.Find(id)->load.running_requests(), 2u);
+}
+
+TEST_F(WorkerRegistryTest, DrainStopsNewWork) {
+  std::string id = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
+  EXPECT_TRUE(registry_.Drain(id));
+  EXPECT_TRUE(registry_.Healthy(v1::WORKER_ROLE_DECODE).empty());
+  EXPECT_EQ(registry_.Find(id)->state, WorkerState::kDraining);
+  EXPECT_FALSE(registry_.Drain("nope"));
+}
+
+TEST_F(WorkerRegistryTest, AssignedCountResetsOnHeartbeat) {
+  std::string id = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
+  registry_.NoteAssigned(id);
+  registry_.NoteAssigned(id);
+  EXPECT_EQ(registry_.Find(id)->assigned_since_heartbeat, 2u);
+  registry_.Heartbeat(id, "inc-a", Load(2));
+  EXPECT_EQ(registry_.Find(id)->assigned_since_heartbeat, 0u);
+}
+
+class SchedulerTest : public WorkerRegistryTest {
+ protected:
+  std::string AddDecode(const std::string& address) {
+    return registry_.Register(Req(v1::WORKER_ROLE_DECODE, address, "inc-" + address));
+  }
+};
+
+TEST_F(SchedulerTest, ParsesPolicies) {
+  EXPECT_EQ(*ParseSchedulingPolicy("round_robin"), SchedulingPolicy::kRoundRobin);
+  EXPECT_EQ(*ParseSchedulingPolicy("least_loaded"), SchedulingPolicy::kLeastLoaded);
+  EXPECT_FALSE(ParseSchedulingPolicy("random").ok());
+}
+
+TEST_F(SchedulerTest, NoDecodeWorkerIsUnavailable) {
+  Scheduler s(&registry_, SchedulingPolicy::kRoundRobin, SchedulingPolicy::kRoundRobin);
+  auto a = s.Pick();
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(SchedulerTest, RoundRobinCyclesAndSkipsUnhealthy) {
+  std::string a = AddDecode("a:1"), b = AddDecode("b:1"), c = AddDecode("c:1");
+  Scheduler s(&registry_, SchedulingPolicy::kRoundRobin, SchedulingPolicy::kRoundRobin);
+  std::vector<std::string> seen;
+  for (int i = 0; i < 6; ++i) seen.push_back(s.Pick()->decode.worker_id);
+  EXPECT_EQ(seen, (std::vector<std::string>{a, b, c, a, b, c}));
+  // b and c keep heartbeating, a goes silent.
+  clock_.Advance(milliseconds(250));
+  registry_.Heartbeat(b, "inc-b:1", Load(0));
+  registry_.Heartbeat(c, "inc-c:1", Load(0));
+  clock_.Advance(milliseconds(100));
+  for (int i = 0; i < 4; ++i) EXPECT_NE(s.Pick()->decode.worker_id, a);
+}
+
+TEST_F(SchedulerTest, LeastLoadedPrefersIdleThenCountsAssignments) {
+  std::string a = AddDecode("a:1"), b = AddDecode("b:1");
+  registry_.Heartbeat(a, "inc-a:1", Load(5));
+  registry_.Heartbeat(b, "inc-b:1", Load(1));
+  Scheduler s(&registry_, SchedulingPolicy::kLeastLoaded, SchedulingPolicy::kLeastLoaded);
+  // b has load 1; after 4 assignments it reaches 5, then the two alternate.
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(s.Pick()->decode.worker_id, b);
+  std::set<std::string> next = {s.Pick()->decode.worker_id, s.Pick()->decode.worker_id};
+  EXPECT_EQ(next, (std::set<std::string>{a, b}));
+}
+
+TEST_F(SchedulerTest, LeastLoadedTieBreaksOnFreeCache) {
+  std::string a = AddDecode("a:1"), b = AddDecode("b:1");
+  registry_.Heartbeat(a, "inc-a:1", Load(2, 0, 10));
+  registry_.Heartbeat(b, "inc-b:1", Load(1, 1, 500));
+  Scheduler s(&registry_, SchedulingPolicy::kLeastLoaded, SchedulingPolicy::kLeastLoaded);
+  EXPECT_EQ(s.Pick()->decode.worker_id, b);
+}
+
+TEST_F(SchedulerTest, PicksPrefillWhenPresentAndExcludes) {
+  std::string d1 = AddDecode("d:1"), d2 = AddDecode("d:2");
+  Scheduler s(&registry_, SchedulingPolicy::kRoundRobin, SchedulingPolicy::kLeastLoaded);
+  EXPECT_FALSE(s.Pick()->prefill.has_value());
+  std::string p = registry_.Register(Req(v1::WORKER_ROLE_PREFILL, "p:1", "inc-p"));
+  auto a = s.Pick();
+  ASSERT_TRUE(a->prefill.has_value());
+  EXPECT_EQ(a->prefill->worker_id, p);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.Pick(d1)->decode.worker_id, d2);
+}
+
+}  // namespace
+}  // namespace pdspark::router
