@@ -1,6 +1,7 @@
 // A table of broken configs: each must fail with a message naming the file and the field.
 #include <fstream>
 #include <functional>
+#include <ostream>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ struct BadConfig {
   std::function<void(Json&)> edit;
   std::string expected;  // substring after "config.json: "
 };
+
+// Keeps CTest names readable (gtest would otherwise print the struct's bytes).
+void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.name; }
 
 Json DSpark() {
   Json j = Golden();

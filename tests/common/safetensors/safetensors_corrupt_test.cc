@@ -2,6 +2,7 @@
 // tensor or field, so an operator can find the problem without a hex editor.
 #include <filesystem>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct CorruptCase {
   std::function<fs::path(const fs::path& dir)> write;
   std::vector<std::string> expected;  // substrings of the error message
 };
+
+// Keeps CTest names readable (gtest would otherwise print the struct's bytes).
+void PrintTo(const CorruptCase& c, std::ostream* os) { *os << c.name; }
 
 fs::path WriteShard(const fs::path& dir, const std::string& contents) {
   WriteFile(dir / kShard, contents);
