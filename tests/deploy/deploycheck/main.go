@@ -1,7 +1,7 @@
 // deploycheck: offline checks of deploy/ for CTest.
 //
 //	deploycheck render     -chart DIR [-f values.yaml]... [-api-versions a,b] [-o out.yaml]
-//	deploycheck chart      -chart DIR -profile gpu|cpu [-f ...] [-api-versions ...] -dashboard F
+//	deploycheck chart      -chart DIR -profile gpu|cpu [-router-kind K] [-f ...] [-api-versions ...] -dashboard F
 //	deploycheck flags      -chart DIR -bin DIR [-f ...]           (exit 77 = skipped)
 //	deploycheck dashboard  -dashboard F -metrics docs/metrics.md -rules rules.yml
 //	deploycheck dockerfile -cpu F -cuda F
@@ -65,6 +65,7 @@ func main() {
 	apiVersions := fs.String("api-versions", "", "extra Capabilities.APIVersions, comma separated")
 	out := fs.String("o", "", "write the rendered manifests here")
 	profile := fs.String("profile", "gpu", "gpu or cpu: which expectations apply")
+	routerKind := fs.String("router-kind", "Deployment", "router workload kind the values select")
 	bin := fs.String("bin", "", "directory with the built binaries")
 	dashboard := fs.String("dashboard", "", "Grafana dashboard JSON")
 	metricsDoc := fs.String("metrics", "", "docs/metrics.md")
@@ -101,7 +102,7 @@ func main() {
 			_ = os.WriteFile(*out, []byte(manifestText(files)), 0o644)
 		}
 		var p problems
-		checkChart(&p, files, *profile, len(opts.APIVersions) > 0, *dashboard)
+		checkChart(&p, files, *profile, *routerKind, len(opts.APIVersions) > 0, *dashboard)
 		p.exit(fmt.Sprintf("chart %s %v", *profile, valueFiles))
 	case "flags":
 		os.Exit(checkFlags(opts, *bin))

@@ -185,7 +185,7 @@ func checkProbe(p *problems, c container, probe, path, port string) {
 
 func num(s string) int { n, _ := strconv.Atoi(s); return n }
 
-func checkChart(p *problems, files []Rendered, profile string, monitoringAPI bool, dashboardPath string) {
+func checkChart(p *problems, files []Rendered, profile, routerKind string, monitoringAPI bool, dashboardPath string) {
 	docs := parseDocs(p, files)
 	kinds := map[string]int{}
 	for _, d := range docs {
@@ -193,6 +193,9 @@ func checkChart(p *problems, files []Rendered, profile string, monitoringAPI boo
 	}
 	want := map[string]int{"Deployment": 1, "StatefulSet": 2, "Service": 4, "ConfigMap": 1,
 		"PodDisruptionBudget": 3}
+	if routerKind == "StatefulSet" {
+		want["Deployment"], want["StatefulSet"] = 0, 3
+	}
 	if monitoringAPI {
 		want["ServiceMonitor"], want["PrometheusRule"] = 1, 1
 	} else {
@@ -261,12 +264,25 @@ func checkChart(p *problems, files []Rendered, profile string, monitoringAPI boo
 		if !strings.HasSuffix(c.Flags["--advertise-address"], ":"+c.Flags["--port"]) {
 			p.add("%s --advertise-address %q does not end in --port %s", role, c.Flags["--advertise-address"], c.Flags["--port"])
 		}
-		for _, addr := range strings.Split(c.Flags["--router"], ",") {
+		// Deployment router: the headless Service name; StatefulSet router: every pod's name.
+		addrs := strings.Split(c.Flags["--router"], ",")
+		routerName := strings.SplitN(router.Workload, "/", 2)[1]
+		if routerKind == "StatefulSet" {
+			replicas := num(str(get(workload(docs, router.Workload), "spec", "replicas")))
+			if len(addrs) != replicas {
+				p.add("%s --router lists %d routers, the StatefulSet has %d", role, len(addrs), replicas)
+			}
+		}
+		for i, addr := range addrs {
 			if !strings.HasSuffix(addr, ":"+routerGRPC) {
 				p.add("%s --router %q is not on the router gRPC port %s", role, addr, routerGRPC)
 			}
-			if routerHeadless != "" && !strings.HasPrefix(addr, routerHeadless+".") {
-				p.add("%s --router %q is not the router headless Service %s", role, addr, routerHeadless)
+			prefix := routerHeadless + "."
+			if routerKind == "StatefulSet" {
+				prefix = fmt.Sprintf("%s-%d.%s.", routerName, i, routerHeadless)
+			}
+			if routerHeadless != "" && !strings.HasPrefix(addr, prefix) {
+				p.add("%s --router %q should start with %s", role, addr, prefix)
 			}
 		}
 		if c.Flags["--model"] != router.Flags["--model"] || c.Flags["--model"] == "" {
@@ -396,18 +412,19 @@ func checkChart(p *problems, files []Rendered, profile string, monitoringAPI boo
 			if !found {
 				p.add("PodDisruptionBudget %s selects no pod", d.Name)
 			}
-		case "StatefulSet":
-			svc := str(get(d.Body, "spec", "serviceName"))
-			ok := false
-			for _, s := range docs {
-				ok = ok || (s.Kind == "Service" && s.Name == svc && str(get(s.Body, "spec", "clusterIP")) == "None")
-			}
-			if !ok {
-				p.add("StatefulSet %s serviceName %q is not a headless Service", d.Name, svc)
-			}
-		case "Deployment":
+		case "Deployment", "StatefulSet":
 			if !labelsMatch(asObj(get(d.Body, "spec", "selector", "matchLabels")), asObj(get(d.Body, "spec", "template", "metadata", "labels"))) {
-				p.add("Deployment %s selector does not match its pod labels", d.Name)
+				p.add("%s %s selector does not match its pod labels", d.Kind, d.Name)
+			}
+			if d.Kind == "StatefulSet" {
+				svc := str(get(d.Body, "spec", "serviceName"))
+				ok := false
+				for _, s := range docs {
+					ok = ok || (s.Kind == "Service" && s.Name == svc && str(get(s.Body, "spec", "clusterIP")) == "None")
+				}
+				if !ok {
+					p.add("StatefulSet %s serviceName %q is not a headless Service", d.Name, svc)
+				}
 			}
 		case "ConfigMap":
 			if str(get(d.Body, "metadata", "labels", "grafana_dashboard")) != "1" {
@@ -416,6 +433,15 @@ func checkChart(p *problems, files []Rendered, profile string, monitoringAPI boo
 			checkDashboardConfigMap(p, d, dashboardPath)
 		}
 	}
+}
+
+func workload(docs []doc, name string) obj {
+	for _, d := range docs {
+		if d.Kind+"/"+d.Name == name {
+			return d.Body
+		}
+	}
+	return nil
 }
 
 func podLabelsMatch(docs []doc, workload string, sel obj) bool {

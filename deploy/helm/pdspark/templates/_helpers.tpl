@@ -78,13 +78,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
-{{/* Router registry addresses for --router: explicit list, or the router headless Service
-     (one DNS name resolving to every router pod). */}}
+{{/* Router registry addresses for --router: an explicit list; with a StatefulSet router the
+     per-pod names; otherwise the router headless Service (one DNS name resolving to every
+     router pod). */}}
 {{- define "pdspark.routerAddresses" -}}
+{{- $ctx := dict "root" . "component" "router" }}
+{{- $headless := include "pdspark.headlessName" $ctx }}
+{{- $suffix := printf "%s.%s.svc.%s:%s" $headless .Release.Namespace .Values.clusterDomain (include "pdspark.word" .Values.router.ports.grpc) }}
 {{- if .Values.workers.routerAddresses }}
 {{- join "," .Values.workers.routerAddresses }}
+{{- else if eq .Values.router.kind "StatefulSet" }}
+{{- $addrs := list }}
+{{- range $i := until (int .Values.router.replicas) }}
+{{- $addrs = append $addrs (printf "%s-%d.%s" (include "pdspark.componentName" $ctx) $i $suffix) }}
+{{- end }}
+{{- join "," $addrs }}
 {{- else }}
-{{- printf "%s.%s.svc.%s:%s" (include "pdspark.headlessName" (dict "root" . "component" "router")) .Release.Namespace .Values.clusterDomain (include "pdspark.word" .Values.router.ports.grpc) }}
+{{- $suffix }}
 {{- end }}
 {{- end }}
 
