@@ -128,6 +128,14 @@ StatusOr<GoldenRunResult> ReplaySingle(Model& model, const Golden& golden, const
   ASSIGN_OR_RETURN(StepOutput out, model.Step({&in, 1}, options));
   const int64_t n = static_cast<int64_t>(prefill_ids.size());
   for (int64_t r = 0; r < n; ++r) {
+    if (verbose) {
+      ErrorMeter one(d.vocab);
+      one.AddRow(out.logits.data() + r * d.vocab, prefill_logits.data() + r * d.vocab);
+      if (one.Error() > 1e-5) {
+        std::fprintf(stderr, "%s prefill row %ld: rel_err=%.3g\n", run.c_str(), static_cast<long>(r),
+                     one.Error());
+      }
+    }
     logits.AddRow(out.logits.data() + r * d.vocab, prefill_logits.data() + r * d.vocab);
     hidden.AddRow(out.features.data() + r * taps * d.dim, prefill_hidden.data() + r * taps * d.dim);
   }
@@ -198,6 +206,14 @@ StatusOr<GoldenRunResult> ReplayLockstep(Model& model, const Golden& golden, boo
         auto it = std::find(positions.begin(), positions.end(), p);
         if (it == positions.end()) continue;
         const int64_t k = it - positions.begin();
+        if (verbose) {
+          ErrorMeter one(d.vocab);
+          one.AddRow(out.logits.data() + row * d.vocab, ref_logits.data() + (b * n_logits + k) * d.vocab);
+          if (one.Error() > 1e-5) {
+            std::fprintf(stderr, "lockstep seq %ld pos %ld: rel_err=%.3g\n", static_cast<long>(b),
+                         static_cast<long>(p), one.Error());
+          }
+        }
         logits.AddRow(out.logits.data() + row * d.vocab,
                       ref_logits.data() + (b * n_logits + k) * d.vocab);
       }
@@ -231,12 +247,16 @@ StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& 
   ASSIGN_OR_RETURN(auto model, Model::Load(options.dir, model_options));
   ASSIGN_OR_RETURN(Golden golden, Golden::Open(options.dir));
   std::vector<GoldenRunResult> results;
+  auto wanted = [&](const std::string& run) {
+    return options.runs.empty() ||
+           std::find(options.runs.begin(), options.runs.end(), run) != options.runs.end();
+  };
   for (const char* run : {"prompt0", "prompt1"}) {
-    if (!golden.Has(absl::StrCat(run, ".prefill.input_ids"))) continue;
+    if (!wanted(run) || !golden.Has(absl::StrCat(run, ".prefill.input_ids"))) continue;
     ASSIGN_OR_RETURN(GoldenRunResult r, ReplaySingle(*model, golden, run, options.verbose));
     results.push_back(r);
   }
-  if (golden.Has("lockstep.input_ids")) {
+  if (wanted("lockstep") && golden.Has("lockstep.input_ids")) {
     ASSIGN_OR_RETURN(GoldenRunResult r, ReplayLockstep(*model, golden, options.verbose));
     results.push_back(r);
   }

@@ -24,7 +24,8 @@ struct GoldenRunResult {
 struct GoldenCheckOptions {
   std::string dir;
   double tolerance = 1e-4;
-  bool verbose = false;  // per-block diagnostics from block_io
+  bool verbose = false;  // per-step, per-row and per-block diagnostics
+  std::vector<std::string> runs;  // empty: every recorded run (prompt0, prompt1, lockstep)
 };
 
 StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& options);
