@@ -68,6 +68,50 @@ TEST(PreTokenizerTest, DeepSeekSequenceMatchesReferenceEngine) {
   EXPECT_GE(cases, 300);
 }
 
+// DeepSeek-LLM (V2-era) style: five Splits, a very long literal letter class, a line-anchored
+// `\s+$`, then Digits. Universal character names keep the ranges exactly as in the real file
+// (copying the literal characters through an NFC-normalizing tool would change U+1FDB, U+2126
+// and U+212A into other code points and break the ranges).
+TEST(PreTokenizerTest, DeepSeekLlmSequence) {
+  const std::string letters =
+      "\\s?[A-Za-z\u00B5\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u01BA\u01BC-\u01BF\u01C4-\u0293"
+      "\u0295-\u02AF\u0370-\u0373\u0376\u0377\u037B-\u037D\u037F\u0386\u0388-\u038A\u038C"
+      "\u038E-\u03A1\u03A3-\u03F5\u03F7-\u0481\u048A-\u052F\u0531-\u0556\u10A0-\u10C5"
+      "\u13A0-\u13F5\u13F8-\u13FD\u1C90-\u1CBA\u1CBD-\u1CBF\u1D00-\u1D2B\u1D6B-\u1D77"
+      "\u1D79-\u1D9A\u1E00-\u1F15\u1F18-\u1F1D\u1F20-\u1F45\u1F48-\u1F4D\u1F50-\u1F57\u1F59"
+      "\u1F5B\u1F5D\u1F5F-\u1F7D\u1F80-\u1FB4\u1FB6-\u1FBC\u1FBE\u1FC2-\u1FC4\u1FC6-\u1FCC"
+      "\u1FD0-\u1FD3\u1FD6-\u1FDB\u1FE0-\u1FEC\u1FF2-\u1FF4\u1FF6-\u1FFC\u2102\u2107"
+      "\u210A-\u2113\u2115\u2119-\u211D\u2124\u2126\u2128\u212A-\u212D\u212F-\u2134\u2139"
+      "\u213C-\u213F\u2145-\u2149\u214E\u2183\u2184\u2C00-\u2C7B\u2C7E-\u2CE4\u2CEB-\u2CEE"
+      "\u2CF2\u2CF3\uA640-\uA66D\uA680-\uA69B\uA722-\uA76F\uA771-\uA787\uA78B-\uA78E"
+      "\uAB70-\uABBF\uFB00-\uFB06\uFB13-\uFB17\uFF21-\uFF3A\uFF41-\uFF5A\U00010400-\U0001044F"
+      "\U000104B0-\U000104D3\U000104D8-\U000104FB\U00010C80-\U00010CB2\U00010CC0-\U00010CF2"
+      "\U000118A0-\U000118DF\U0001E900-\U0001E943]+";
+  const json config = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {testing::SplitJson("[\r\n]"),
+        testing::SplitJson(letters),
+        testing::SplitJson("\\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+"),
+        testing::SplitJson("\\s+$"),
+        testing::SplitJson("[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+"),
+        {{"type", "Digits"}, {"individual_digits", true}}}}};
+  auto pre = Make(config);
+  ASSERT_NE(pre, nullptr);
+  // Expected pieces checked with Python's `regex` module over the same patterns.
+  EXPECT_EQ(pre->PreTokenize("Hello, world!\n\u03A3\u03CD\u03BD\u03BF\u03BB\u03BF 42 items  "),
+            (Strings{"Hello", ",", " world", "!", "\n", "\u03A3\u03CD\u03BD\u03BF\u03BB\u03BF", " ",
+                     "4", "2", " items", "  "}));
+  EXPECT_EQ(pre->PreTokenize(
+                "  \uFF28\uFF45\uFF4C\uFF4C\uFF4F\u3000\u4E16\u754C\uFF01 \uD55C\uAD6D\uC5B4"),
+            (Strings{" ", " \uFF28\uFF45\uFF4C\uFF4C\uFF4F", "\u3000", "\u4E16\u754C", "\uFF01",
+                     " ", "\uD55C\uAD6D\uC5B4"}));
+  EXPECT_EQ(pre->PreTokenize("x12y  \n  z"), (Strings{"x", "1", "2", "y", "  ", "\n", " ", " z"}));
+  // The odd U+0800-U+4E00 range isolates Greek Extended and letterlike symbols one by one.
+  EXPECT_EQ(pre->PreTokenize("\u1F08\u03B8\u1FDB and \u01C5 \u212A"),
+            (Strings{"\u1F08", "\u03B8", "\u1FDB", " and", " \u01C5", " ", "\u212A"}));
+}
+
 TEST(PreTokenizerTest, SplitBehaviors) {
   // The examples of HF's SplitDelimiterBehavior documentation.
   const std::string text = "the-final--countdown";

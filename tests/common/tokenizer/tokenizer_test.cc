@@ -222,6 +222,16 @@ TEST(TokenizerTest, RoundTripsRandomUnicode) {
   }
 }
 
+TEST(TokenizerTest, LongRunsRoundTrip) {
+  auto t = Make();
+  for (const std::string& text :
+       {std::string(200000, ' '), "a" + std::string(100000, ' ') + "b", std::string(100000, '7'),
+        std::string(50000, '\n') + "x", std::string(30000, 'q')}) {
+    const Ids ids = Encode(*t, text);
+    EXPECT_EQ(t->Decode(ids), text);
+  }
+}
+
 TEST(TokenizerTest, ConcurrentEncodesAgree) {
   auto t = Make();
   const std::string text = "hello world 123456 世界 😀  \n\n  x";
