@@ -1,5 +1,7 @@
 #include "engine/model/weights.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 
@@ -150,7 +152,8 @@ class TensorLoader {
     ++done_;
     if (!show_progress_) return;
     const int width = 40;
-    const size_t step = total_ / 100 + 1;
+    // Redraw every 1% on a terminal; into a log file only the final state.
+    const size_t step = isatty(STDERR_FILENO) ? total_ / 100 + 1 : total_ + 1;
     if (done_ % step != 0 && done_ != total_) return;
     const int filled = total_ ? static_cast<int>(width * done_ / total_) : width;
     std::fprintf(stderr, "\rloading weights [%s%s] %zu/%zu tensors",

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <random>
 
+#include <filesystem>
+
+#include "common/tokenizer/tokenizer.h"
 #include "engine/model/model.h"
 
 namespace pdspark::tools {
@@ -39,8 +42,17 @@ int32_t SampleToken(const float* logits, int64_t vocab, double temperature, uint
 }
 
 StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
-  if (options.prompt_ids.empty()) return absl::InvalidArgumentError("empty prompt");
   GenerateResult result;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  if (std::filesystem::exists(std::filesystem::path(options.model_dir) / "tokenizer.json")) {
+    ASSIGN_OR_RETURN(tok, tokenizer::Tokenizer::FromFile(options.model_dir));
+  }
+  result.prompt_ids = options.prompt_ids;
+  if (!options.prompt_text.empty()) {
+    if (!tok) return absl::FailedPreconditionError("--prompt needs tokenizer.json in the model dir");
+    ASSIGN_OR_RETURN(result.prompt_ids, tok->Encode(options.prompt_text, /*add_bos=*/true));
+  }
+  if (result.prompt_ids.empty()) return absl::InvalidArgumentError("empty prompt");
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(auto model, engine::Model::Load(options.model_dir));
   result.load_seconds = SecondsSince(t0);
@@ -51,10 +63,10 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   uint64_t rng_state = options.seed;
 
   t0 = std::chrono::steady_clock::now();
-  engine::StepInput in{seq.get(), options.prompt_ids};
+  engine::StepInput in{seq.get(), result.prompt_ids};
   ASSIGN_OR_RETURN(engine::StepOutput out, model->Step({&in, 1}, step_options));
   result.prefill_seconds = SecondsSince(t0);
-  result.prompt_tokens = static_cast<int64_t>(options.prompt_ids.size());
+  result.prompt_tokens = static_cast<int64_t>(result.prompt_ids.size());
 
   t0 = std::chrono::steady_clock::now();
   const int64_t max_len = model->dims().max_positions;
@@ -67,6 +79,10 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
     ASSIGN_OR_RETURN(out, model->Step({&step, 1}, step_options));
   }
   result.decode_seconds = SecondsSince(t0);
+  if (tok) {
+    result.text = tok->Decode(result.token_ids);
+    result.has_text = true;
+  }
   return result;
 }
 

@@ -13,6 +13,8 @@ namespace pdspark::tools {
 struct GenerateOptions {
   std::string model_dir;
   std::vector<int32_t> prompt_ids;
+  // Used instead of prompt_ids when set: encoded (BOS first) with the model dir's tokenizer.json.
+  std::string prompt_text;
   int64_t max_tokens = 16;
   double temperature = 0.0;
   uint64_t seed = 0;
@@ -20,7 +22,10 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
+  std::vector<int32_t> prompt_ids;
   std::vector<int32_t> token_ids;  // generated tokens only
+  std::string text;                // decoded token_ids; empty without a tokenizer.json
+  bool has_text = false;
   double load_seconds = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;

@@ -1,6 +1,7 @@
 // pdspark: command-line entry to the model engine.
 //   pdspark golden-check --golden DIR [--tolerance 1e-4] [--verbose]
-//   pdspark generate --model DIR --prompt-ids 1,2,3 --max-tokens N --temperature T --seed S [--json]
+//   pdspark generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N
+//                    --temperature T --seed S [--json]
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -53,9 +54,13 @@ int RunGenerateCommand(pdspark::tools::GenerateOptions options, const std::strin
       result->decode_seconds > 0 ? result->token_ids.size() / result->decode_seconds : 0;
   if (json) {
     nlohmann::json j;
-    j["prompt_ids"] = options.prompt_ids;
+    j["prompt_ids"] = result->prompt_ids;
     j["token_ids"] = result->token_ids;
-    j["text"] = nullptr;  // no tokenizer wired in yet
+    if (result->has_text) {
+      j["text"] = result->text;
+    } else {
+      j["text"] = nullptr;  // the model dir has no tokenizer.json
+    }
     j["timing"] = {{"load_s", result->load_seconds},
                    {"prefill_s", result->prefill_seconds},
                    {"decode_s", result->decode_seconds},
@@ -64,7 +69,8 @@ int RunGenerateCommand(pdspark::tools::GenerateOptions options, const std::strin
                    {"decode_tokens_per_s", decode_tps}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s\n", absl::StrJoin(result->token_ids, ",").c_str());
+    std::printf("%s\n", result->has_text ? result->text.c_str()
+                                         : absl::StrJoin(result->token_ids, ",").c_str());
     std::fprintf(stderr, "prefill %.3fs, decode %.3fs (%.1f tok/s)\n", result->prefill_seconds,
                  result->decode_seconds, decode_tps);
   }
@@ -90,7 +96,12 @@ int main(int argc, char** argv) {
   bool json = false;
   auto* gen_cmd = app.add_subcommand("generate", "generate tokens from a prompt");
   gen_cmd->add_option("--model", gen.model_dir, "checkpoint directory")->required();
-  gen_cmd->add_option("--prompt-ids", ids_text, "comma-separated prompt token ids")->required();
+  auto* ids_opt = gen_cmd->add_option("--prompt-ids", ids_text, "comma-separated prompt token ids");
+  auto* text_opt = gen_cmd->add_option("--prompt", gen.prompt_text, "prompt text (needs tokenizer.json)");
+  ids_opt->excludes(text_opt);
+  gen_cmd->callback([&] {
+    if (ids_opt->count() + text_opt->count() == 0) throw CLI::RequiredError("--prompt-ids or --prompt");
+  });
   gen_cmd->add_option("--max-tokens", gen.max_tokens, "tokens to generate");
   gen_cmd->add_option("--temperature", gen.temperature, "0 = greedy");
   gen_cmd->add_option("--seed", gen.seed, "sampling seed");
