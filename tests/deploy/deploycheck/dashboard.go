@@ -140,6 +140,7 @@ func checkDashboard(p *problems, dashboardPath, metricsDoc, rulesPath string) {
 		}
 	}
 	ids := map[string]bool{}
+	cells := map[[2]int]string{} // 24-column grid: panels must not overlap
 	var exprs strings.Builder
 	for _, pn := range all {
 		id, title := str(pn["id"]), str(pn["title"])
@@ -149,6 +150,21 @@ func checkDashboard(p *problems, dashboardPath, metricsDoc, rulesPath string) {
 		ids[id] = true
 		if get(pn, "gridPos", "w") == nil || get(pn, "gridPos", "h") == nil {
 			p.add("panel %q has no gridPos", title)
+		}
+		gx, gy := num(str(get(pn, "gridPos", "x"))), num(str(get(pn, "gridPos", "y")))
+		gw, gh := num(str(get(pn, "gridPos", "w"))), num(str(get(pn, "gridPos", "h")))
+		if gx+gw > 24 {
+			p.add("panel %q is wider than the 24-column grid", title)
+		}
+		for x := gx; x < gx+gw; x++ {
+			for y := gy; y < gy+gh; y++ {
+				if other, taken := cells[[2]int{x, y}]; taken {
+					p.add("panel %q overlaps %q", title, other)
+					x, y = gx+gw, gy+gh
+				} else {
+					cells[[2]int{x, y}] = title
+				}
+			}
 		}
 		if str(pn["type"]) == "row" {
 			continue
