@@ -72,9 +72,10 @@ func main() {
 	rules := fs.String("rules", "", "Prometheus rules file")
 	cpuDockerfile := fs.String("cpu", "", "CPU Dockerfile")
 	cudaDockerfile := fs.String("cuda", "", "CUDA Dockerfile")
+	release := fs.String("release", "pdspark", "release name")
 	_ = fs.Parse(args)
 
-	opts := RenderOptions{ChartDir: *chart, ValueFiles: valueFiles, ReleaseName: "pdspark",
+	opts := RenderOptions{ChartDir: *chart, ValueFiles: valueFiles, ReleaseName: *release,
 		Namespace: "serving"}
 	if *apiVersions != "" {
 		opts.APIVersions = strings.Split(*apiVersions, ",")
