@@ -1,0 +1,112 @@
+#include "common/worker/registry_client.h"
+
+#include <random>
+
+#include "absl/strings/str_format.h"
+#include "common/base/logging.h"
+#include "grpcpp/grpcpp.h"
+
+namespace pdspark::worker {
+
+std::string NewIncarnationId() {
+  std::random_device device;
+  std::mt19937_64 rng((static_cast<uint64_t>(device()) << 32) ^ device());
+  return absl::StrFormat("%016x", rng());
+}
+
+struct RegistryClient::RouterLink {
+  std::string address;
+  std::unique_ptr<v1::Registry::Stub> stub;
+  std::string worker_id;  // empty until registered
+  std::chrono::milliseconds interval{1000};
+  std::chrono::steady_clock::time_point next;
+};
+
+RegistryClient::RegistryClient(std::vector<std::string> router_addresses,
+                               v1::RegisterRequest registration, LoadFn load)
+    : registration_(std::move(registration)), load_(std::move(load)) {
+  for (std::string& address : router_addresses) {
+    auto link = std::make_unique<RouterLink>();
+    link->stub = v1::Registry::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    link->address = std::move(address);
+    links_.push_back(std::move(link));
+  }
+}
+
+RegistryClient::~RegistryClient() { Stop(); }
+
+void RegistryClient::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void RegistryClient::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& link : links_) {
+    if (link->worker_id.empty()) continue;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::DrainRequest request;
+    request.set_worker_id(link->worker_id);
+    v1::DrainResponse response;
+    link->stub->Drain(&ctx, request, &response);
+    link->worker_id.clear();
+  }
+  registered_count_ = 0;
+}
+
+void RegistryClient::Loop() {
+  while (true) {
+    auto next = std::chrono::steady_clock::time_point::max();
+    for (auto& link : links_) {
+      if (std::chrono::steady_clock::now() >= link->next) Tick(*link);
+      next = std::min(next, link->next);
+    }
+    std::unique_lock lock(mu_);
+    if (wake_.wait_until(lock, next, [&] { return stop_; })) return;
+  }
+}
+
+void RegistryClient::Tick(RouterLink& link) {
+  const auto now = std::chrono::steady_clock::now();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (link.worker_id.empty()) {
+    v1::RegisterResponse response;
+    grpc::Status status = link.stub->Register(&ctx, registration_, &response);
+    if (!status.ok()) {
+      LOG_DEBUG("register with router={} failed: {}", link.address, status.error_message());
+      link.next = now + std::chrono::milliseconds(500);
+      return;
+    }
+    link.worker_id = response.worker_id();
+    link.interval = std::chrono::milliseconds(std::max<uint32_t>(100, response.heartbeat_interval_ms()));
+    ++registered_count_;
+    LOG_INFO("registered router={} worker_id={} incarnation={}", link.address, link.worker_id,
+             registration_.incarnation_id());
+    link.next = now + link.interval;
+    return;
+  }
+  v1::HeartbeatRequest request;
+  request.set_worker_id(link.worker_id);
+  request.set_incarnation_id(registration_.incarnation_id());
+  *request.mutable_load() = load_();
+  v1::HeartbeatResponse response;
+  grpc::Status status = link.stub->Heartbeat(&ctx, request, &response);
+  if (status.ok() && response.known()) {
+    link.next = now + link.interval;
+    return;
+  }
+  // The router restarted or dropped us: register again right away.
+  LOG_WARN("router={} does not know worker_id={} ({}); registering again", link.address,
+           link.worker_id, status.ok() ? "unknown incarnation" : status.error_message());
+  link.worker_id.clear();
+  --registered_count_;
+  link.next = now;
+}
+
+}  // namespace pdspark::worker

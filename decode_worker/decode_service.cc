@@ -1,0 +1,94 @@
+#include "decode_worker/decode_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/worker/event_queue.h"
+#include "engine/serving/proto_conversions.h"
+
+namespace pdspark::decode {
+
+std::string EngineRequestId(const v1::RequestContext& context) {
+  return absl::StrCat(context.request_id(), "#", context.attempt());
+}
+
+grpc::Status DecodeService::Generate(grpc::ServerContext* context,
+                                     const v1::WorkerGenerateRequest* request,
+                                     grpc::ServerWriter<v1::WorkerGenerateResponse>* writer) {
+  if (request->context().request_id().empty()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "context.request_id is required"};
+  }
+  serving::RequestSpec spec;
+  spec.id = EngineRequestId(request->context());
+  spec.prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
+  spec.generated.assign(request->generated_token_ids().begin(),
+                        request->generated_token_ids().end());
+  spec.sampling = serving::FromProto(request->sampling());
+  spec.deadline = serving::DeadlineFromUnixMicros(request->context().deadline_unix_us());
+  if (context->deadline() != std::chrono::system_clock::time_point::max()) {
+    spec.deadline = std::min(spec.deadline, serving::Clock::now() + (context->deadline() -
+                                                                     std::chrono::system_clock::now()));
+  }
+  auto queue = std::make_shared<worker::EventQueue>();
+  const absl::Status submitted =
+      engine_->Submit(spec, [queue](const serving::RequestEvent& e) { queue->Push(e); });
+  if (!submitted.ok()) return serving::ToGrpcStatus(submitted);
+
+  bool cancel_sent = false;
+  while (true) {
+    auto event = queue->PopFor(std::chrono::milliseconds(50));
+    if (!event) {
+      // Client went away (router cancelled, deadline): stop the work and free its cache.
+      if (context->IsCancelled() && !cancel_sent) {
+        engine_->Cancel(spec.id);
+        cancel_sent = true;
+      }
+      continue;
+    }
+    v1::WorkerGenerateResponse response;
+    response.mutable_token_ids()->Assign(event->tokens.begin(), event->tokens.end());
+    const bool last = event->outcome != serving::Outcome::kRunning;
+    if (last) {
+      response.set_finish_reason(serving::ToProto(event->finish_reason, event->outcome));
+      *response.mutable_spec() = serving::ToProto(event->spec);
+      if (event->outcome == serving::Outcome::kFailed) response.set_error(event->error);
+    }
+    if (!cancel_sent && !writer->Write(response)) {
+      engine_->Cancel(spec.id);
+      cancel_sent = true;
+    }
+    if (!last) continue;
+    if (event->outcome == serving::Outcome::kCancelled) {
+      return {grpc::StatusCode::CANCELLED, "request cancelled"};
+    }
+    if (event->outcome == serving::Outcome::kFailed &&
+        event->error.find("deadline") != std::string::npos) {
+      return {grpc::StatusCode::DEADLINE_EXCEEDED, event->error};
+    }
+    return grpc::Status::OK;
+  }
+}
+
+grpc::Status DecodeService::Cancel(grpc::ServerContext*, const v1::CancelRequest* request,
+                                   v1::CancelResponse* response) {
+  // The router cancels by request id; cancel every attempt of it that is still here.
+  bool found = false;
+  for (uint32_t attempt = 0; attempt < 8; ++attempt) {
+    v1::RequestContext ctx;
+    ctx.set_request_id(request->request_id());
+    ctx.set_attempt(attempt);
+    found |= engine_->Cancel(EngineRequestId(ctx));
+  }
+  response->set_found(found);
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
+                                  v1::StatsResponse* response) {
+  const serving::ServingStats stats = engine_->Stats();
+  response->set_running_requests(static_cast<uint32_t>(stats.running));
+  response->set_waiting_requests(static_cast<uint32_t>(stats.waiting));
+  response->set_used_cache_blocks(static_cast<uint64_t>(stats.cache_blocks_in_use));
+  return grpc::Status::OK;
+}
+
+}  // namespace pdspark::decode

@@ -1,0 +1,30 @@
+// The decode worker's gRPC service: runs requests on the ServingEngine (continuous batching)
+// and streams each request's committed tokens back to the router.
+#pragma once
+
+#include <memory>
+
+#include "engine/serving/serving_engine.h"
+#include "pdspark/v1/worker.grpc.pb.h"
+
+namespace pdspark::decode {
+
+class DecodeService final : public v1::DecodeWorker::Service {
+ public:
+  explicit DecodeService(serving::ServingEngine* engine) : engine_(engine) {}
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::WorkerGenerateRequest* request,
+                        grpc::ServerWriter<v1::WorkerGenerateResponse>* writer) override;
+  grpc::Status Cancel(grpc::ServerContext* context, const v1::CancelRequest* request,
+                      v1::CancelResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
+                     v1::StatsResponse* response) override;
+
+ private:
+  serving::ServingEngine* engine_;
+};
+
+// The engine's id for one attempt of a request: retries reuse the router's request id.
+std::string EngineRequestId(const v1::RequestContext& context);
+
+}  // namespace pdspark::decode

@@ -1,0 +1,62 @@
+#include "engine/serving/proto_conversions.h"
+
+namespace pdspark::serving {
+
+sampling::SamplingParams FromProto(const v1::SamplingParams& proto) {
+  sampling::SamplingParams params;
+  params.temperature = proto.temperature();
+  params.top_p = proto.top_p() > 0 ? proto.top_p() : 1.0f;  // 0 on the wire means unset
+  params.top_k = proto.top_k() > 0 ? proto.top_k() : -1;
+  params.min_p = proto.min_p();
+  if (proto.has_seed()) params.seed = proto.seed();
+  params.max_tokens = static_cast<int32_t>(proto.max_tokens());
+  params.min_tokens = static_cast<int32_t>(proto.min_tokens());
+  params.stop_token_ids.assign(proto.stop_token_ids().begin(), proto.stop_token_ids().end());
+  params.ignore_eos = proto.ignore_eos();
+  return params;
+}
+
+v1::FinishReason ToProto(sampling::FinishReason reason, Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kCancelled:
+      return v1::FINISH_REASON_ABORT;
+    case Outcome::kFailed:
+      return v1::FINISH_REASON_ERROR;
+    case Outcome::kRunning:
+      return v1::FINISH_REASON_UNSPECIFIED;
+    case Outcome::kFinished:
+      break;
+  }
+  switch (reason) {
+    case sampling::FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case sampling::FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case sampling::FinishReason::kNone:
+      return v1::FINISH_REASON_UNSPECIFIED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+v1::SpecCounters ToProto(const SpecStats& stats) {
+  v1::SpecCounters counters;
+  counters.set_drafts(static_cast<uint32_t>(stats.drafts));
+  counters.set_draft_tokens(static_cast<uint32_t>(stats.draft_tokens));
+  counters.set_accepted_tokens(static_cast<uint32_t>(stats.accepted_tokens));
+  return counters;
+}
+
+Clock::time_point DeadlineFromUnixMicros(int64_t unix_us) {
+  if (unix_us <= 0) return Clock::time_point::max();
+  const auto now_unix = std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  return Clock::now() + std::chrono::microseconds(unix_us - now_unix);
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+}  // namespace pdspark::serving

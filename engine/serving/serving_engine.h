@@ -1,0 +1,86 @@
+// Continuous batching over one Model: requests join and leave between steps; every step runs
+// one forward over all running requests (prefill chunks and single decode tokens together),
+// samples each request's next token with its own seeded sampler, and streams it to the
+// request's sink. Both the prefill worker (prefill_only requests) and the decode worker run
+// one of these.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/base/status.h"
+#include "engine/model/model.h"
+#include "engine/serving/request.h"
+
+namespace pdspark::serving {
+
+struct ServingOptions {
+  int64_t max_num_seqs = 64;         // running requests at once
+  int64_t max_batch_tokens = 512;    // tokens per step across requests (chunked prefill budget)
+  int64_t max_model_len = 0;         // 0 = the config's max_position_embeddings
+  int64_t max_waiting = 1024;        // admitted but not yet running
+};
+
+struct ServingStats {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t cache_bytes_in_use = 0;
+  int64_t cache_blocks_in_use = 0;
+  int64_t steps = 0;
+  int64_t generated_tokens = 0;
+};
+
+class ServingEngine {
+ public:
+  ServingEngine(std::unique_ptr<engine::Model> model, const ServingOptions& options);
+  ~ServingEngine();  // cancels what is left and joins the loop
+
+  // Queues a request. Fails fast (InvalidArgument / ResourceExhausted / AlreadyExists)
+  // without calling the sink; otherwise the sink gets every event up to a final one.
+  Status Submit(RequestSpec spec, RequestSink sink);
+  // Cancels a queued or running request; its sink gets a final kCancelled event.
+  bool Cancel(const std::string& id);
+  ServingStats Stats() const;
+
+  const engine::Model& model() const { return *model_; }
+  int64_t max_model_len() const { return max_model_len_; }
+
+ private:
+  struct Active;
+  void Loop();
+  void AdmitLocked();
+  std::vector<Active*> PlanStep(std::vector<engine::StepInput>& inputs,
+                                std::vector<std::vector<int32_t>>& chunks);
+  void RunStep();
+  void AfterStep(Active& request, const float* logits, bool logits_valid);
+  void Finish(Active& request, Outcome outcome, sampling::FinishReason reason,
+              std::string error);
+  void MarkDone(Active& request);
+  void ReapFinished();
+  Status StartRequest(Active& request);
+
+  std::unique_ptr<engine::Model> model_;
+  const ServingOptions options_;
+  const int64_t max_model_len_;
+  std::vector<int32_t> eos_ids_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::deque<std::unique_ptr<Active>> waiting_;
+  std::vector<std::string> cancel_requests_;
+  std::map<std::string, bool> known_ids_;  // queued or running
+  ServingStats stats_;
+
+  // Owned by the loop thread.
+  std::vector<std::unique_ptr<Active>> running_;
+  std::thread loop_;
+};
+
+}  // namespace pdspark::serving
