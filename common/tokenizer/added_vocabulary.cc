@@ -43,6 +43,7 @@ bool IsWordCharAt(std::string_view text, size_t pos) {
 }  // namespace
 
 void AddedVocabulary::Trie::Insert(std::string_view key, int token_index) {
+  first_byte_[static_cast<uint8_t>(key[0])] = true;
   int node = 0;
   for (char c : key) {
     const uint64_t edge = (static_cast<uint64_t>(node) << 8) | static_cast<uint8_t>(c);
@@ -57,6 +58,7 @@ void AddedVocabulary::Trie::Insert(std::string_view key, int token_index) {
 }
 
 int AddedVocabulary::Trie::LongestAt(std::string_view text, size_t pos, size_t* length) const {
+  if (!first_byte_[static_cast<uint8_t>(text[pos])]) return -1;
   int best = -1;
   int node = 0;
   for (size_t i = pos; i < text.size(); ++i) {

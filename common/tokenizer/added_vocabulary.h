@@ -4,6 +4,7 @@
 // normalized=false are matched first, then the others on the remaining segments.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -55,6 +56,7 @@ class AddedVocabulary {
 
    private:
     absl::flat_hash_map<uint64_t, int> edges_;  // (node << 8 | byte) -> child
+    std::array<bool, 256> first_byte_ = {};     // cheap reject for most text positions
     std::vector<int> terminal_ = {-1};          // node -> token index
     int nodes_ = 1;
   };

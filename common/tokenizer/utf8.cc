@@ -26,7 +26,7 @@ LeadInfo ClassifyLead(uint8_t b) {
 
 }  // namespace
 
-Utf8Step DecodeUtf8(std::string_view text, size_t pos) {
+Utf8Step DecodeUtf8MultiByte(std::string_view text, size_t pos) {
   const auto b0 = static_cast<uint8_t>(text[pos]);
   const LeadInfo lead = ClassifyLead(b0);
   if (lead.continuation_bytes == 0) return {b0, 1, true, false};

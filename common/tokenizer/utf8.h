@@ -18,10 +18,18 @@ struct Utf8Step {
   bool incomplete = false;
 };
 
+// Multi-byte path of DecodeUtf8.
+Utf8Step DecodeUtf8MultiByte(std::string_view text, size_t pos);
+
 // Decodes the character at `pos` (< text.size()) per Unicode Table 3-7 (no overlongs,
 // surrogates or code points above U+10FFFF). Invalid input consumes its "maximal subpart"
-// (Unicode's recommended practice, also what Rust's from_utf8_lossy does).
-Utf8Step DecodeUtf8(std::string_view text, size_t pos);
+// (Unicode's recommended practice, also what Rust's from_utf8_lossy does). Inline because the
+// regex scanners call it per character and most text is ASCII.
+inline Utf8Step DecodeUtf8(std::string_view text, size_t pos) {
+  const auto b0 = static_cast<unsigned char>(text[pos]);
+  if (b0 < 0x80) return {b0, 1, true, false};
+  return DecodeUtf8MultiByte(text, pos);
+}
 
 // Offset of the first byte that does not start a well-formed character, or nullopt.
 std::optional<size_t> FindInvalidUtf8(std::string_view text);
