@@ -69,6 +69,13 @@ int main(int argc, char** argv) {
                  "maximum context (default: max_position_embeddings)");
   app.add_option("--request-timeout-s", timeout_s, "default per-request deadline")
       ->capture_default_str();
+  int64_t lease_ms = 30000;
+  app.add_option("--disagg-min-prompt-tokens", options.disagg_min_prompt_tokens,
+                 "prompts at least this long prefill on a prefill worker; shorter on decode")
+      ->capture_default_str();
+  app.add_option("--reservation-lease-ms", lease_ms,
+                 "decode-side reservation lease while the prefill worker delivers")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -93,6 +100,7 @@ int main(int argc, char** argv) {
   options.decode_policy = *decode;
   options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   options.default_timeout = std::chrono::seconds(timeout_s);
+  options.reservation_lease = std::chrono::milliseconds(lease_ms);
   options.model_path = model_dir;
   options.model_name = served_name.empty() ? model_dir : served_name;
   if (max_model_len > 0) {

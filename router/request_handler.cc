@@ -94,6 +94,7 @@ struct RequestHandler::Attempt {
   std::unique_ptr<StreamDetokenizer> detokenizer;
   std::unique_ptr<StopMatcher> stops;
   uint32_t generated = 0;
+  std::vector<uint32_t> ids;  // every token delivered so far
   bool first_sent = false;
   double ttft_s = 0;
   Steady::time_point last_chunk;
@@ -223,9 +224,25 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
   GenerateOutcome outcome;
   outcome.usage.prompt_tokens = request.prompt_tokens();
   WorkerSnapshot worker = request.assignment_.decode;
+  std::string reservation;
+  bool done = false;
+  if (request.assignment_.prefill &&
+      request.prompt_tokens() >= options_.disagg_min_prompt_tokens) {
+    switch (RunPrefill(request, *request.assignment_.prefill, worker, *live, observer, state,
+                       outcome, &reservation)) {
+      case PrefillResult::kReady:
+        break;
+      case PrefillResult::kFallback:
+        reservation.clear();
+        break;
+      case PrefillResult::kDone:
+        done = true;
+        break;
+    }
+  }
   // One retry on another worker, only when the first failed before producing any token (so the
   // client has seen nothing and the retry is invisible).
-  if (!RunAttempt(request, worker, *live, observer, state, outcome)) {
+  if (!done && !RunAttempt(request, worker, reservation, *live, observer, state, outcome)) {
     StatusOr<Assignment> other = scheduler_->Pick(worker.worker_id);
     if (other.ok() && !live->IsCancelled()) {
       LOG_WARN("request retried request={} failed_worker={} new_worker={}", request.request_id_,
@@ -233,7 +250,7 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
       metrics_->Retried("decode");
       worker = other->decode;
       outcome.error.reset();
-      RunAttempt(request, worker, *live, observer, state, outcome);
+      RunAttempt(request, worker, "", *live, observer, state, outcome);
     }
   }
   outcome.decode_worker = worker.worker_id;
@@ -261,7 +278,8 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
 }
 
 bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
-                                Live& live, StreamObserver& observer, Attempt& state,
+                                const std::string& reservation, Live& live,
+                                StreamObserver& observer, Attempt& state,
                                 GenerateOutcome& outcome) {
   grpc::ClientContext ctx;
   ctx.set_deadline(request.deadline_);
@@ -271,6 +289,11 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   call.mutable_prompt_token_ids()->Assign(request.input_.prompt_ids.begin(),
                                           request.input_.prompt_ids.end());
   *call.mutable_sampling() = ToProto(request.input_.sampling, request.max_tokens_);
+  if (!reservation.empty()) {
+    // Continue from the state the prefill worker pushed; the first token already went out.
+    call.set_reservation_id(reservation);
+    call.mutable_generated_token_ids()->Assign(state.ids.begin(), state.ids.end());
+  }
   {
     std::lock_guard<std::mutex> lock(live.mu);
     if (live.cancelled) {
@@ -282,8 +305,9 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   auto stub = v1::DecodeWorker::NewStub(channels_->Get(worker.address));
   std::unique_ptr<grpc::ClientReader<v1::WorkerGenerateResponse>> reader =
       stub->Generate(&ctx, call);
-  const uint32_t before = state.generated;
-  bool cancel_downstream = false;  // we end the stream early: tell the worker to free the cache
+  // The router ended the request (stop string, its own max_tokens count) while the worker
+  // would go on: cancel the stream and tell the worker to free the cache.
+  bool cancel_downstream = false;
   v1::WorkerGenerateResponse response;
   while (outcome.finish == ApiFinishReason::kNone && reader->Read(&response)) {
     if (!response.error().empty()) {
@@ -292,45 +316,22 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
                                "server_error", "", "worker_error"};
       break;
     }
-    TokenChunk chunk;
-    for (uint32_t id : response.token_ids()) {
-      chunk.token_ids.push_back(id);
-      ++state.generated;
-      chunk.text += state.stops->Push(state.detokenizer->Push(id));
-      if (state.stops->stopped()) {
-        outcome.finish = ApiFinishReason::kStop;
-        cancel_downstream = true;
-        break;
-      }
-      if (state.generated >= request.max_tokens_) {
-        outcome.finish = ApiFinishReason::kLength;
-        break;
-      }
-    }
-    if (!chunk.token_ids.empty()) {
-      const auto now = Steady::now();
-      if (!state.first_sent) {
-        state.ttft_s = SecondsSince(request.input_.arrival);
-        metrics_->ttft().Observe(state.ttft_s);
-        state.first_sent = true;
-      } else {
-        metrics_->itl().Observe(std::chrono::duration<double>(now - state.last_chunk).count() /
-                                chunk.token_ids.size());
-      }
-      state.last_chunk = now;
-      if (!observer.OnChunk(chunk)) {
-        live.Cancel();
-        break;
-      }
+    bool stopped = false;
+    if (!Deliver(response.token_ids().data(), response.token_ids_size(), request, state,
+                 observer, outcome, &stopped)) {
+      live.Cancel();
+      break;
     }
     if (response.has_spec()) outcome.spec = response.spec();
-    if (outcome.finish == ApiFinishReason::kNone) {
-      outcome.finish = FromProto(response.finish_reason());
+    const ApiFinishReason worker_finish = FromProto(response.finish_reason());
+    if (outcome.finish != ApiFinishReason::kNone && worker_finish == ApiFinishReason::kNone) {
+      cancel_downstream = true;
     }
+    if (outcome.finish == ApiFinishReason::kNone) outcome.finish = worker_finish;
   }
   // Ending early: cancel so Finish() does not wait for the worker to end the stream.
   if (outcome.finish == ApiFinishReason::kNone || cancel_downstream ||
-      outcome.finish == ApiFinishReason::kLength || outcome.finish == ApiFinishReason::kError) {
+      outcome.finish == ApiFinishReason::kError) {
     ctx.TryCancel();
   }
   {
@@ -366,26 +367,204 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   outcome.error = ApiError{502, absl::StrCat("decode worker ", worker.worker_id,
                                              " failed: ", status.error_message()),
                            "server_error", "", "worker_failed"};
-  if (state.generated != before) return true;
+  if (state.generated != 0) return true;
   outcome.finish = ApiFinishReason::kNone;  // nothing reached the client: retryable
   return false;
 }
 
-void RequestHandler::SendCancel(const WorkerSnapshot& worker, const std::string& request_id) {
-  // Fire and forget: the stream cancellation already tells the worker; this is the explicit
-  // message for workers that track requests by id.
+bool RequestHandler::Deliver(const uint32_t* ids, size_t n, AdmittedRequest& request,
+                             Attempt& state, StreamObserver& observer, GenerateOutcome& outcome,
+                             bool* stopped_here) {
+  TokenChunk chunk;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t id = ids[i];
+    chunk.token_ids.push_back(id);
+    state.ids.push_back(id);
+    ++state.generated;
+    chunk.text += state.stops->Push(state.detokenizer->Push(id));
+    if (state.stops->stopped()) {
+      outcome.finish = ApiFinishReason::kStop;
+      *stopped_here = true;
+      break;
+    }
+    if (state.generated >= request.max_tokens_) {
+      outcome.finish = ApiFinishReason::kLength;
+      break;
+    }
+  }
+  if (chunk.token_ids.empty()) return true;
+  const auto now = Steady::now();
+  if (!state.first_sent) {
+    state.ttft_s = SecondsSince(request.input_.arrival);
+    metrics_->ttft().Observe(state.ttft_s);
+    state.first_sent = true;
+  } else {
+    metrics_->itl().Observe(std::chrono::duration<double>(now - state.last_chunk).count() /
+                            chunk.token_ids.size());
+  }
+  state.last_chunk = now;
+  return observer.OnChunk(chunk);
+}
+
+RequestHandler::PrefillResult RequestHandler::RunPrefill(
+    AdmittedRequest& request, const WorkerSnapshot& prefill, const WorkerSnapshot& decode,
+    Live& live, StreamObserver& observer, Attempt& state, GenerateOutcome& outcome,
+    std::string* reservation) {
+  const std::string policy(SchedulingPolicyName(scheduler_->prefill_policy()));
+  metrics_->SchedulingDecision(policy, "prefill", "chosen");
+  v1::RequestContext context;
+  context.set_request_id(request.request_id_);
+  context.set_deadline_unix_us(UnixMicros(request.deadline_));
+
+  // 1. Cache on the decode worker, leased until the prefill side delivers.
+  v1::ReserveRequest reserve;
+  *reserve.mutable_context() = context;
+  reserve.set_prompt_tokens(request.prompt_tokens());
+  reserve.set_max_tokens(request.max_tokens_);
+  reserve.set_lease_ms(static_cast<uint32_t>(options_.reservation_lease.count()));
+  v1::ReserveResponse reserved;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::min(request.deadline_,
+                              std::chrono::system_clock::now() + options_.reservation_lease));
+    grpc::Status status = v1::DecodeWorker::NewStub(channels_->Get(decode.address))
+                              ->Reserve(&ctx, reserve, &reserved);
+    if (!status.ok()) {
+      LOG_WARN("reserve failed, prefilling on the decode worker request={} worker={} error={}",
+               request.request_id_, decode.worker_id, status.error_message());
+      return PrefillResult::kFallback;
+    }
+  }
+  *reservation = reserved.reservation_id();
+
+  // 2. Prefill: the worker pushes the state into the reservation and samples the first token.
+  v1::PrefillRequest call;
+  *call.mutable_context() = context;
+  call.mutable_prompt_token_ids()->Assign(request.input_.prompt_ids.begin(),
+                                          request.input_.prompt_ids.end());
+  *call.mutable_sampling() = ToProto(request.input_.sampling, request.max_tokens_);
+  call.set_decode_address(decode.address);
+  call.set_reservation_id(*reservation);
+  call.set_transfer_descriptor(reserved.transfer_descriptor());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(request.deadline_);
+  {
+    std::lock_guard<std::mutex> lock(live.mu);
+    live.downstream = live.cancelled ? nullptr : &ctx;
+    if (live.cancelled) ctx.TryCancel();
+  }
+  auto reader = v1::PrefillWorker::NewStub(channels_->Get(prefill.address))->Prefill(&ctx, call);
+  v1::PrefillProgress progress;
+  bool completed = false;
+  std::string failure;
+  while (reader->Read(&progress)) {
+    if (progress.stage() == v1::PrefillProgress::STAGE_COMPLETED) {
+      completed = true;
+      break;
+    }
+    if (progress.stage() == v1::PrefillProgress::STAGE_FAILED) {
+      failure = progress.error().empty() ? "STAGE_FAILED" : progress.error();
+      break;
+    }
+  }
+  if (!completed) ctx.TryCancel();
+  {
+    std::lock_guard<std::mutex> lock(live.mu);
+    live.downstream = nullptr;
+  }
+  grpc::Status status = reader->Finish();
+  if (!completed && failure.empty()) {
+    failure = status.ok() ? "stream ended before STAGE_COMPLETED" : status.error_message();
+  }
+
+  auto give_up = [&] {
+    SendPrefillCancel(prefill, request.request_id_);
+    SendRelease(decode, *reservation);
+    reservation->clear();
+  };
+  if (live.IsCancelled()) {
+    give_up();
+    outcome.finish = ApiFinishReason::kAbort;
+    return PrefillResult::kDone;
+  }
+  if (!completed) {
+    give_up();
+    if (std::chrono::system_clock::now() >= request.deadline_) {
+      outcome.finish = ApiFinishReason::kError;
+      outcome.error = ApiError{504, "the request did not finish before its deadline", "timeout",
+                               "", "deadline_exceeded"};
+      return PrefillResult::kDone;
+    }
+    LOG_WARN("prefill failed, prefilling on the decode worker request={} worker={} error={}",
+             request.request_id_, prefill.worker_id, failure);
+    metrics_->Retried("prefill");
+    return PrefillResult::kFallback;
+  }
+
+  // 3. The first token goes to the client now; decode continues after it.
+  const uint32_t first = progress.first_token_id();
+  bool stopped = false;
+  if (!Deliver(&first, 1, request, state, observer, outcome, &stopped)) {
+    live.Cancel();
+    outcome.finish = ApiFinishReason::kAbort;
+  }
+  if (outcome.finish != ApiFinishReason::kNone) {
+    SendRelease(decode, *reservation);
+    reservation->clear();
+    return PrefillResult::kDone;
+  }
+  return PrefillResult::kReady;
+}
+
+// Fire-and-forget unary calls (cancel, release): the request path does not wait for them.
+template <typename Service, typename Request, typename Response, typename Start>
+void FireAndForget(const std::shared_ptr<grpc::Channel>& channel, Request request, Start start) {
   struct Call {
     grpc::ClientContext ctx;
-    v1::CancelRequest request;
-    v1::CancelResponse response;
-    std::unique_ptr<v1::DecodeWorker::Stub> stub;
+    Request request;
+    Response response;
+    std::unique_ptr<typename Service::Stub> stub;
   };
   auto* call = new Call;
   call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  call->request.set_request_id(request_id);
-  call->stub = v1::DecodeWorker::NewStub(channels_->Get(worker.address));
-  call->stub->async()->Cancel(&call->ctx, &call->request, &call->response,
-                              [call](grpc::Status) { delete call; });
+  call->request = std::move(request);
+  call->stub = Service::NewStub(channel);
+  start(call->stub->async(), &call->ctx, &call->request, &call->response,
+        [call](grpc::Status) { delete call; });
+}
+
+void RequestHandler::SendCancel(const WorkerSnapshot& worker, const std::string& request_id) {
+  // The stream cancellation already tells the worker; this is the explicit message for workers
+  // that track requests by id.
+  v1::CancelRequest request;
+  request.set_request_id(request_id);
+  FireAndForget<v1::DecodeWorker, v1::CancelRequest, v1::CancelResponse>(
+      channels_->Get(worker.address), std::move(request),
+      [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
+        async->Cancel(ctx, req, resp, std::move(done));
+      });
+}
+
+void RequestHandler::SendPrefillCancel(const WorkerSnapshot& worker,
+                                       const std::string& request_id) {
+  v1::CancelRequest request;
+  request.set_request_id(request_id);
+  FireAndForget<v1::PrefillWorker, v1::CancelRequest, v1::CancelResponse>(
+      channels_->Get(worker.address), std::move(request),
+      [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
+        async->Cancel(ctx, req, resp, std::move(done));
+      });
+}
+
+void RequestHandler::SendRelease(const WorkerSnapshot& worker, const std::string& reservation) {
+  if (reservation.empty()) return;
+  v1::ReleaseRequest request;
+  request.set_reservation_id(reservation);
+  FireAndForget<v1::DecodeWorker, v1::ReleaseRequest, v1::ReleaseResponse>(
+      channels_->Get(worker.address), std::move(request),
+      [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
+        async->Release(ctx, req, resp, std::move(done));
+      });
 }
 
 bool RequestHandler::Abort(const std::string& request_id) {

@@ -96,6 +96,11 @@ class RequestHandler {
     std::chrono::milliseconds default_timeout{600'000};
     // How often ClientGone() is polled.
     std::chrono::milliseconds cancel_poll{20};
+    // Conditional disaggregation: prompts at least this long prefill on a prefill worker (when
+    // one is registered); shorter ones prefill on the decode worker.
+    uint32_t disagg_min_prompt_tokens = 0;
+    // Lease of a decode-side reservation the prefill worker has not delivered into yet.
+    std::chrono::milliseconds reservation_lease{30'000};
   };
 
   RequestHandler(Options options, Scheduler* scheduler, AdmissionController* admission,
@@ -118,11 +123,27 @@ class RequestHandler {
   struct Live;  // a request between Admit and its end: what cancellation needs
   struct Attempt;
 
-  // One call to a decode worker; returns false when it failed before any token so that a
-  // retry on another worker is safe.
-  bool RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker, Live& live,
-                  StreamObserver& observer, Attempt& state, GenerateOutcome& outcome);
+  enum class PrefillResult { kReady, kFallback, kDone };
+
+  // Disaggregated prefill: Reserve on the decode worker, Prefill on the prefill worker (which
+  // pushes the state into the reservation), then the first token to the client. kFallback:
+  // prefill locally on the decode worker instead; kDone: the request ended (first token
+  // finished it, cancelled, deadline).
+  PrefillResult RunPrefill(AdmittedRequest& request, const WorkerSnapshot& prefill,
+                           const WorkerSnapshot& decode, Live& live, StreamObserver& observer,
+                           Attempt& state, GenerateOutcome& outcome, std::string* reservation);
+  // One call to a decode worker (colocated when `reservation` is empty); returns false when
+  // it failed before any token reached the client, so a retry on another worker is safe.
+  bool RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
+                  const std::string& reservation, Live& live, StreamObserver& observer,
+                  Attempt& state, GenerateOutcome& outcome);
+  // Detokenizes, matches stop strings, enforces max_tokens and hands the chunk to the client;
+  // false when the client is gone. `*stopped_here` is set when a stop string ended it.
+  bool Deliver(const uint32_t* ids, size_t n, AdmittedRequest& request, Attempt& state,
+               StreamObserver& observer, GenerateOutcome& outcome, bool* stopped_here);
   void SendCancel(const WorkerSnapshot& worker, const std::string& request_id);
+  void SendPrefillCancel(const WorkerSnapshot& worker, const std::string& request_id);
+  void SendRelease(const WorkerSnapshot& worker, const std::string& reservation);
   void PollCancellations();
 
   Options options_;

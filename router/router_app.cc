@@ -21,6 +21,8 @@ RouterApp::RouterApp(RouterOptions options, const TextCodec* codec, const Clock*
   RequestHandler::Options handler_options;
   handler_options.max_model_len = options_.max_model_len;
   handler_options.default_timeout = options_.default_timeout;
+  handler_options.disagg_min_prompt_tokens = options_.disagg_min_prompt_tokens;
+  handler_options.reservation_lease = options_.reservation_lease;
   handler_ = std::make_unique<RequestHandler>(handler_options, &scheduler_, &admission_, codec,
                                               &channels_, &metrics_);
   inference_service_ =

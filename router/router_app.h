@@ -39,6 +39,8 @@ struct RouterOptions {
   std::chrono::milliseconds heartbeat_interval{1000};
   size_t max_request_bytes = 8u << 20;
   std::chrono::milliseconds default_timeout{600'000};
+  uint32_t disagg_min_prompt_tokens = 0;  // shorter prompts prefill on the decode worker
+  std::chrono::milliseconds reservation_lease{30'000};
 };
 
 class RouterApp {

@@ -22,6 +22,7 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using testing::ByteTextCodec;
 using testing::ScriptedDecodeWorker;
+using testing::ScriptedPrefillWorker;
 using testing::WorkerHeartbeater;
 
 constexpr milliseconds kHeartbeat{50};
@@ -57,10 +58,21 @@ class RouterPlumbingTest : public ::testing::Test {
     return workers_.back().get();
   }
 
+  ScriptedPrefillWorker* AddPrefillWorker(bool fail) {
+    prefill_workers_.push_back(std::make_unique<ScriptedPrefillWorker>(kScript[0], fail));
+    prefill_workers_.back()->Start();
+    heartbeaters_.push_back(std::make_unique<WorkerHeartbeater>(
+        GrpcAddress(), v1::WORKER_ROLE_PREFILL, prefill_workers_.back()->address(), kHeartbeat));
+    EXPECT_TRUE(heartbeaters_.back()->Register());
+    heartbeaters_.back()->Start();
+    return prefill_workers_.back().get();
+  }
+
   void TearDown() override {
     heartbeaters_.clear();
     if (router_) router_->Shutdown();
     workers_.clear();
+    prefill_workers_.clear();
   }
 
   std::string GrpcAddress() const {
@@ -113,6 +125,7 @@ class RouterPlumbingTest : public ::testing::Test {
   ByteTextCodec codec_;
   std::unique_ptr<RouterApp> router_;
   std::vector<std::unique_ptr<ScriptedDecodeWorker>> workers_;
+  std::vector<std::unique_ptr<ScriptedPrefillWorker>> prefill_workers_;
   std::vector<std::unique_ptr<WorkerHeartbeater>> heartbeaters_;
 };
 
@@ -358,6 +371,71 @@ TEST_F(RouterPlumbingTest, ClientDisconnectCancelsDownstream) {
     std::this_thread::sleep_for(milliseconds(20));
   }
   EXPECT_EQ(router_->metrics().in_flight().Value(), 0);
+}
+
+TEST_F(RouterPlumbingTest, DisaggregatedReservePrefillThenDecode) {
+  StartRouter();
+  ScriptedDecodeWorker* decode = AddWorker();
+  ScriptedPrefillWorker* prefill = AddPrefillWorker(/*fail=*/false);
+  auto events = PostSse("/v1/completions",
+                        R"({"prompt": "hi", "max_tokens": 100, "stream": true,
+                            "stream_options": {"include_usage": true}})");
+  ASSERT_GE(events.size(), 3u);
+  std::string text;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    text += json::parse(events[i])["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, kScript);
+  EXPECT_EQ(json::parse(events[events.size() - 2])["usage"]["completion_tokens"], 14);
+
+  auto reserves = decode->reserves();
+  ASSERT_EQ(reserves.size(), 1u);
+  EXPECT_EQ(reserves[0].prompt_tokens(), 3u);
+  EXPECT_EQ(reserves[0].max_tokens(), 100u);
+  EXPECT_GT(reserves[0].lease_ms(), 0u);
+  auto prefills = prefill->seen();
+  ASSERT_EQ(prefills.size(), 1u);
+  EXPECT_EQ(prefills[0].reservation_id(), "res-1");
+  EXPECT_EQ(prefills[0].transfer_descriptor(), "descriptor");
+  EXPECT_EQ(prefills[0].decode_address(), decode->address());
+  EXPECT_EQ(prefills[0].prompt_token_ids_size(), 3);
+  EXPECT_EQ(prefills[0].context().request_id(), reserves[0].context().request_id());
+  const v1::WorkerGenerateRequest generate = decode->seen()[0].request;
+  EXPECT_EQ(generate.reservation_id(), "res-1");
+  ASSERT_EQ(generate.generated_token_ids_size(), 1);
+  EXPECT_EQ(generate.generated_token_ids(0), 'H' + 3u);
+}
+
+TEST_F(RouterPlumbingTest, FailedPrefillReleasesAndFallsBackToColocated) {
+  StartRouter();
+  ScriptedDecodeWorker* decode = AddWorker();
+  ScriptedPrefillWorker* prefill = AddPrefillWorker(/*fail=*/true);
+  auto res = Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 5})");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["text"], "Hello");
+  EXPECT_EQ(prefill->seen().size(), 1u);
+  EXPECT_TRUE(decode->WaitFor([](ScriptedDecodeWorker& w) { return w.releases_locked() == 1; }));
+  const v1::WorkerGenerateRequest generate = decode->seen()[0].request;
+  EXPECT_EQ(generate.reservation_id(), "");
+  EXPECT_EQ(generate.generated_token_ids_size(), 0);
+}
+
+TEST_F(RouterPlumbingTest, ShortPromptsStayColocated) {
+  RouterOptions o;
+  o.model_name = "tiny";
+  o.max_model_len = 128;
+  o.heartbeat_interval = kHeartbeat;
+  o.disagg_min_prompt_tokens = 10;
+  router_ = std::make_unique<RouterApp>(o, &codec_);
+  ASSERT_TRUE(router_->Start().ok());
+  ScriptedDecodeWorker* decode = AddWorker();
+  ScriptedPrefillWorker* prefill = AddPrefillWorker(/*fail=*/false);
+  ASSERT_EQ(Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 3})")->status, 200);
+  EXPECT_EQ(prefill->seen().size(), 0u);
+  ASSERT_EQ(Post("/v1/completions", R"({"prompt": "a longer prompt", "max_tokens": 3})")->status,
+            200);
+  EXPECT_EQ(prefill->seen().size(), 1u);
+  EXPECT_EQ(decode->requests(), 2u);
 }
 
 class GrpcClient {

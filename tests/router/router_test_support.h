@@ -110,8 +110,9 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
     }
     cv_.notify_all();
     const uint32_t max_tokens = request->sampling().max_tokens();
-    uint32_t sent = 0;
-    size_t pos = 0;
+    // After a disaggregated prefill the first token(s) already went out: continue after them.
+    uint32_t sent = static_cast<uint32_t>(request->generated_token_ids_size());
+    size_t pos = sent;
     bool cancelled = false;
     v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
     while (finish == v1::FINISH_REASON_UNSPECIFIED) {
@@ -161,6 +162,29 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Reserve(grpc::ServerContext*, const v1::ReserveRequest* request,
+                       v1::ReserveResponse* response) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    reserves_.push_back(*request);
+    response->set_reservation_id("res-" + std::to_string(reserves_.size()));
+    response->set_transfer_descriptor("descriptor");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
+                       v1::ReleaseResponse*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    releases_.push_back(request->reservation_id());
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  std::vector<v1::ReserveRequest> reserves() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reserves_;
+  }
+  size_t releases_locked() const { return releases_.size(); }
+
   std::vector<SeenRequest> seen() {
     std::lock_guard<std::mutex> lock(mu_);
     return seen_;
@@ -194,7 +218,80 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
   std::condition_variable cv_;
   std::vector<SeenRequest> seen_;
   std::vector<std::string> cancel_rpcs_;
+  std::vector<v1::ReserveRequest> reserves_;
+  std::vector<std::string> releases_;
   int active_ = 0;
+};
+
+// A PrefillWorker that "prefills" by answering ADMITTED, LAYER_SENT and COMPLETED with the
+// script's first byte as the first token, or FAILED when told to fail. No KV moves: the
+// scripted decode worker continues from generated_token_ids.
+class ScriptedPrefillWorker final : public v1::PrefillWorker::Service {
+ public:
+  ScriptedPrefillWorker(char first_byte, bool fail) : first_byte_(first_byte), fail_(fail) {}
+  ~ScriptedPrefillWorker() override { Stop(); }
+
+  void Start() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+  }
+  void Stop() {
+    if (server_) {
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+      server_.reset();
+    }
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  grpc::Status Prefill(grpc::ServerContext*, const v1::PrefillRequest* request,
+                       grpc::ServerWriter<v1::PrefillProgress>* writer) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seen_.push_back(*request);
+    }
+    v1::PrefillProgress p;
+    p.set_stage(v1::PrefillProgress::STAGE_ADMITTED);
+    writer->Write(p);
+    if (fail_) {
+      p.set_stage(v1::PrefillProgress::STAGE_FAILED);
+      p.set_error("scripted failure");
+      writer->Write(p);
+      return grpc::Status::OK;
+    }
+    p.set_stage(v1::PrefillProgress::STAGE_LAYER_SENT);
+    p.set_layers_sent(1);
+    writer->Write(p);
+    p.set_stage(v1::PrefillProgress::STAGE_COMPLETED);
+    p.set_first_token_id(static_cast<unsigned char>(first_byte_) + kByteOffset);
+    writer->Write(p);
+    return grpc::Status::OK;
+  }
+  grpc::Status Cancel(grpc::ServerContext*, const v1::CancelRequest* request,
+                      v1::CancelResponse*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(request->request_id());
+    return grpc::Status::OK;
+  }
+
+  std::vector<v1::PrefillRequest> seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+  size_t cancels() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancels_.size();
+  }
+
+ private:
+  char first_byte_;
+  bool fail_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mu_;
+  std::vector<v1::PrefillRequest> seen_;
+  std::vector<std::string> cancels_;
 };
 
 // Registers a worker address with the router and heartbeats until stopped (a stopped
