@@ -250,6 +250,7 @@ StatusOr<Element> Translator::ReadClass(size_t* pos, size_t end) {
 }
 
 StatusOr<std::optional<Element>> Translator::ReadAtom(size_t* pos, size_t end) {
+  if (*pos >= end) return std::optional<Element>();
   const char c = pattern_[*pos];
   switch (c) {
     case '\\': {

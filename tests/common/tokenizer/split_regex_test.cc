@@ -1,5 +1,6 @@
 #include "common/tokenizer/split_regex.h"
 
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,6 +104,42 @@ TEST(SplitRegexTest, MalformedPatternsAreErrors) {
   for (const char* pattern : {"(a", "a)", "[abc", "\\", "[z-a]", "a{3,1}", "\\p{NoSuchClass}"}) {
     EXPECT_FALSE(SplitRegex::Compile(pattern).ok()) << pattern;
   }
+}
+
+TEST(SplitRegexTest, RandomPatternsNeverCrashAndMatchesAreOrdered) {
+  // Whatever the pattern, Compile either fails cleanly or yields ordered, in-bounds,
+  // non-overlapping matches that start and end on character boundaries.
+  const std::string alphabet = "ab ()[]{}|*+?^$\\.-,:=!<>013sSdDwWpPN{}xé中";
+  const std::vector<std::string> texts = {"", "ab ba", "a  b\n\n", "013 xé中 aab", "   ", "{a}[b]"};
+  std::mt19937 rng(99);
+  int compiled = 0;
+  for (int i = 0; i < 4000; ++i) {
+    std::string pattern;
+    const int n = static_cast<int>(rng() % 10);
+    for (int j = 0; j < n; ++j) {
+      const size_t k = rng() % alphabet.size();
+      if ((static_cast<uint8_t>(alphabet[k]) & 0xC0) == 0x80) continue;  // keep UTF-8 whole
+      pattern += alphabet.substr(k, (static_cast<uint8_t>(alphabet[k]) < 0x80)   ? 1
+                                    : (static_cast<uint8_t>(alphabet[k]) < 0xE0) ? 2
+                                                                                 : 3);
+    }
+    auto regex = SplitRegex::Compile(pattern);
+    if (!regex.ok()) continue;
+    ++compiled;
+    for (const std::string& text : texts) {
+      size_t previous_end = 0;
+      bool first = true;
+      for (const auto& [begin, end] : (*regex)->FindAll(text)) {
+        ASSERT_LE(begin, end) << pattern;
+        ASSERT_LE(end, text.size()) << pattern;
+        ASSERT_TRUE(first || begin >= previous_end) << pattern;
+        ASSERT_TRUE(begin == text.size() || (static_cast<uint8_t>(text[begin]) & 0xC0) != 0x80);
+        previous_end = end;
+        first = false;
+      }
+    }
+  }
+  EXPECT_GT(compiled, 500);
 }
 
 }  // namespace

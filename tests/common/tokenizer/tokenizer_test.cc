@@ -222,6 +222,26 @@ TEST(TokenizerTest, RoundTripsRandomUnicode) {
   }
 }
 
+TEST(TokenizerTest, RandomBytesEitherRoundTripOrFailCleanly) {
+  auto t = Make();
+  std::mt19937 rng(4321);
+  int rejected = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes(rng() % 16, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng() % 4 == 0 ? rng() % 256 : 'a' + rng() % 3);
+    auto ids = t->Encode(bytes);
+    if (FindInvalidUtf8(bytes)) {
+      ASSERT_FALSE(ids.ok());
+      ASSERT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+      ++rejected;
+    } else {
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      ASSERT_EQ(t->Decode(*ids), bytes);
+    }
+  }
+  EXPECT_GT(rejected, 100);
+}
+
 TEST(TokenizerTest, LongRunsRoundTrip) {
   auto t = Make();
   for (const std::string& text :
