@@ -1,5 +1,7 @@
 #include "router/http_server.h"
 
+#include <sys/socket.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -122,6 +124,14 @@ Status HttpServer::Start() {
       res.set_content(e.what(), "text/plain");
     }
   });
+  // httplib listens with a backlog of 5, which drops connections when many clients connect at
+  // once (a benchmark's burst); remember the socket and listen again with a deep backlog.
+  int listen_fd = -1;
+  server_->set_socket_options([&listen_fd](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd = sock;
+  });
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
   } else {
@@ -131,6 +141,7 @@ Status HttpServer::Start() {
     return absl::UnavailableError(
         absl::StrCat("cannot bind HTTP ", options_.host, ":", options_.port));
   }
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return absl::OkStatus();
 }

@@ -305,6 +305,28 @@ TEST_F(RouterPlumbingTest, FullRouterAnswers429) {
   EXPECT_EQ(Post("/v1/completions", slow)->status, 200);  // slots come back
 }
 
+TEST_F(RouterPlumbingTest, SixtyFourConcurrentStreamsAllComplete) {
+  StartRouter(/*max_queue=*/128, /*max_model_len=*/128, SchedulingPolicy::kLeastLoaded);
+  ScriptedDecodeWorker* a = AddWorker(milliseconds(5));
+  ScriptedDecodeWorker* b = AddWorker(milliseconds(5));
+  std::vector<std::future<std::string>> results;
+  for (int i = 0; i < 64; ++i) {
+    results.push_back(std::async(std::launch::async, [&] {
+      std::string text;
+      auto events = PostSse("/v1/completions",
+                            R"({"prompt": "hi", "max_tokens": 100, "stream": true})");
+      for (size_t k = 0; k + 1 < events.size(); ++k) {
+        text += json::parse(events[k])["choices"][0]["text"].get<std::string>();
+      }
+      return events.empty() || events.back() != "[DONE]" ? std::string("no [DONE]") : text;
+    }));
+  }
+  for (auto& r : results) EXPECT_EQ(r.get(), kScript);
+  EXPECT_EQ(a->requests() + b->requests(), 64u);
+  EXPECT_GT(a->requests(), 16u);  // least_loaded spreads the burst
+  EXPECT_GT(b->requests(), 16u);
+}
+
 TEST_F(RouterPlumbingTest, DeadWorkerGetsNoNewRequests) {
   StartRouter(16, 128, SchedulingPolicy::kRoundRobin);
   ScriptedDecodeWorker* a = AddWorker();
