@@ -2,6 +2,7 @@
 // always well-formed UTF-8. A token may end in the middle of a multi-byte character (byte-level
 // BPE splits emoji and CJK freely), so bytes of an incomplete character are held back until
 // the next token completes it. The concatenated deltas plus Flush() equal Decode() of all ids.
+// One instance per stream; not thread-safe (the Tokenizer it reads is).
 #pragma once
 
 #include <cstdint>

@@ -11,6 +11,11 @@
 // symbols becomes its bytes, any other token its UTF-8 content), then ill-formed UTF-8 is
 // replaced by U+FFFD. Ids outside the vocabulary are skipped, as HF does.
 //
+// Loading is strict: an unsupported normalizer, decoder, model option or regex construct is an
+// error naming it, and so is a vocabulary without all 256 byte symbols. The post_processor is
+// ignored (BOS is added by Encode's add_bos). vocab_size() is the tokenizer's; a model config
+// may pad its embedding beyond it (DeepSeek-V4: 129280).
+//
 // A Tokenizer is immutable after loading and safe to use from many threads.
 #pragma once
 

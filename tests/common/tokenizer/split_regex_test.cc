@@ -89,6 +89,19 @@ TEST(SplitRegexTest, DeepSeekMainPattern) {
   EXPECT_EQ(Matches(p, "a   "), (Strings{"a", "   "}));
 }
 
+TEST(SplitRegexTest, Llama3StylePattern) {
+  // Another common tokenizer.json Split pattern (case-insensitive contractions, digit triples);
+  // expectations checked with Python's `regex` module.
+  const char* p =
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  EXPECT_EQ(
+      Matches(p, "I'LL go  now\n\n  ok 12345!!\n"),
+      (Strings{"I", "'LL", " go", " ", " now", "\n\n", " ", " ok", " ", "123", "45", "!!\n"}));
+  EXPECT_EQ(Matches(p, "  tabs\t\tand\u3000ideographic"),
+            (Strings{" ", " tabs", "\t", "\tand", "\u3000ideographic"}));
+}
+
 TEST(SplitRegexTest, UnsupportedConstructsAreErrorsNamingThePattern) {
   for (const char* pattern :
        {"(a)\\1", "a++", "(?>a)", "(?<=a)b", "(?<!a)b", "[[:alpha:]]", "[a-z&&[^x]]", "a\\Z",
