@@ -121,13 +121,14 @@ std::vector<int32_t> IndexerTopK(const ModelDims& d, const AttentionProjections&
   const float* w = p.index_w.data() + row * ih;
   for (int64_t j = 0; j < eligible; ++j) {
     const float* k = keys.Row(j);
-    float total = 0.0f;
+    // Double accumulation keeps the top-k decision as close to exact arithmetic as possible.
+    double total = 0.0;
     for (int64_t h = 0; h < ih; ++h) {
-      float dot = 0.0f;
-      for (int64_t c = 0; c < id; ++c) dot += q[h * id + c] * k[c];
-      total += std::max(dot, 0.0f) * w[h];
+      double dot = 0.0;
+      for (int64_t c = 0; c < id; ++c) dot += static_cast<double>(q[h * id + c]) * k[c];
+      total += std::max(static_cast<float>(dot), 0.0f) * w[h];
     }
-    scores[j] = total;
+    scores[j] = static_cast<float>(total);
   }
   return kc::TopK(scores, std::min(d.index_topk, eligible));
 }
@@ -138,28 +139,31 @@ void AttendOneQuery(const ModelDims& d, const float* q, const std::vector<const 
                     const float* sink, float* out) {
   const int64_t hd = d.head_dim, n = static_cast<int64_t>(keys.size());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  // Scores, softmax and the weighted sum accumulate in double: the output feeds FP8-simulated
+  // values downstream, so staying near exact arithmetic avoids spurious rounding flips.
   std::vector<float> s(n);
+  std::vector<double> acc(hd);
   for (int64_t h = 0; h < d.heads; ++h) {
     const float* qh = q + h * hd;
     float max_score = -std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < n; ++i) {
-      float dot = 0.0f;
-      for (int64_t c = 0; c < hd; ++c) dot += qh[c] * keys[i][c];
-      s[i] = dot * scale;
+      double dot = 0.0;
+      for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qh[c]) * keys[i][c];
+      s[i] = static_cast<float>(dot) * scale;
       max_score = std::max(max_score, s[i]);
     }
-    float denom = 0.0f;
+    double denom = 0.0;
     for (int64_t i = 0; i < n; ++i) {
       s[i] = std::exp(s[i] - max_score);
       denom += s[i];
     }
     denom += std::exp(sink[h] - max_score);
-    float* oh = out + h * hd;
-    std::fill(oh, oh + hd, 0.0f);
+    std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t i = 0; i < n; ++i) {
-      for (int64_t c = 0; c < hd; ++c) oh[c] += s[i] * keys[i][c];
+      for (int64_t c = 0; c < hd; ++c) acc[c] += static_cast<double>(s[i]) * keys[i][c];
     }
-    for (int64_t c = 0; c < hd; ++c) oh[c] /= denom;
+    float* oh = out + h * hd;
+    for (int64_t c = 0; c < hd; ++c) oh[c] = static_cast<float>(acc[c] / denom);
   }
 }
 

@@ -38,15 +38,14 @@ void PoolEntry(const CompressorWeights& w, const PagedRows& token_rows, int64_t 
       kv[s] = rows[s] ? rows[s][channel_offset[s] + ch] : 0.0f;
       max_score = std::max(max_score, score[s]);
     }
-    float sum = 0.0f;
+    double sum = 0.0;
     for (int64_t s = 0; s < slots; ++s) {
       score[s] = std::exp(score[s] - max_score);
       sum += score[s];
     }
-    const float inv = 1.0f / sum;
-    float acc = 0.0f;
-    for (int64_t s = 0; s < slots; ++s) acc += kv[s] * (score[s] * inv);
-    out[ch] = acc;
+    double acc = 0.0;
+    for (int64_t s = 0; s < slots; ++s) acc += static_cast<double>(kv[s]) * score[s];
+    out[ch] = static_cast<float>(acc / sum);
   }
 }
 

@@ -24,12 +24,12 @@ std::vector<float> HcMixes(const ModelDims& d, const HyperConnectionWeights& w,
   return mixes;
 }
 
-// y = sum_j weight_j * stream_j, accumulated in stream order.
+// y = sum_j weight_j * stream_j (double accumulation, one rounding).
 void WeightedStreamSum(const ModelDims& d, const float* weights, const float* streams, float* y) {
-  for (int64_t i = 0; i < d.dim; ++i) y[i] = weights[0] * streams[i];
-  for (int64_t j = 1; j < d.hc; ++j) {
-    const float* s = streams + j * d.dim;
-    for (int64_t i = 0; i < d.dim; ++i) y[i] += weights[j] * s[i];
+  for (int64_t i = 0; i < d.dim; ++i) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < d.hc; ++j) acc += static_cast<double>(weights[j]) * streams[j * d.dim + i];
+    y[i] = static_cast<float>(acc);
   }
 }
 
@@ -57,7 +57,7 @@ void HcPost(const ModelDims& d, const HcMix& mix, const std::vector<float>& f,
             std::vector<float>& streams, int64_t rows) {
   const int64_t hc = d.hc, dim = d.dim;
   std::vector<float> residual(hc * dim);
-  std::vector<float> acc(dim);
+  std::vector<double> acc(dim);
   for (int64_t r = 0; r < rows; ++r) {
     float* x = streams.data() + r * hc * dim;
     std::copy(x, x + hc * dim, residual.begin());
@@ -65,15 +65,15 @@ void HcPost(const ModelDims& d, const HcMix& mix, const std::vector<float>& f,
     const float* post = mix.post.data() + r * hc;
     const float* fr = f.data() + r * dim;
     for (int64_t k = 0; k < hc; ++k) {
-      // sum over the source stream j of comb[j, k] * residual_j, then + post_k * f.
-      for (int64_t i = 0; i < dim; ++i) acc[i] = comb[k] * residual[i];
-      for (int64_t j = 1; j < hc; ++j) {
-        const float c = comb[j * hc + k];
+      // post_k * f + sum over the source stream j of comb[j, k] * residual_j, in double.
+      for (int64_t i = 0; i < dim; ++i) acc[i] = static_cast<double>(post[k]) * fr[i];
+      for (int64_t j = 0; j < hc; ++j) {
+        const double c = comb[j * hc + k];
         const float* res = residual.data() + j * dim;
         for (int64_t i = 0; i < dim; ++i) acc[i] += c * res[i];
       }
       float* out = x + k * dim;
-      for (int64_t i = 0; i < dim; ++i) out[i] = post[k] * fr[i] + acc[i];
+      for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<float>(acc[i]);
     }
   }
 }

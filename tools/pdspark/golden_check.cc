@@ -24,6 +24,7 @@ class ErrorMeter {
  public:
   explicit ErrorMeter(int64_t width) : width_(width) {}
   void AddRow(const float* ours, const float* ref) {
+    kept_.insert(kept_.end(), ours, ours + width_);
     double max_diff = 0, max_ref = 0;
     int64_t a_ours = 0, a_ref = 0;
     for (int64_t i = 0; i < width_; ++i) {
@@ -47,8 +48,10 @@ class ErrorMeter {
   int64_t worst_row() const { return worst_row_; }
   int64_t rows() const { return rows_; }
   int64_t argmax_mismatches() const { return argmax_mismatches_; }
+  const std::vector<float>& kept() const { return kept_; }
 
  private:
+  std::vector<float> kept_;
   int64_t width_;
   double global_diff_ = 0, global_ref_ = 0, worst_row_err_ = 0;
   int64_t worst_row_ = -1, rows_ = 0, argmax_mismatches_ = 0;
@@ -94,8 +97,16 @@ void ReportBlockIo(const Model& model, const std::string& label, const std::vect
   }
 }
 
+std::string g_dump_dir;
+
 GoldenRunResult Summarise(const std::string& name, const ErrorMeter& logits,
                           const ErrorMeter* hidden) {
+  if (!g_dump_dir.empty()) {
+    if (FILE* f = std::fopen((g_dump_dir + "/" + name + ".f32").c_str(), "wb")) {
+      std::fwrite(logits.kept().data(), sizeof(float), logits.kept().size(), f);
+      std::fclose(f);
+    }
+  }
   GoldenRunResult r;
   r.name = name;
   r.max_rel_err = logits.Error();
@@ -195,6 +206,8 @@ StatusOr<GoldenRunResult> ReplayLockstep(Model& model, const Golden& golden, boo
   for (int64_t b = 0; b < batch; ++b) seqs.push_back(model.NewSequence());
   StepOptions options;
   options.features = true;
+  options.block_io = !g_dump_dir.empty();
+  std::vector<float> block_io_dump;
 
   auto compare = [&](const StepOutput& out, int64_t pos, int64_t count) {
     for (int64_t b = 0; b < batch; ++b) {
@@ -231,6 +244,13 @@ StatusOr<GoldenRunResult> ReplayLockstep(Model& model, const Golden& golden, boo
     }
     ASSIGN_OR_RETURN(StepOutput o, model.Step(inputs, options));
     compare(o, p, 1);
+    block_io_dump.insert(block_io_dump.end(), o.block_io.begin(), o.block_io.end());
+  }
+  if (!g_dump_dir.empty()) {
+    if (FILE* f = std::fopen((g_dump_dir + "/lockstep_decode_block_io.f32").c_str(), "wb")) {
+      std::fwrite(block_io_dump.data(), sizeof(float), block_io_dump.size(), f);
+      std::fclose(f);
+    }
   }
   if (verbose) {
     std::fprintf(stderr, "lockstep: worst_row=%ld (%.3g)\n", static_cast<long>(logits.worst_row()),
@@ -246,6 +266,7 @@ StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& 
   model_options.show_progress = false;
   ASSIGN_OR_RETURN(auto model, Model::Load(options.dir, model_options));
   ASSIGN_OR_RETURN(Golden golden, Golden::Open(options.dir));
+  g_dump_dir = options.dump_dir;
   std::vector<GoldenRunResult> results;
   auto wanted = [&](const std::string& run) {
     return options.runs.empty() ||

@@ -25,7 +25,8 @@ struct GoldenCheckOptions {
   std::string dir;
   double tolerance = 1e-4;
   bool verbose = false;  // per-step, per-row and per-block diagnostics
-  std::vector<std::string> runs;  // empty: every recorded run (prompt0, prompt1, lockstep)
+  std::vector<std::string> runs;
+  std::string dump_dir;  // when set: our compared logits per run as raw fp32 <dir>/<run>.f32  // empty: every recorded run (prompt0, prompt1, lockstep)
 };
 
 StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& options);

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
       ->required();
   golden_cmd->add_option("--tolerance", golden.tolerance, "max allowed max_rel_err");
   golden_cmd->add_flag("--verbose", golden.verbose, "per-step and per-block diagnostics");
+  golden_cmd->add_option("--dump", golden.dump_dir, "write our logits per run to DIR/<run>.f32");
   golden_cmd->add_option("--runs", golden.runs, "runs to replay (default: all)")->delimiter(',');
 
   pdspark::tools::GenerateOptions gen;
