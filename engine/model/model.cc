@@ -79,7 +79,9 @@ Model::Model(config::ModelConfig config, ModelWeights weights, const ModelOption
       weights_(std::move(weights)),
       layout_(BuildCacheLayout(config_, options.max_rollback_tokens)),
       pools_(options.cache_block_rows) {
-  for (int64_t l = 0; l < dims_.layers; ++l) rope_.push_back(LayerRope(config_, l, dims_.max_positions));
+  // Tables cover the first 64k positions; later positions are computed on the fly.
+  const int64_t table_positions = std::min<int64_t>(dims_.max_positions, 65536);
+  for (int64_t l = 0; l < dims_.layers; ++l) rope_.push_back(LayerRope(config_, l, table_positions));
   feature_layers_ = options.feature_layers.empty() ? DefaultFeatureLayers(config_)
                                                    : options.feature_layers;
 }

@@ -45,9 +45,12 @@ float MeanSquare(const float* x, int64_t n);
 void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps, float* y);
 
 // ---- RoPE (interleaved pairs) ------------------------------------------------------------
-// Per-layer rotary table: cos/sin[position][i] for i < rope_dim/2.
+// Per-layer rotary table: cos/sin[position][i] for i < rope_dim/2 up to `max_positions`;
+// positions past the table are computed on the fly with the same arithmetic (so a 1M-token
+// context does not need a 1M-row table).
 struct RopeTable {
   int64_t rope_dim = 0;
+  std::vector<float> freqs;  // [rope_dim/2], YaRN-corrected
   std::vector<float> cos;
   std::vector<float> sin;
   int64_t max_positions() const { return rope_dim ? static_cast<int64_t>(cos.size()) / (rope_dim / 2) : 0; }

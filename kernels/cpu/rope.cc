@@ -41,6 +41,7 @@ RopeTable BuildRopeTable(int64_t rope_dim, int64_t max_positions, int64_t origin
   }
   RopeTable table;
   table.rope_dim = rope_dim;
+  table.freqs = freqs;
   table.cos.resize(max_positions * half);
   table.sin.resize(max_positions * half);
   for (int64_t t = 0; t < max_positions; ++t) {
@@ -55,8 +56,22 @@ RopeTable BuildRopeTable(int64_t rope_dim, int64_t max_positions, int64_t origin
 
 void ApplyRope(const RopeTable& table, int64_t position, bool inverse, float* x) {
   const int64_t half = table.rope_dim / 2;
-  const float* c = table.cos.data() + position * half;
-  const float* s = table.sin.data() + position * half;
+  std::vector<float> computed;
+  const float* c;
+  const float* s;
+  if (position < table.max_positions()) {
+    c = table.cos.data() + position * half;
+    s = table.sin.data() + position * half;
+  } else {
+    computed.resize(2 * half);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(position) * table.freqs[i];
+      computed[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      computed[half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+    c = computed.data();
+    s = computed.data() + half;
+  }
   for (int64_t i = 0; i < half; ++i) {
     const float re = x[2 * i];
     const float im = x[2 * i + 1];

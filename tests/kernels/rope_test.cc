@@ -47,5 +47,15 @@ TEST(Rope, YarnRampForV4Flash) {
   EXPECT_NEAR(angle(yarn, 20), angle(plain, 20) * (0.5 + 0.5 / factor), 1e-9);
 }
 
+TEST(Rope, PositionsPastTheTableMatchTheTable) {
+  const RopeTable big = BuildRopeTable(64, 300, 65536, 160000.0, 16.0, 32, 1);
+  const RopeTable small = BuildRopeTable(64, 10, 65536, 160000.0, 16.0, 32, 1);
+  std::vector<float> a(64), b(64);
+  for (int i = 0; i < 64; ++i) a[i] = b[i] = 0.1f * i - 3.0f;
+  ApplyRope(big, 257, false, a.data());
+  ApplyRope(small, 257, false, b.data());
+  EXPECT_EQ(a, b);
+}
+
 }  // namespace
 }  // namespace pdspark::kernels::cpu
