@@ -99,13 +99,13 @@ class SplitStep : public PreTokenizerStep {
   SplitStep(std::unique_ptr<SplitRegex> regex, Behavior behavior, bool invert)
       : regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
 
-  void Apply(std::string_view piece, std::vector<std::string>* out) const override {
+  void Apply(std::string_view piece, PieceBuffer* out) const override {
     std::vector<Span> spans = MatchesAndGaps(regex_->FindAll(piece), piece.size());
     if (invert_) {
       for (Span& s : spans) s.is_match = !s.is_match;
     }
     for (const Span& s : ApplyBehavior(std::move(spans), behavior_)) {
-      if (s.end > s.begin) out->emplace_back(piece.substr(s.begin, s.end - s.begin));
+      if (s.end > s.begin) out->pieces.push_back(piece.substr(s.begin, s.end - s.begin));
     }
   }
 
@@ -120,19 +120,23 @@ class ByteLevelStep : public PreTokenizerStep {
   ByteLevelStep(bool add_prefix_space, std::unique_ptr<SplitRegex> gpt2)
       : add_prefix_space_(add_prefix_space), gpt2_(std::move(gpt2)) {}
 
-  void Apply(std::string_view piece, std::vector<std::string>* out) const override {
+  void Apply(std::string_view piece, PieceBuffer* out) const override {
     std::string prefixed;
     if (add_prefix_space_ && (piece.empty() || piece[0] != ' ')) {
       prefixed = absl::StrCat(" ", Sv(piece));
       piece = prefixed;
     }
+    auto emit = [out](std::string_view bytes) {
+      out->storage.push_back(BytesToSymbols(bytes));
+      out->pieces.push_back(out->storage.back());
+    };
     if (!gpt2_) {
-      out->push_back(BytesToSymbols(piece));
+      emit(piece);
       return;
     }
     std::vector<Span> spans = MatchesAndGaps(gpt2_->FindAll(piece), piece.size());
     for (const Span& s : spans) {
-      if (s.end > s.begin) out->push_back(BytesToSymbols(piece.substr(s.begin, s.end - s.begin)));
+      if (s.end > s.begin) emit(piece.substr(s.begin, s.end - s.begin));
     }
   }
 
@@ -215,16 +219,21 @@ Status PreTokenizer::AddSteps(const json& config) {
   return absl::UnimplementedError(absl::StrCat("unsupported pre_tokenizer type '", type, "'"));
 }
 
-std::vector<std::string> PreTokenizer::PreTokenize(std::string_view text) const {
-  std::vector<std::string> pieces;
-  if (!text.empty()) pieces.emplace_back(text);
+void PreTokenizer::PreTokenizeInto(std::string_view text, PieceBuffer* buffer) const {
+  buffer->pieces.clear();
+  if (!text.empty()) buffer->pieces.push_back(text);
+  std::vector<std::string_view> current;
   for (const auto& step : steps_) {
-    std::vector<std::string> next;
-    next.reserve(pieces.size() * 2);
-    for (const std::string& piece : pieces) step->Apply(piece, &next);
-    pieces = std::move(next);
+    current.swap(buffer->pieces);
+    buffer->pieces.clear();
+    for (const std::string_view piece : current) step->Apply(piece, buffer);
   }
-  return pieces;
+}
+
+std::vector<std::string> PreTokenizer::PreTokenize(std::string_view text) const {
+  PieceBuffer buffer;
+  PreTokenizeInto(text, &buffer);
+  return {buffer.pieces.begin(), buffer.pieces.end()};
 }
 
 }  // namespace pdspark::tokenizer

@@ -5,6 +5,7 @@
 // ByteLevel (maps bytes to GPT-2 symbols; optional prefix space and GPT-2 regex) and Digits.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,12 +16,19 @@
 
 namespace pdspark::tokenizer {
 
+// Pieces as views; text a step creates (ByteLevel's symbols) lives in `storage`, whose
+// elements never move, so splitting steps only slice views and copy nothing.
+struct PieceBuffer {
+  std::deque<std::string> storage;
+  std::vector<std::string_view> pieces;
+};
+
 // One stage of the pipeline.
 class PreTokenizerStep {
  public:
   virtual ~PreTokenizerStep() = default;
-  // Appends the non-empty pieces `piece` splits into.
-  virtual void Apply(std::string_view piece, std::vector<std::string>* out) const = 0;
+  // Appends the non-empty pieces `piece` splits into to out->pieces.
+  virtual void Apply(std::string_view piece, PieceBuffer* out) const = 0;
 };
 
 class PreTokenizer {
@@ -30,6 +38,9 @@ class PreTokenizer {
 
   // Splits `text` into pieces; with a ByteLevel step they are in GPT-2 symbol form.
   std::vector<std::string> PreTokenize(std::string_view text) const;
+
+  // As PreTokenize, into views valid while `buffer` and `text` live (the encoder's hot path).
+  void PreTokenizeInto(std::string_view text, PieceBuffer* buffer) const;
 
   // Whether some step maps bytes to GPT-2 symbols (required for byte-level BPE).
   bool byte_level() const { return byte_level_; }

@@ -201,7 +201,9 @@ StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add
 }
 
 Status Tokenizer::EncodeSegment(std::string_view text, std::vector<int32_t>* ids) const {
-  for (const std::string& piece : pre_tokenizer_->PreTokenize(text)) {
+  PieceBuffer buffer;
+  pre_tokenizer_->PreTokenizeInto(text, &buffer);
+  for (const std::string_view piece : buffer.pieces) {
     RETURN_IF_ERROR(model_->EncodeWord(piece, ids));
   }
   return absl::OkStatus();
