@@ -74,6 +74,28 @@ TEST_F(ModelTest, TruncateThenRedecodeGivesIdenticalLogits) {
   EXPECT_EQ(seq->num_tokens(), 36);
 }
 
+TEST_F(ModelTest, VerifyDraftThenRollbackMatchesPlainDecode) {
+  // DSpark-style round: verify gamma+1 = 5 tokens in one step, accept 2, roll back the rest,
+  // continue. Must equal decoding the accepted tokens one by one.
+  const std::span<const int32_t> prompt(kPrompt);
+  auto spec = model_->NewSequence(), plain = model_->NewSequence();
+  Run(spec.get(), prompt.subspan(0, 20));
+  Run(plain.get(), prompt.subspan(0, 20));
+  const std::vector<float> verify = Run(spec.get(), prompt.subspan(20, 5));
+  ASSERT_TRUE(spec->Truncate(22).ok());
+  const int64_t vocab = model_->dims().vocab;
+  std::vector<float> expected;
+  for (int i = 20; i < 23; ++i) {
+    const std::vector<float> one = Run(plain.get(), prompt.subspan(i, 1));
+    expected.insert(expected.end(), one.begin(), one.end());
+  }
+  const std::vector<float> next = Run(spec.get(), prompt.subspan(22, 1));
+  std::vector<float> got(verify.begin(), verify.begin() + 2 * vocab);
+  got.insert(got.end(), next.begin(), next.end());
+  EXPECT_LT(RelErr(got, expected), 1e-5);
+  EXPECT_EQ(spec->num_tokens(), plain->num_tokens());
+}
+
 TEST_F(ModelTest, SnapshotRestoreContinuesIdentically) {
   auto seq = model_->NewSequence();
   const std::span<const int32_t> prompt(kPrompt);
