@@ -52,7 +52,8 @@ struct StepOptions {
 struct StepOutput {
   // Row offsets of each input sequence in the flat token order (size = inputs + 1).
   std::vector<int64_t> row_offsets;
-  // kAllTokens: [total_tokens, vocab]; kLastTokenPerSequence: [num_sequences, vocab].
+  // kAllTokens: [total_tokens, vocab]; kLastTokenPerSequence: [sequences with >= 1 new token,
+  // vocab] in input order.
   std::vector<float> logits;
   std::vector<float> features;  // [total_tokens, feature_layers, dim]
   std::vector<float> block_io;  // [layers + 1, total_tokens, hc, dim]
