@@ -177,8 +177,11 @@ StatusOr<Element> Translator::ReadEscape(size_t* pos, size_t end, bool in_class)
     }
     case 'b':
       if (in_class) return lit('\b');
-      return Element{std::nullopt, "\\b", false};
+      // RE2's word boundary is ASCII-only, Oniguruma's is Unicode: refuse rather than differ.
+      return Error("word boundary \\b", start);
     case 'B':
+      if (in_class) return Error("\\B inside [...]", start);
+      return Error("word boundary \\B", start);
     case 'A':
     case 'z':
       if (in_class) return Error(absl::StrCat("\\", std::string(1, e), " inside [...]"), start);

@@ -24,8 +24,12 @@ StatusOr<std::unique_ptr<SplitRegex>> SplitRegex::Compile(std::string_view patte
     la.index = i;
     ASSIGN_OR_RETURN(la.items, ParseLookaheadSequence(alt.source, pattern));
     for (const LookaheadItem& item : la.items) {
-      ASSIGN_OR_RETURN(std::unique_ptr<CodePointSet> set, CodePointSet::Compile(item.atom_re2));
-      la.sets.push_back(std::move(set));
+      auto set = CodePointSet::Compile(item.atom_re2);
+      if (!set.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot compile Split pattern '",
+                                                       Sv(pattern), "': ", set.status().message()));
+      }
+      la.sets.push_back(std::move(set).value());
     }
     regex->lookahead_.push_back(std::move(la));
   }

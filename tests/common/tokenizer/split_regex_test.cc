@@ -103,9 +103,9 @@ TEST(SplitRegexTest, Llama3StylePattern) {
 }
 
 TEST(SplitRegexTest, UnsupportedConstructsAreErrorsNamingThePattern) {
-  for (const char* pattern :
-       {"(a)\\1", "a++", "(?>a)", "(?<=a)b", "(?<!a)b", "[[:alpha:]]", "[a-z&&[^x]]", "a\\Z",
-        "(?:a|b)(?!c)", "(a(?!b))", "\\Ka", "(?x) a", "\\s+(?!\\S\\S)"}) {
+  for (const char* pattern : {"(a)\\1", "a++", "(?>a)", "(?<=a)b", "(?<!a)b", "[[:alpha:]]",
+                              "[a-z&&[^x]]", "a\\Z", "(?:a|b)(?!c)", "(a(?!b))", "\\Ka", "(?x) a",
+                              "\\s+(?!\\S\\S)", "\\bword\\b", "a\\B", "\\p{NoSuchClass}+(?!x)"}) {
     auto regex = SplitRegex::Compile(pattern);
     ASSERT_FALSE(regex.ok()) << pattern;
     EXPECT_NE(std::string(regex.status().message()).find(pattern), std::string::npos)
