@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--grpc-port", options.grpc_port, "gRPC port, 0 = any free port")
       ->capture_default_str();
-  app.add_option("--policy", policy, "scheduling policy for both stages: round_robin, least_loaded")
+  app.add_option("--policy", policy, "scheduling policy for both stages: round_robin, least_loaded, kv_aware")
       ->capture_default_str();
   app.add_option("--prefill-policy", prefill_policy, "prefill policy (default: --policy)");
   app.add_option("--decode-policy", decode_policy, "decode policy (default: --policy)");

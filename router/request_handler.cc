@@ -173,7 +173,7 @@ std::variant<std::unique_ptr<AdmittedRequest>, ApiError> RequestHandler::Admit(
   };
 
   const std::string policy(SchedulingPolicyName(scheduler_->decode_policy()));
-  StatusOr<Assignment> assignment = scheduler_->Pick();
+  StatusOr<Assignment> assignment = scheduler_->Pick(input.prompt_ids);
   if (!assignment.ok()) {
     metrics_->SchedulingDecision(policy, "decode", "no_worker");
     metrics_->Rejected("no_worker");
@@ -243,7 +243,8 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
   // One retry on another worker, only when the first failed before producing any token (so the
   // client has seen nothing and the retry is invisible).
   if (!done && !RunAttempt(request, worker, reservation, *live, observer, state, outcome)) {
-    StatusOr<Assignment> other = scheduler_->Pick(worker.worker_id);
+    StatusOr<Assignment> other =
+        scheduler_->Pick(request.input_.prompt_ids, worker.worker_id);
     if (other.ok() && !live->IsCancelled()) {
       LOG_WARN("request retried request={} failed_worker={} new_worker={}", request.request_id_,
                worker.worker_id, other->decode.worker_id);

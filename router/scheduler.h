@@ -10,11 +10,24 @@
 #include <string_view>
 
 #include "common/base/status.h"
+#include "router/prefix_index.h"
 #include "router/worker_registry.h"
 
 namespace pdspark::router {
 
-enum class SchedulingPolicy { kRoundRobin, kLeastLoaded };
+// round_robin: rotate. least_loaded: fewest running + queued + just sent. kv_aware: fewest
+// uncached prompt tokens plus a per-request load cost, where "cached" is what the router sent
+// the worker before (PrefixIndex); when loads are far apart it falls back to least_loaded so a
+// popular prefix cannot pile everything onto one worker.
+enum class SchedulingPolicy { kRoundRobin, kLeastLoaded, kKvAware };
+
+struct KvAwareOptions {
+  // One request in flight costs as much as this many uncached prompt tokens.
+  uint32_t load_cost_tokens = 128;
+  // Imbalance guard: least_loaded when max - min load > abs and max > ratio * min.
+  uint32_t imbalance_abs = 32;
+  double imbalance_ratio = 1.5;
+};
 
 StatusOr<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name);
 std::string_view SchedulingPolicyName(SchedulingPolicy policy);
@@ -27,18 +40,31 @@ struct Assignment {
 class Scheduler {
  public:
   Scheduler(WorkerRegistry* registry, SchedulingPolicy prefill_policy,
-            SchedulingPolicy decode_policy);
+            SchedulingPolicy decode_policy, KvAwareOptions kv = {});
 
   // Unavailable when no healthy decode worker exists. `exclude` skips one decode worker (a
-  // retry after it failed). Notes the assignment in the registry.
-  StatusOr<Assignment> Pick(const std::string& exclude_decode = "");
+  // retry after it failed). Notes the assignment in the registry (and, for kv_aware, the
+  // prompt in the prefix index).
+  StatusOr<Assignment> Pick(const std::vector<uint32_t>& prompt = {},
+                            const std::string& exclude_decode = "");
+
+  const PrefixIndex& prefix_index() const { return index_; }
 
   SchedulingPolicy decode_policy() const { return decode_policy_; }
   SchedulingPolicy prefill_policy() const { return prefill_policy_; }
 
  private:
   std::optional<WorkerSnapshot> Choose(std::vector<WorkerSnapshot> candidates,
-                                       SchedulingPolicy policy, std::atomic<uint64_t>* cursor);
+                                       SchedulingPolicy policy, std::atomic<uint64_t>* cursor,
+                                       const std::vector<uint32_t>& prompt);
+  // Index of the best candidate under `cost` (lower wins; ties: more free cache, then rotation).
+  template <typename Cost>
+  size_t ArgMin(const std::vector<WorkerSnapshot>& candidates, uint64_t turn, Cost cost) const;
+  bool Imbalanced(const std::vector<WorkerSnapshot>& candidates) const;
+
+  KvAwareOptions kv_;
+  PrefixIndex index_;
+  std::atomic<uint64_t> picks_{0};
 
   WorkerRegistry* registry_;
   SchedulingPolicy prefill_policy_;

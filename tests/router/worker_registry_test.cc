@@ -3,6 +3,7 @@
 #include <set>
 
 #include "gtest/gtest.h"
+#include "router/prefix_index.h"
 #include "router/scheduler.h"
 
 namespace pdspark::router {
@@ -160,7 +161,83 @@ TEST_F(SchedulerTest, PicksPrefillWhenPresentAndExcludes) {
   auto a = s.Pick();
   ASSERT_TRUE(a->prefill.has_value());
   EXPECT_EQ(a->prefill->worker_id, p);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.Pick(d1)->decode.worker_id, d2);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.Pick({}, d1)->decode.worker_id, d2);
+}
+
+std::vector<uint32_t> Prompt(uint32_t seed, size_t n) {
+  std::vector<uint32_t> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = seed * 1000 + static_cast<uint32_t>(i);
+  return p;
+}
+
+TEST_F(SchedulerTest, KvAwareSendsSharedPrefixToTheSameWorker) {
+  std::string a = AddDecode("a:1"), b = AddDecode("b:1");
+  Scheduler s(&registry_, SchedulingPolicy::kKvAware, SchedulingPolicy::kKvAware);
+  auto idle = [&] {
+    registry_.Heartbeat(a, "inc-a:1", Load(0));
+    registry_.Heartbeat(b, "inc-b:1", Load(0));
+  };
+  std::vector<uint32_t> p = Prompt(1, 64);
+  const std::string first = s.Pick(p)->decode.worker_id;
+  for (int i = 0; i < 5; ++i) {
+    idle();
+    std::vector<uint32_t> longer = p;
+    longer.push_back(7 + i);  // same prefix, different tail
+    EXPECT_EQ(s.Pick(longer)->decode.worker_id, first);
+  }
+  EXPECT_EQ(s.prefix_index().OverlapTokens(first, p), 64u);
+  // Unrelated prompts rotate over equally loaded workers.
+  std::set<std::string> others;
+  for (uint32_t k = 2; k < 6; ++k) {
+    idle();
+    others.insert(s.Pick(Prompt(k, 64))->decode.worker_id);
+  }
+  EXPECT_EQ(others, (std::set<std::string>{a, b}));
+}
+
+TEST_F(SchedulerTest, KvAwareWeighsLoadAgainstOverlap) {
+  std::string a = AddDecode("a:1"), b = AddDecode("b:1");
+  Scheduler s(&registry_, SchedulingPolicy::kKvAware, SchedulingPolicy::kKvAware);
+  std::vector<uint32_t> shortp = Prompt(1, 64), longp = Prompt(2, 1024);
+  // Seed a's cache with both prompts (b drained meanwhile).
+  registry_.Drain(b);
+  ASSERT_EQ(s.Pick(shortp)->decode.worker_id, a);
+  ASSERT_EQ(s.Pick(longp)->decode.worker_id, a);
+  b = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "b:1", "inc-b:2"));
+  registry_.Heartbeat(a, "inc-a:1", Load(2));
+  registry_.Heartbeat(b, "inc-b:2", Load(0));
+  // 64 cached tokens are not worth two requests of load (2 x 128); 1024 are.
+  EXPECT_EQ(s.Pick(shortp)->decode.worker_id, b);
+  registry_.Heartbeat(a, "inc-a:1", Load(2));
+  registry_.Heartbeat(b, "inc-b:2", Load(0));
+  EXPECT_EQ(s.Pick(longp)->decode.worker_id, a);
+}
+
+TEST_F(SchedulerTest, KvAwareImbalanceGuardFallsBackToLeastLoaded) {
+  std::string a = AddDecode("a:1"), b = AddDecode("b:1");
+  Scheduler s(&registry_, SchedulingPolicy::kKvAware, SchedulingPolicy::kKvAware);
+  std::vector<uint32_t> p = Prompt(1, 4096);
+  registry_.Drain(b);
+  ASSERT_EQ(s.Pick(p)->decode.worker_id, a);
+  b = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "b:1", "inc-b:2"));
+  registry_.Heartbeat(a, "inc-a:1", Load(100));
+  registry_.Heartbeat(b, "inc-b:2", Load(10));
+  EXPECT_EQ(s.Pick(p)->decode.worker_id, b);  // 4096 cached tokens, but a is swamped
+}
+
+TEST(PrefixIndexTest, CountsLeadingWholeBlocksAndEvicts) {
+  PrefixIndex index(/*block_tokens=*/4, /*max_blocks_per_worker=*/3);
+  std::vector<uint32_t> p = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  EXPECT_EQ(index.OverlapTokens("w", p), 0u);
+  index.Record("w", p);
+  EXPECT_EQ(index.OverlapTokens("w", p), 8u);  // two whole blocks
+  EXPECT_EQ(index.OverlapTokens("w", {1, 2, 3, 4, 0, 0, 0, 0}), 4u);
+  EXPECT_EQ(index.OverlapTokens("w", {0, 2, 3, 4, 5, 6, 7, 8}), 0u);  // chained: prefix matters
+  EXPECT_EQ(index.OverlapTokens("other", p), 0u);
+  index.Record("w", {9, 9, 9, 9, 8, 8, 8, 8});  // 4 blocks > cap 3: the oldest goes
+  EXPECT_EQ(index.OverlapTokens("w", p), 0u);
+  index.Retain({});
+  EXPECT_EQ(index.OverlapTokens("w", {9, 9, 9, 9}), 0u);
 }
 
 }  // namespace
