@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <map>
 
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "common/safetensors/safetensors.h"
 #include "engine/model/model.h"
 
@@ -261,6 +264,19 @@ StatusOr<GoldenRunResult> ReplayLockstep(Model& model, const Golden& golden, boo
 
 }  // namespace
 
+// The largest fp32-vs-fp64 per-row error golden.json records for the run's logits tensors.
+static double ReferenceNoise(const std::string& dir, const std::string& run) {
+  std::ifstream in(dir + "/golden.json");
+  const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return 0.0;
+  const auto tensors = json.value("/numerics/fp32_vs_fp64/tensors"_json_pointer, nlohmann::json{});
+  double noise = 0.0;
+  for (const std::string& name : {run + ".prefill.logits", run + ".decode.logits", run + ".logits"}) {
+    if (tensors.contains(name)) noise = std::max(noise, tensors[name].value("max_rel_to_rowmax", 0.0));
+  }
+  return noise;
+}
+
 StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& options) {
   engine::ModelOptions model_options;
   model_options.show_progress = false;
@@ -282,6 +298,7 @@ StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& 
     results.push_back(r);
   }
   if (results.empty()) return absl::NotFoundError("golden.safetensors holds no known run");
+  for (GoldenRunResult& r : results) r.reference_noise = ReferenceNoise(options.dir, r.name);
   return results;
 }
 
