@@ -23,6 +23,14 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
   spec.generated.assign(request->generated_token_ids().begin(),
                         request->generated_token_ids().end());
   spec.sampling = serving::FromProto(request->sampling());
+  if (!request->reservation_id().empty()) {
+    if (receiver_ == nullptr) {
+      return {grpc::StatusCode::FAILED_PRECONDITION, "this decode worker has no KV transport"};
+    }
+    auto state = receiver_->Take(request->reservation_id());
+    if (!state.ok()) return serving::ToGrpcStatus(state.status());
+    spec.prefilled_state = std::move(state).value();
+  }
   spec.deadline = serving::DeadlineFromUnixMicros(request->context().deadline_unix_us());
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
     spec.deadline = std::min(spec.deadline, serving::Clock::now() + (context->deadline() -
@@ -68,6 +76,28 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
   }
 }
 
+grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveRequest* request,
+                                    v1::ReserveResponse* response) {
+  if (receiver_ == nullptr) {
+    return {grpc::StatusCode::FAILED_PRECONDITION, "this decode worker has no KV transport"};
+  }
+  const int64_t context = request->prompt_tokens();
+  if (context <= 0 || context >= engine_->max_model_len()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("prompt_tokens ", context, " outside [1, ", engine_->max_model_len(), ")")};
+  }
+  auto reserved = receiver_->Reserve(*request);
+  if (!reserved.ok()) return serving::ToGrpcStatus(reserved.status());
+  *response = std::move(reserved).value();
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeService::Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
+                                    v1::ReleaseResponse*) {
+  if (receiver_ != nullptr) receiver_->Release(request->reservation_id());
+  return grpc::Status::OK;
+}
+
 grpc::Status DecodeService::Cancel(grpc::ServerContext*, const v1::CancelRequest* request,
                                    v1::CancelResponse* response) {
   // The router cancels by request id; cancel every attempt of it that is still here.
@@ -88,6 +118,10 @@ grpc::Status DecodeService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
   response->set_running_requests(static_cast<uint32_t>(stats.running));
   response->set_waiting_requests(static_cast<uint32_t>(stats.waiting));
   response->set_used_cache_blocks(static_cast<uint64_t>(stats.cache_blocks_in_use));
+  response->set_used_cache_bytes(static_cast<uint64_t>(stats.cache_bytes_in_use));
+  if (receiver_ != nullptr) {
+    response->set_active_reservations(static_cast<uint64_t>(receiver_->Stats().active));
+  }
   return grpc::Status::OK;
 }
 

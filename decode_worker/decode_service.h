@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "decode_worker/kv_receiver.h"
 #include "engine/serving/serving_engine.h"
 #include "pdspark/v1/worker.grpc.pb.h"
 
@@ -11,7 +12,14 @@ namespace pdspark::decode {
 
 class DecodeService final : public v1::DecodeWorker::Service {
  public:
-  explicit DecodeService(serving::ServingEngine* engine) : engine_(engine) {}
+  // `receiver` may be null: then only colocated requests (no reservation) are served.
+  DecodeService(serving::ServingEngine* engine, KvReceiver* receiver)
+      : engine_(engine), receiver_(receiver) {}
+
+  grpc::Status Reserve(grpc::ServerContext* context, const v1::ReserveRequest* request,
+                       v1::ReserveResponse* response) override;
+  grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                       v1::ReleaseResponse* response) override;
 
   grpc::Status Generate(grpc::ServerContext* context, const v1::WorkerGenerateRequest* request,
                         grpc::ServerWriter<v1::WorkerGenerateResponse>* writer) override;
@@ -22,6 +30,7 @@ class DecodeService final : public v1::DecodeWorker::Service {
 
  private:
   serving::ServingEngine* engine_;
+  KvReceiver* receiver_;
 };
 
 // The engine's id for one attempt of a request: retries reuse the router's request id.

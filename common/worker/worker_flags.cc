@@ -1,0 +1,30 @@
+#include "common/worker/worker_flags.h"
+
+namespace pdspark::worker {
+
+void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
+  app.add_option("--model", f.model, "checkpoint directory (config.json, safetensors)")->required();
+  app.add_option("--host", f.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", f.port, "gRPC port (0 = pick a free one)")->capture_default_str();
+  app.add_option("--router", f.routers, "router gRPC address(es), comma separated");
+  app.add_option("--advertise-address", f.advertise_address,
+                 "host:port routers use to reach this worker (default host:port)");
+  app.add_option("--tensor-parallel-size", f.tensor_parallel_size, "tensor-parallel ranks")
+      ->capture_default_str();
+  app.add_option("--block-size", f.block_size, "cache rows per paged block")->capture_default_str();
+  app.add_option("--max-num-seqs", f.max_num_seqs, "running requests at once")->capture_default_str();
+  app.add_option("--max-model-len", f.max_model_len, "0 = the config's max_position_embeddings");
+  app.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens per engine step")
+      ->capture_default_str();
+  app.add_option("--ucx-tls", f.ucx_tls, "UCX transports for KV transfer (UCX_TLS)")
+      ->capture_default_str();
+  app.add_option("--ucx-net-devices", f.ucx_net_devices, "UCX_NET_DEVICES");
+  app.add_option("--metrics-port", f.metrics_port, "HTTP port for /metrics, /live, /ready");
+  app.add_option("--drain-timeout-s", f.drain_timeout_s,
+                 "on SIGTERM, how long in-flight requests may take to finish")
+      ->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace | debug | info | warn | error")
+      ->capture_default_str();
+}
+
+}  // namespace pdspark::worker

@@ -1,0 +1,30 @@
+// Flags both worker binaries take (vLLM's names where the concept is the same).
+#pragma once
+
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace pdspark::worker {
+
+struct WorkerFlags {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string routers;
+  std::string advertise_address;
+  int tensor_parallel_size = 1;
+  int block_size = 256;
+  int max_num_seqs = 64;
+  int max_model_len = 0;
+  int max_batch_tokens = 512;
+  std::string ucx_tls = "tcp";
+  std::string ucx_net_devices;
+  int metrics_port = 0;
+  int drain_timeout_s = 30;
+  std::string log_level = "info";
+};
+
+void AddWorkerFlags(CLI::App& app, WorkerFlags& flags);
+
+}  // namespace pdspark::worker
