@@ -9,6 +9,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "router/chat_template.h"
+#include "router/connection_probe.h"
 
 namespace pdspark::router {
 namespace {
@@ -28,24 +29,28 @@ void SendError(httplib::Response& res, const ApiError& error) {
   res.set_content(FormatErrorBody(error), kJson);
 }
 
-// Non-streaming: gathers the text.
+// Non-streaming: gathers the text; the probe notices a client that hung up meanwhile.
 class CollectingObserver : public StreamObserver {
  public:
+  explicit CollectingObserver(const ConnectionProbe* probe) : probe_(probe) {}
   bool OnChunk(const TokenChunk& chunk) override {
     text_ += chunk.text;
     return true;
   }
+  bool ClientGone() const override { return probe_->Gone(); }
   const std::string& text() const { return text_; }
 
  private:
+  const ConnectionProbe* probe_;
   std::string text_;
 };
 
 // Streaming: one SSE event per chunk that carries text. A failed write means the client left.
 class SseObserver : public StreamObserver {
  public:
-  SseObserver(ApiKind kind, const ResponseHeader& header, httplib::DataSink& sink)
-      : kind_(kind), header_(header), sink_(sink) {}
+  SseObserver(ApiKind kind, const ResponseHeader& header, httplib::DataSink& sink,
+              const ConnectionProbe* probe)
+      : kind_(kind), header_(header), sink_(sink), probe_(probe) {}
 
   bool OnChunk(const TokenChunk& chunk) override {
     if (chunk.text.empty()) return !gone_;
@@ -56,11 +61,15 @@ class SseObserver : public StreamObserver {
     return !gone_;
   }
   bool gone() const { return gone_; }
+  // Between tokens (a long prefill) only the probe can tell; polled from another thread, so
+  // it must not touch the sink.
+  bool ClientGone() const override { return probe_->Gone(); }
 
  private:
   ApiKind kind_;
   const ResponseHeader& header_;
   httplib::DataSink& sink_;
+  const ConnectionProbe* probe_;
   bool gone_ = false;
 };
 
@@ -69,6 +78,7 @@ struct StreamState {
   ResponseHeader header;
   bool include_usage = false;
   std::unique_ptr<AdmittedRequest> request;
+  std::unique_ptr<ConnectionProbe> probe;
 };
 
 }  // namespace
@@ -231,9 +241,13 @@ void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req,
                                  request.model.empty() ? options_.model_name : request.model};
   state->include_usage = request.include_usage;
   state->request = std::move(std::get<std::unique_ptr<AdmittedRequest>>(admitted));
+  state->probe = std::make_unique<ConnectionProbe>(req.local_addr, req.local_port,
+                                                   req.remote_addr, req.remote_port);
+  LOG_DEBUG("connection probe found={} local={}:{} remote={}:{}", state->probe->found(),
+            req.local_addr, req.local_port, req.remote_addr, req.remote_port);
 
   if (!request.stream) {
-    CollectingObserver observer;
+    CollectingObserver observer(state->probe.get());
     GenerateOutcome outcome = handler_->Run(*state->request, observer);
     if (outcome.error) return SendError(res, *outcome.error);
     res.set_content(FormatResponse(kind, state->header, observer.text(), outcome.finish,
@@ -245,7 +259,7 @@ void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req,
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream", [this, state](size_t, httplib::DataSink& sink) {
-        SseObserver observer(state->kind, state->header, sink);
+        SseObserver observer(state->kind, state->header, sink, state->probe.get());
         if (state->kind == ApiKind::kChat) {
           observer.Write(FormatStreamChunk(state->kind, state->header, "", ApiFinishReason::kNone,
                                            /*first=*/true));

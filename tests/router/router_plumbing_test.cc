@@ -368,7 +368,7 @@ TEST_F(RouterPlumbingTest, WorkerThatFailsBeforeAnyTokenIsRetriedElsewhere) {
 
 TEST_F(RouterPlumbingTest, ClientDisconnectCancelsDownstream) {
   StartRouter();
-  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30));
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30), std::string(100, 'x'));
   {
     httplib::Client c = Http();
     httplib::Request req;
@@ -460,6 +460,24 @@ TEST_F(RouterPlumbingTest, ShortPromptsStayColocated) {
   EXPECT_EQ(decode->requests(), 2u);
 }
 
+TEST_F(RouterPlumbingTest, NonStreamingClientDisconnectCancelsDownstream) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30), std::string(100, 'x'));
+  {
+    httplib::Client c = Http();
+    c.set_read_timeout(0, 200'000);  // give up (and hang up) long before the 100 tokens
+    auto res = c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 100})",
+                      "application/json");
+    EXPECT_FALSE(res);
+  }
+  EXPECT_TRUE(worker->WaitFor(
+      [](ScriptedDecodeWorker& w) {
+        return w.seen_locked().size() == 1 && w.seen_locked()[0].finished &&
+               w.seen_locked()[0].cancelled;
+      },
+      std::chrono::seconds(2)));  // the script alone would run for 50 x 30 ms
+}
+
 class GrpcClient {
  public:
   explicit GrpcClient(const std::string& address)
@@ -515,7 +533,7 @@ TEST_F(RouterPlumbingTest, GrpcGenerateStreamsTokensAndUsage) {
 
 TEST_F(RouterPlumbingTest, GrpcAbortCancelsDownstream) {
   StartRouter();
-  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30));
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30), std::string(100, 'x'));
   GrpcClient client(GrpcAddress());
   grpc::ClientContext ctx;
   v1::GenerateRequest request;
@@ -546,7 +564,7 @@ TEST_F(RouterPlumbingTest, GrpcAbortCancelsDownstream) {
 
 TEST_F(RouterPlumbingTest, GrpcClientCancelCancelsDownstream) {
   StartRouter();
-  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30));
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30), std::string(100, 'x'));
   GrpcClient client(GrpcAddress());
   grpc::ClientContext ctx;
   v1::GenerateRequest request;
