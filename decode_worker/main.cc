@@ -12,6 +12,7 @@
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_process.h"
 #include "decode_worker/decode_service.h"
+#include "decode_worker/engine_metrics.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/state_size.h"
 
@@ -104,6 +105,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
     receiver = std::move(made).value();
   }
   DecodeService service(&engine, receiver.get());
+  EngineMetrics engine_metrics(*metrics, &engine);
   auto load = [&engine] {
     const auto stats = engine.Stats();
     v1::WorkerLoad l;

@@ -1,0 +1,122 @@
+"""Starts real pdspark processes (router, prefill and decode workers) on loopback ports chosen
+at run time, for the integration tests. Standard library only."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Process:
+    def __init__(self, name, args, log_dir):
+        self.name = name
+        self.log_path = os.path.join(log_dir, name + ".log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def tail(self, n=20):
+        with open(self.log_path) as f:
+            return "".join(f.readlines()[-n:])
+
+
+class Cluster:
+    """router(s) + workers; call start_*(), then wait_ready(); always stop_all()."""
+
+    def __init__(self, bin_dir, model_dir):
+        self.bin_dir = bin_dir
+        self.model_dir = model_dir
+        self.log_dir = tempfile.mkdtemp(prefix="pdspark-it-")
+        self.procs = []
+
+    def _start(self, name, binary, args):
+        p = Process(name, [os.path.join(self.bin_dir, binary)] + args, self.log_dir)
+        self.procs.append(p)
+        return p
+
+    def start_router(self, name, extra=()):
+        http, grpc = free_port(), free_port()
+        p = self._start(name, "pdspark-router",
+                        ["--model", self.model_dir, "--http-port", str(http), "--grpc-port",
+                         str(grpc), "--heartbeat-interval-ms", "200", "--served-model-name", "m",
+                         *extra])
+        p.http, p.grpc = http, grpc
+        return p
+
+    def start_worker(self, name, role, routers, extra=()):
+        metrics = free_port()
+        p = self._start(name, "pdspark-" + role,
+                        ["--model", self.model_dir, "--router",
+                         ",".join("127.0.0.1:%d" % r.grpc for r in routers),
+                         "--metrics-port", str(metrics), *extra])
+        p.metrics = metrics
+        return p
+
+    def stop_all(self):
+        for p in reversed(self.procs):
+            p.stop()
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+def http_json(port, path, body=None, timeout=120):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def http_text(port, path, timeout=10):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+        return r.read().decode()
+
+
+def metric(port, name, labels=""):
+    """Sum of the samples of `name` whose label set contains `labels` (e.g. 'direction="send"')."""
+    total = 0.0
+    for line in http_text(port, "/metrics").splitlines():
+        if line.startswith(name) and (line[len(name)] in " {") and labels in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def wait_for(predicate, timeout=120, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if predicate():
+                return
+        except (OSError, urllib.error.URLError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def health(router):
+    status, body = http_json(router.http, "/health", timeout=5)
+    return body
