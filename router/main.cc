@@ -70,6 +70,10 @@ int main(int argc, char** argv) {
   app.add_option("--request-timeout-s", timeout_s, "default per-request deadline")
       ->capture_default_str();
   int64_t lease_ms = 30000;
+  int64_t grace_s = 10;
+  app.add_option("--shutdown-grace-s", grace_s,
+                 "on SIGTERM, how long requests in flight may finish before they are cancelled")
+      ->capture_default_str();
   app.add_option("--disagg-min-prompt-tokens", options.disagg_min_prompt_tokens,
                  "prompts at least this long prefill on a prefill worker; shorter on decode")
       ->capture_default_str();
@@ -118,7 +122,7 @@ int main(int argc, char** argv) {
   int signal = 0;
   sigwait(&signals, &signal);
   LOG_INFO("router shutting down signal={}", signal);
-  router.Shutdown();
+  router.Shutdown(std::chrono::seconds(grace_s));
   LOG_INFO("router stopped");
   return 0;
 }

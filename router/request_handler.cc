@@ -126,6 +126,11 @@ RequestHandler::~RequestHandler() {
 
 std::variant<std::unique_ptr<AdmittedRequest>, ApiError> RequestHandler::Admit(
     GenerateInput input) {
+  if (draining_.load()) {
+    metrics_->RequestFinished("rejected", "");
+    return ApiError{503, "the router is shutting down", "service_unavailable", "",
+                    "shutting_down"};
+  }
   auto ticket = admission_->TryAdmit();
   if (ticket == nullptr) {
     metrics_->Rejected("queue_full");
@@ -579,6 +584,19 @@ bool RequestHandler::Abort(const std::string& request_id) {
   LOG_INFO("request aborted request={}", request_id);
   live->Cancel();
   return true;
+}
+
+void RequestHandler::Drain(std::chrono::milliseconds grace) {
+  draining_ = true;
+  const auto until = Steady::now() + grace;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!live_.empty() && Steady::now() < until) {
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    lock.lock();
+  }
+  if (!live_.empty()) LOG_WARN("shutdown cancels requests in flight count={}", live_.size());
+  for (auto& [id, live] : live_) live->Cancel();
 }
 
 void RequestHandler::PollCancellations() {

@@ -8,6 +8,7 @@
 // frees the request's cache.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -116,6 +117,9 @@ class RequestHandler {
   // Cancels a live request; false if none has this id.
   bool Abort(const std::string& request_id);
 
+  // Shutdown: refuse new requests (503), give live ones `grace` to finish, then cancel the rest.
+  void Drain(std::chrono::milliseconds grace);
+
   const TextCodec& codec() const { return *codec_; }
   const Options& options() const { return options_; }
 
@@ -157,6 +161,7 @@ class RequestHandler {
   std::map<std::string, std::shared_ptr<Live>> live_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
+  std::atomic<bool> draining_{false};
   std::thread poller_;
 };
 

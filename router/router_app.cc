@@ -59,9 +59,10 @@ Status RouterApp::Start() {
   return absl::OkStatus();
 }
 
-void RouterApp::Shutdown() {
+void RouterApp::Shutdown(std::chrono::milliseconds grace) {
   if (stopped_) return;
   stopped_ = true;
+  handler_->Drain(grace);
   if (http_) http_->Stop();
   if (grpc_server_) {
     // Streams still open get this long to finish before being cancelled.

@@ -50,8 +50,9 @@ class RouterApp {
   ~RouterApp();
 
   Status Start();
-  // Stops accepting, cancels nothing in flight beyond what the servers' shutdown does.
-  void Shutdown();
+  // Refuses new requests, lets those in flight finish for `grace`, cancels the rest (freeing
+  // their cache on the workers), then stops both servers.
+  void Shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
   int http_port() const { return http_->port(); }
   int grpc_port() const { return grpc_port_; }

@@ -478,6 +478,24 @@ TEST_F(RouterPlumbingTest, NonStreamingClientDisconnectCancelsDownstream) {
       std::chrono::seconds(2)));  // the script alone would run for 50 x 30 ms
 }
 
+TEST_F(RouterPlumbingTest, ShutdownRefusesNewAndCancelsLeftovers) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker(milliseconds(30), std::string(200, 'x'));
+  auto pending = std::async(std::launch::async, [&] {
+    return Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 100})");
+  });
+  ASSERT_TRUE(worker->WaitFor([](ScriptedDecodeWorker& w) { return w.active_locked() == 1; }));
+  auto shutdown = std::async(std::launch::async, [&] { router_->Shutdown(milliseconds(200)); });
+  std::this_thread::sleep_for(milliseconds(50));
+  shutdown.get();
+  EXPECT_TRUE(worker->WaitFor([](ScriptedDecodeWorker& w) {
+    return w.seen_locked()[0].finished && w.seen_locked()[0].cancelled;
+  }));
+  auto res = pending.get();
+  ASSERT_TRUE(res);  // the cancelled request still got its (partial) answer
+  EXPECT_EQ(json::parse(res->body)["choices"][0]["finish_reason"], "abort");
+}
+
 class GrpcClient {
  public:
   explicit GrpcClient(const std::string& address)
