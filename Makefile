@@ -7,7 +7,7 @@ ifneq ($(CCACHE),)
   CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
 endif
 MODEL ?= models/tiny-dsv4-dspark
-PROMPT ?= ROMEO:
+
 
 .PHONY: all bootstrap configure build test run format lint fuzz bench tiny-model clean
 
@@ -26,7 +26,7 @@ test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 run: build
-	@scripts/run_local.sh $(MODEL) "$(PROMPT)"
+	@scripts/run_local.sh $(MODEL)
 
 bench: build
 	@scripts/run_benchmarks.sh

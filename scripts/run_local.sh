@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# `make run`: serves the bundled tiny model on this machine.
-# Until the router and workers land this runs a single-process generation with the real engine.
+# `make run`: the whole system on this machine — router, a prefill worker and a decode worker
+# as separate processes on loopback (KV over UCX/tcp), serving the bundled tiny model.
+# Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-models/tiny-dsv4-dspark}
-prompt=${2:-"ROMEO:"}
-bin=build/bin/pdspark
-if [ -f "$model/tokenizer.json" ]; then
-  exec "$bin" generate --model "$model" --prompt "$prompt" --max-tokens 64
+if [ ! -f "$model/config.json" ]; then
+  # No trained model bundled yet: serve the golden DeepSeek-V4-Flash checkpoint (random
+  # weights) with a byte-level tokenizer, prepared by CMake for the integration tests.
+  echo "run_local: $model has no config.json; serving the golden tiny checkpoint instead" >&2
+  model=build/tests/integration/golden-model
 fi
-# No trained model bundled yet: run the golden DeepSeek-V4-Flash checkpoint on token ids.
-echo "run_local: $model has no tokenizer.json; generating from the golden tiny checkpoint" >&2
-exec "$bin" generate --model tests/data/golden/dsv4-tiny-a --prompt-ids 0,17,42,99,7 --max-tokens 32
+exec build/bin/pdspark launch --model "$model" --prefill 1 --decode 1 \
+  --http-port "${HTTP_PORT:-8000}" --grpc-port "${GRPC_PORT:-50051}"

@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/pdspark/generate.h"
 #include "tools/pdspark/golden_check.h"
+#include "tools/pdspark/launch.h"
 
 namespace {
 
@@ -113,7 +114,25 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--seed", gen.seed, "sampling seed");
   gen_cmd->add_flag("--json", json, "print one JSON object");
 
+  pdspark::tools::LaunchOptions launch;
+  auto* launch_cmd = app.add_subcommand("launch", "run router + workers on loopback");
+  launch_cmd->add_option("--model", launch.model, "checkpoint directory")->required();
+  launch_cmd->add_option("--prefill", launch.prefill, "prefill workers")->capture_default_str();
+  launch_cmd->add_option("--decode", launch.decode, "decode workers")->capture_default_str();
+  launch_cmd->add_option("--http-port", launch.http_port, "router HTTP port")->capture_default_str();
+  launch_cmd->add_option("--grpc-port", launch.grpc_port, "router gRPC port")->capture_default_str();
+  launch_cmd->add_option("--tensor-parallel-size", launch.tensor_parallel_size, "per worker")
+      ->capture_default_str();
+  launch_cmd->add_option("--spec-method", launch.spec_method, "none | dspark")->capture_default_str();
+  launch_cmd->add_option("--spec-tokens", launch.spec_tokens, "N | auto")->capture_default_str();
+  launch_cmd->add_option("--ucx-tls", launch.ucx_tls, "KV transfer transports")->capture_default_str();
+  launch_cmd->add_option("--bin-dir", launch.bin_dir, "where the pdspark-* binaries are");
+  launch_cmd->add_option("--run-dir", launch.run_dir, "logs (default: a temp directory)");
+  launch_cmd->add_option("--prometheus-port", launch.prometheus_port,
+                         "also run Debian's prometheus scraping every process (0 = off)");
+
   CLI11_PARSE(app, argc, argv);
   if (golden_cmd->parsed()) return RunGoldenCheckCommand(golden);
+  if (launch_cmd->parsed()) return pdspark::tools::Launch(launch);
   return RunGenerateCommand(gen, ids_text, json);
 }
