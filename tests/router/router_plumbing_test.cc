@@ -652,6 +652,27 @@ TEST_F(RouterPlumbingTest, RegistryAnswersUnknownIncarnation) {
             grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+TEST_F(RouterPlumbingTest, WorkersRegisterAgainAfterRouterRestart) {
+  StartRouter();
+  ScriptedDecodeWorker* worker = AddWorker();
+  const int grpc_port = router_->grpc_port();
+  router_->Shutdown();
+  RouterOptions o;
+  o.model_name = "tiny";
+  o.grpc_port = grpc_port;  // the address the workers know
+  o.heartbeat_interval = kHeartbeat;
+  router_ = std::make_unique<RouterApp>(o, &codec_);
+  ASSERT_TRUE(router_->Start().ok());
+  EXPECT_TRUE(router_->registry().All().empty());
+  for (int i = 0; i < 100 && router_->registry().Healthy(v1::WORKER_ROLE_DECODE).empty(); ++i) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  auto healthy = router_->registry().Healthy(v1::WORKER_ROLE_DECODE);
+  ASSERT_EQ(healthy.size(), 1u);  // the heartbeat got known=false and registered again
+  EXPECT_EQ(healthy[0].address, worker->address());
+  EXPECT_EQ(Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})")->status, 200);
+}
+
 TEST_F(RouterPlumbingTest, ModelsAndMetrics) {
   StartRouter();
   AddWorker();
