@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
-#include "common/config/cat.h"
+#include "common/base/strings.h"
 #include "nlohmann/json.hpp"
 
 namespace pdspark::config {
@@ -26,10 +26,10 @@ class FieldReader {
   FieldReader(const Json& object, std::string_view source, std::string prefix = "")
       : object_(object), source_(source), prefix_(std::move(prefix)) {}
 
-  std::string Path(std::string_view key) const { return internal::Cat(prefix_, key); }
+  std::string Path(std::string_view key) const { return Cat(prefix_, key); }
 
   Status Error(std::string_view key, std::string_view what) const {
-    return absl::InvalidArgumentError(internal::Cat(source_, ": field '", Path(key), "' ", what));
+    return absl::InvalidArgumentError(Cat(source_, ": field '", Path(key), "' ", what));
   }
 
   // Returns the value or nullptr when absent; a missing required field is an error.
@@ -53,7 +53,7 @@ class FieldReader {
     ASSIGN_OR_RETURN(const Json* value, Find(key, required));
     if (value == nullptr) return absl::OkStatus();
     if (!value->is_number())
-      return Error(key, internal::Cat("must be a number, got ", Type(*value)));
+      return Error(key, Cat("must be a number, got ", Type(*value)));
     *out = value->get<double>();
     if (!std::isfinite(*out)) return Error(key, "must be finite");
     return absl::OkStatus();
@@ -63,7 +63,7 @@ class FieldReader {
     ASSIGN_OR_RETURN(const Json* value, Find(key, required));
     if (value == nullptr) return absl::OkStatus();
     if (!value->is_boolean()) {
-      return Error(key, internal::Cat("must be a boolean, got ", Type(*value)));
+      return Error(key, Cat("must be a boolean, got ", Type(*value)));
     }
     *out = value->get<bool>();
     return absl::OkStatus();
@@ -73,7 +73,7 @@ class FieldReader {
     ASSIGN_OR_RETURN(const Json* value, Find(key, required));
     if (value == nullptr) return absl::OkStatus();
     if (!value->is_string())
-      return Error(key, internal::Cat("must be a string, got ", Type(*value)));
+      return Error(key, Cat("must be a string, got ", Type(*value)));
     *out = value->get<std::string>();
     return absl::OkStatus();
   }
@@ -81,11 +81,11 @@ class FieldReader {
   Status IntList(std::string_view key, std::vector<int64_t>* out, bool required = false) {
     ASSIGN_OR_RETURN(const Json* value, Find(key, required));
     if (value == nullptr) return absl::OkStatus();
-    if (!value->is_array()) return Error(key, internal::Cat("must be a list, got ", Type(*value)));
+    if (!value->is_array()) return Error(key, Cat("must be a list, got ", Type(*value)));
     out->clear();
     for (size_t i = 0; i < value->size(); ++i) {
       int64_t element = 0;
-      RETURN_IF_ERROR(ToInt(internal::Cat(key, "[", i, "]"), (*value)[i], &element));
+      RETURN_IF_ERROR(ToInt(Cat(key, "[", i, "]"), (*value)[i], &element));
       out->push_back(element);
     }
     return absl::OkStatus();
@@ -94,11 +94,11 @@ class FieldReader {
   Status StringList(std::string_view key, std::vector<std::string>* out) {
     ASSIGN_OR_RETURN(const Json* value, Find(key, false));
     if (value == nullptr) return absl::OkStatus();
-    if (!value->is_array()) return Error(key, internal::Cat("must be a list, got ", Type(*value)));
+    if (!value->is_array()) return Error(key, Cat("must be a list, got ", Type(*value)));
     out->clear();
     for (size_t i = 0; i < value->size(); ++i) {
       if (!(*value)[i].is_string()) {
-        return Error(internal::Cat(key, "[", i, "]"), "must be a string");
+        return Error(Cat(key, "[", i, "]"), "must be a string");
       }
       out->push_back((*value)[i].get<std::string>());
     }
@@ -129,7 +129,7 @@ class FieldReader {
       *out = value.get<int64_t>();
       return absl::OkStatus();
     }
-    return Error(key, internal::Cat("must be an integer, got ", Type(value)));
+    return Error(key, Cat("must be an integer, got ", Type(value)));
   }
 
   const Json& object_;
@@ -143,7 +143,7 @@ Status ReadRopeScaling(FieldReader& top, std::string_view source, ModelConfig& c
   ASSIGN_OR_RETURN(const Json* json, top.Find("rope_scaling", false));
   if (json == nullptr) return absl::OkStatus();
   if (!json->is_object()) {
-    return top.Error("rope_scaling", internal::Cat("must be an object, got ", json->type_name()));
+    return top.Error("rope_scaling", Cat("must be an object, got ", json->type_name()));
   }
   FieldReader reader(*json, source, "rope_scaling.");
   RopeScaling& rope = config.rope_scaling;
@@ -154,7 +154,7 @@ Status ReadRopeScaling(FieldReader& top, std::string_view source, ModelConfig& c
   if (rope.type.empty()) rope.type = rope_type;
   if (rope.type.empty()) return reader.Error("type", "is required but missing");
   if (rope.type != "yarn") {
-    return reader.Error("type", internal::Cat("is '", rope.type, "', only 'yarn' is supported"));
+    return reader.Error("type", Cat("is '", rope.type, "', only 'yarn' is supported"));
   }
   RETURN_IF_ERROR(reader.Double("factor", &rope.factor, true));
   RETURN_IF_ERROR(
@@ -171,7 +171,7 @@ Status ReadQuantization(FieldReader& top, std::string_view source, ModelConfig& 
   if (json == nullptr) return absl::OkStatus();
   if (!json->is_object()) {
     return top.Error("quantization_config",
-                     internal::Cat("must be an object, got ", json->type_name()));
+                     Cat("must be an object, got ", json->type_name()));
   }
   FieldReader reader(*json, source, "quantization_config.");
   QuantizationConfig& quant = config.quantization_config;
@@ -283,11 +283,11 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_v
   try {
     json = Json::parse(json_text);
   } catch (const Json::parse_error& e) {
-    return absl::InvalidArgumentError(internal::Cat(source_name, ": invalid JSON: ", e.what()));
+    return absl::InvalidArgumentError(Cat(source_name, ": invalid JSON: ", e.what()));
   }
   if (!json.is_object()) {
     return absl::InvalidArgumentError(
-        internal::Cat(source_name, ": top level must be a JSON object, got ", json.type_name()));
+        Cat(source_name, ": top level must be a JSON object, got ", json.type_name()));
   }
   ModelConfig config;
   FieldReader reader(json, source_name);
@@ -316,10 +316,10 @@ StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) file = (std::filesystem::path(path) / "config.json");
   std::ifstream in(file, std::ios::binary);
-  if (!in) return absl::NotFoundError(internal::Cat(file, ": cannot open config file"));
+  if (!in) return absl::NotFoundError(Cat(file, ": cannot open config file"));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(internal::Cat(file, ": read failed"));
+  if (in.bad()) return absl::DataLossError(Cat(file, ": read failed"));
   return ParseModelConfig(buffer.str(), file);
 }
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/config/cat.h"
+#include "common/base/strings.h"
 #include "common/config/model_config.h"
 
 namespace pdspark::config {
@@ -26,18 +26,18 @@ std::string Num(double value) { return absl::StrFormat("%.17g", value); }
 
 class Canon {
  public:
-  Canon& Add(std::string_view key, int64_t value) { return Raw(key, internal::Cat(value)); }
+  Canon& Add(std::string_view key, int64_t value) { return Raw(key, Cat(value)); }
   Canon& Add(std::string_view key, double value) { return Raw(key, Num(value)); }
   Canon& Add(std::string_view key, bool value) { return Raw(key, value ? "true" : "false"); }
   Canon& Add(std::string_view key, const std::string& value) { return Raw(key, value); }
   Canon& Add(std::string_view key, const std::vector<int64_t>& values) {
-    return Raw(key, internal::Cat("[", absl::StrJoin(values, ","), "]"));
+    return Raw(key, Cat("[", absl::StrJoin(values, ","), "]"));
   }
   std::string Take() { return std::move(text_); }
 
  private:
   Canon& Raw(std::string_view key, std::string_view value) {
-    text_ += internal::Cat(key, "=", value, ";");
+    text_ += Cat(key, "=", value, ";");
     return *this;
   }
   std::string text_;

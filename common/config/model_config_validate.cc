@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/config/cat.h"
+#include "common/base/strings.h"
 #include "common/config/model_config.h"
 
 namespace pdspark::config {
@@ -15,37 +15,37 @@ class Checker {
   explicit Checker(std::string_view source) : source_(source) {}
 
   Status Fail(std::string_view field, std::string_view what) const {
-    return absl::InvalidArgumentError(internal::Cat(source_, ": field '", field, "' ", what));
+    return absl::InvalidArgumentError(Cat(source_, ": field '", field, "' ", what));
   }
   Status Positive(std::string_view field, int64_t value) const {
     if (value > 0) return absl::OkStatus();
-    return Fail(field, internal::Cat("is ", value, ", must be > 0"));
+    return Fail(field, Cat("is ", value, ", must be > 0"));
   }
   Status NonNegative(std::string_view field, int64_t value) const {
     if (value >= 0) return absl::OkStatus();
-    return Fail(field, internal::Cat("is ", value, ", must be >= 0"));
+    return Fail(field, Cat("is ", value, ", must be >= 0"));
   }
   Status Positive(std::string_view field, double value) const {
     if (value > 0) return absl::OkStatus();
-    return Fail(field, internal::Cat("is ", value, ", must be > 0"));
+    return Fail(field, Cat("is ", value, ", must be > 0"));
   }
   Status AtMost(std::string_view field, int64_t value, std::string_view limit_name,
                 int64_t limit) const {
     if (value <= limit) return absl::OkStatus();
-    return Fail(field, internal::Cat("is ", value, ", exceeds ", limit_name, " (", limit, ")"));
+    return Fail(field, Cat("is ", value, ", exceeds ", limit_name, " (", limit, ")"));
   }
   Status TokenId(std::string_view field, int64_t id, int64_t vocab_size) const {
     if (id >= 0 && id < vocab_size) return absl::OkStatus();
-    return Fail(field, internal::Cat("is ", id, ", outside [0, vocab_size=", vocab_size, ")"));
+    return Fail(field, Cat("is ", id, ", outside [0, vocab_size=", vocab_size, ")"));
   }
   Status OneOf(std::string_view field, const std::string& value,
                std::initializer_list<std::string_view> allowed) const {
     std::string choices;
     for (std::string_view a : allowed) {
       if (value == a) return absl::OkStatus();
-      choices += internal::Cat(choices.empty() ? "" : ", ", a);
+      choices += Cat(choices.empty() ? "" : ", ", a);
     }
-    return Fail(field, internal::Cat("is '", value, "', expected one of: ", choices));
+    return Fail(field, Cat("is '", value, "', expected one of: ", choices));
   }
 
  private:
@@ -82,16 +82,16 @@ Status CheckAttention(const Checker& k, const ModelConfig& c) {
   // V4 attention has one shared K=V head (dspark_dsv4.md D.4.2); the kernels assume it.
   if (c.num_key_value_heads != 1) {
     return k.Fail("num_key_value_heads",
-                  internal::Cat("is ", c.num_key_value_heads, ", DeepSeek-V4 attention needs 1"));
+                  Cat("is ", c.num_key_value_heads, ", DeepSeek-V4 attention needs 1"));
   }
   RETURN_IF_ERROR(k.AtMost("qk_rope_head_dim", c.qk_rope_head_dim, "head_dim", c.head_dim));
   if (c.qk_rope_head_dim % 2 != 0) {
-    return k.Fail("qk_rope_head_dim", internal::Cat("is ", c.qk_rope_head_dim, ", must be even"));
+    return k.Fail("qk_rope_head_dim", Cat("is ", c.qk_rope_head_dim, ", must be even"));
   }
   // The reference's quantise-dequantise simulations work in fixed blocks (dspark_dsv4.md D.9):
   // FP8 over the non-RoPE KV dims in blocks of 64; Hadamard + FP4 blocks of 32 on indexer heads.
   if (c.nope_head_dim() % 64 != 0) {
-    return k.Fail("head_dim", internal::Cat("is ", c.head_dim, ": head_dim - qk_rope_head_dim (",
+    return k.Fail("head_dim", Cat("is ", c.head_dim, ": head_dim - qk_rope_head_dim (",
                                             c.nope_head_dim(), ") must be a multiple of 64"));
   }
   RETURN_IF_ERROR(
@@ -99,11 +99,11 @@ Status CheckAttention(const Checker& k, const ModelConfig& c) {
   const bool power_of_two = (c.index_head_dim & (c.index_head_dim - 1)) == 0;
   if (!power_of_two || c.index_head_dim % 32 != 0) {
     return k.Fail("index_head_dim",
-                  internal::Cat("is ", c.index_head_dim, ", must be a power of two and >= 32"));
+                  Cat("is ", c.index_head_dim, ", must be a power of two and >= 32"));
   }
   if (c.num_attention_heads % c.o_groups != 0) {
     return k.Fail("o_groups",
-                  internal::Cat("is ", c.o_groups, ", must divide num_attention_heads (",
+                  Cat("is ", c.o_groups, ", must divide num_attention_heads (",
                                 c.num_attention_heads, ")"));
   }
   return absl::OkStatus();
@@ -114,7 +114,7 @@ Status CheckCompressRatios(const Checker& k, const ModelConfig& c) {
   if (entries < c.num_hidden_layers) {
     return k.Fail(
         "compress_ratios",
-        internal::Cat("has ", entries, " entries, num_hidden_layers is ", c.num_hidden_layers));
+        Cat("has ", entries, " entries, num_hidden_layers is ", c.num_hidden_layers));
   }
   const int64_t extra = entries - c.num_hidden_layers;
   if (c.dspark.has_value()) {
@@ -122,20 +122,20 @@ Status CheckCompressRatios(const Checker& k, const ModelConfig& c) {
     if (extra != c.dspark->num_stages) {
       return k.Fail(
           "compress_ratios",
-          internal::Cat("has ", entries, " entries, expected num_hidden_layers (",
+          Cat("has ", entries, " entries, expected num_hidden_layers (",
                         c.num_hidden_layers, ") + DSpark stages (", c.dspark->num_stages, ")"));
     }
   } else if (extra != 0 && extra != c.num_nextn_predict_layers) {
     return k.Fail("compress_ratios",
-                  internal::Cat("has ", entries, " entries, expected num_hidden_layers (",
+                  Cat("has ", entries, " entries, expected num_hidden_layers (",
                                 c.num_hidden_layers, ") + num_nextn_predict_layers (",
                                 c.num_nextn_predict_layers, ")"));
   }
   for (size_t i = 0; i < c.compress_ratios.size(); ++i) {
     const int64_t ratio = c.compress_ratios[i];
     if (ratio != 0 && ratio < 2) {
-      return k.Fail(internal::Cat("compress_ratios[", i, "]"),
-                    internal::Cat("is ", ratio, ", must be 0 (window only) or >= 2"));
+      return k.Fail(Cat("compress_ratios[", i, "]"),
+                    Cat("is ", ratio, ", must be 0 (window only) or >= 2"));
     }
   }
   return absl::OkStatus();
@@ -164,7 +164,7 @@ Status CheckScalars(const Checker& k, const ModelConfig& c) {
   RETURN_IF_ERROR(k.TokenId("bos_token_id", c.bos_token_id, c.vocab_size));
   for (size_t i = 0; i < c.eos_token_ids.size(); ++i) {
     RETURN_IF_ERROR(k.TokenId(c.eos_token_ids.size() == 1 ? std::string("eos_token_id")
-                                                          : internal::Cat("eos_token_id[", i, "]"),
+                                                          : Cat("eos_token_id[", i, "]"),
                               c.eos_token_ids[i], c.vocab_size));
   }
   return absl::OkStatus();
@@ -173,7 +173,7 @@ Status CheckScalars(const Checker& k, const ModelConfig& c) {
 Status CheckRopeScaling(const Checker& k, const RopeScaling& rope) {
   if (rope.type.empty()) return absl::OkStatus();
   if (rope.factor < 1.0) {
-    return k.Fail("rope_scaling.factor", internal::Cat("is ", rope.factor, ", must be >= 1"));
+    return k.Fail("rope_scaling.factor", Cat("is ", rope.factor, ", must be >= 1"));
   }
   RETURN_IF_ERROR(k.Positive("rope_scaling.original_max_position_embeddings",
                              rope.original_max_position_embeddings));
@@ -181,7 +181,7 @@ Status CheckRopeScaling(const Checker& k, const RopeScaling& rope) {
   RETURN_IF_ERROR(k.Positive("rope_scaling.beta_slow", rope.beta_slow));
   if (rope.beta_fast < rope.beta_slow) {
     return k.Fail("rope_scaling.beta_fast",
-                  internal::Cat("is ", rope.beta_fast, ", below beta_slow (", rope.beta_slow, ")"));
+                  Cat("is ", rope.beta_fast, ", below beta_slow (", rope.beta_slow, ")"));
   }
   return absl::OkStatus();
 }
@@ -193,7 +193,7 @@ Status CheckQuantization(const Checker& k, const QuantizationConfig& q) {
   RETURN_IF_ERROR(k.OneOf("quantization_config.scale_fmt", q.scale_fmt, {"ue8m0"}));
   if (q.weight_block_size.size() != 2) {
     return k.Fail("quantization_config.weight_block_size",
-                  internal::Cat("has ", q.weight_block_size.size(), " entries, expected 2"));
+                  Cat("has ", q.weight_block_size.size(), " entries, expected 2"));
   }
   RETURN_IF_ERROR(k.Positive("quantization_config.weight_block_size[0]", q.weight_block_size[0]));
   RETURN_IF_ERROR(k.Positive("quantization_config.weight_block_size[1]", q.weight_block_size[1]));
@@ -207,7 +207,7 @@ Status CheckDSpark(const Checker& k, const ModelConfig& c) {
   RETURN_IF_ERROR(k.TokenId("dspark_noise_token_id", d.noise_token_id, c.vocab_size));
   RETURN_IF_ERROR(k.Positive("dspark_markov_rank", d.markov_rank));
   if (d.num_stages <= 0) {
-    return k.Fail("n_mtp_layers", internal::Cat("is ", d.num_stages,
+    return k.Fail("n_mtp_layers", Cat("is ", d.num_stages,
                                                 ": a DSpark config needs >= 1 drafter stage (and a "
                                                 "compress_ratios entry for each)"));
   }
@@ -216,8 +216,8 @@ Status CheckDSpark(const Checker& k, const ModelConfig& c) {
     const int64_t id = d.target_layer_ids[i];
     if (id < 0 || id >= c.num_hidden_layers) {
       return k.Fail(
-          internal::Cat("dspark_target_layer_ids[", i, "]"),
-          internal::Cat("is ", id, ", outside [0, num_hidden_layers=", c.num_hidden_layers, ")"));
+          Cat("dspark_target_layer_ids[", i, "]"),
+          Cat("is ", id, ", outside [0, num_hidden_layers=", c.num_hidden_layers, ")"));
     }
   }
   RETURN_IF_ERROR(k.NonNegative("dspark_n_routed_experts", d.n_routed_experts));

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "common/base/logging.h"
-#include "common/safetensors/cat.h"
+#include "common/base/strings.h"
 #include "common/safetensors/safetensors.h"
 #include "common/safetensors/strict_json.h"
 
@@ -23,22 +23,22 @@ constexpr std::string_view kSingleName = "model.safetensors";
 constexpr uint64_t kMaxIndexBytes = 256ull << 20;
 
 Status IndexError(const std::string& index_path, std::string_view what) {
-  return absl::InvalidArgumentError(internal::Cat(index_path, ": ", what));
+  return absl::InvalidArgumentError(Cat(index_path, ": ", what));
 }
 
 StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
   std::error_code ec;
   const uintmax_t size = fs::file_size(path, ec);
-  if (ec) return absl::NotFoundError(internal::Cat(path, ": cannot stat: ", ec.message()));
+  if (ec) return absl::NotFoundError(Cat(path, ": cannot stat: ", ec.message()));
   if (size > max_bytes) {
     return absl::InvalidArgumentError(
-        internal::Cat(path, ": ", size, " bytes, larger than the limit of ", max_bytes));
+        Cat(path, ": ", size, " bytes, larger than the limit of ", max_bytes));
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(internal::Cat(path, ": cannot open"));
+  if (!in) return absl::NotFoundError(Cat(path, ": cannot open"));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(internal::Cat(path, ": read failed"));
+  if (in.bad()) return absl::DataLossError(Cat(path, ": read failed"));
   return buffer.str();
 }
 
@@ -64,7 +64,7 @@ StatusOr<std::map<std::string, std::string>> ParseIndex(const std::string& index
   for (const auto& [tensor, shard] : weight_map->items()) {
     if (!shard.is_string() || !IsPlainFileName(shard.get_ref<const std::string&>())) {
       return IndexError(index_path,
-                        internal::Cat("tensor '", tensor, "': shard must be a plain file name"));
+                        Cat("tensor '", tensor, "': shard must be a plain file name"));
     }
     result.emplace(tensor, shard.get<std::string>());
   }
@@ -90,7 +90,7 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) 
     }
     if (!fs::exists(single_path, ec)) {
       return absl::NotFoundError(
-          internal::Cat(path, ": no ", kIndexName, " or ", kSingleName, " in directory"));
+          Cat(path, ": no ", kIndexName, " or ", kSingleName, " in directory"));
     }
     ASSIGN_OR_RETURN(std::unique_ptr<File> file, File::Open(single_path));
     checkpoint->files_.push_back(std::move(file));
@@ -110,14 +110,14 @@ Status Checkpoint::OpenSharded(const std::string& index_path) {
       StatusOr<std::unique_ptr<File>> file = File::Open(shard_path);
       if (!file.ok()) {
         return Status(file.status().code(),
-                      internal::Cat(index_path, ": shard '", shard, "' (listed for tensor '",
+                      Cat(index_path, ": shard '", shard, "' (listed for tensor '",
                                     tensor, "'): ", file.status().message()));
       }
       files_.push_back(*std::move(file));
       it = shards.emplace(shard, files_.back().get()).first;
     }
     if (!it->second->Contains(tensor)) {
-      return absl::NotFoundError(internal::Cat(index_path, ": tensor '", tensor,
+      return absl::NotFoundError(Cat(index_path, ": tensor '", tensor,
                                                "' is listed in shard '", shard,
                                                "' but absent from it"));
     }
@@ -140,7 +140,7 @@ StatusOr<TensorView> Checkpoint::Get(std::string_view name) const {
   auto it = index_.find(name);
   if (it == index_.end()) {
     return absl::NotFoundError(
-        internal::Cat(directory_, ": tensor '", name, "' not found in checkpoint"));
+        Cat(directory_, ": tensor '", name, "' not found in checkpoint"));
   }
   return it->second->Get(name);
 }

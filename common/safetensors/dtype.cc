@@ -1,7 +1,7 @@
 // The safetensors dtype strings this project reads, with their element sizes.
 #include <array>
 
-#include "common/safetensors/cat.h"
+#include "common/base/strings.h"
 #include "common/safetensors/safetensors.h"
 
 namespace pdspark::safetensors {
@@ -40,7 +40,7 @@ StatusOr<DType> ParseDType(std::string_view name) {
   for (const DTypeEntry& entry : kDTypes) {
     if (entry.name == name) return entry.dtype;
   }
-  return absl::InvalidArgumentError(internal::Cat("unknown dtype '", name, "'"));
+  return absl::InvalidArgumentError(Cat("unknown dtype '", name, "'"));
 }
 
 std::string_view DTypeName(DType dtype) { return Entry(dtype).name; }

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/safetensors/cat.h"
+#include "common/base/strings.h"
 #include "common/safetensors/safetensors.h"
 #include "common/safetensors/strict_json.h"
 
@@ -18,7 +18,7 @@ using Json = nlohmann::json;
 constexpr std::string_view kMetadataKey = "__metadata__";
 
 Status TensorError(std::string_view name, std::string_view what) {
-  return absl::InvalidArgumentError(internal::Cat("tensor '", name, "': ", what));
+  return absl::InvalidArgumentError(Cat("tensor '", name, "': ", what));
 }
 
 // Reads a JSON integer that must be >= 0 and at most `max`.
@@ -27,25 +27,25 @@ StatusOr<uint64_t> NonNegativeInt(const Json& value, uint64_t max, std::string_v
   if (value.is_number_unsigned()) {
     const uint64_t v = value.get<uint64_t>();
     if (v <= max) return v;
-    return TensorError(name, internal::Cat(what, " is ", v, ", too large"));
+    return TensorError(name, Cat(what, " is ", v, ", too large"));
   }
   if (value.is_number_integer()) {  // signed and therefore negative
-    return TensorError(name, internal::Cat(what, " is ", value.get<int64_t>(), ", must be >= 0"));
+    return TensorError(name, Cat(what, " is ", value.get<int64_t>(), ", must be >= 0"));
   }
   return TensorError(
-      name, internal::Cat(what, " must be a non-negative integer, got ",
+      name, Cat(what, " must be a non-negative integer, got ",
                           value.is_number_float() ? "a fractional number" : value.type_name()));
 }
 
 StatusOr<std::vector<int64_t>> ParseShape(const Json& json, std::string_view name) {
   if (!json.is_array()) {
-    return TensorError(name, internal::Cat("shape must be a list, got ", json.type_name()));
+    return TensorError(name, Cat("shape must be a list, got ", json.type_name()));
   }
   std::vector<int64_t> shape;
   shape.reserve(json.size());
   for (size_t i = 0; i < json.size(); ++i) {
     ASSIGN_OR_RETURN(uint64_t dim, NonNegativeInt(json[i], std::numeric_limits<int64_t>::max(),
-                                                  name, internal::Cat("shape[", i, "]")));
+                                                  name, Cat("shape[", i, "]")));
     shape.push_back(static_cast<int64_t>(dim));
   }
   return shape;
@@ -78,11 +78,11 @@ Status ParseOffsets(const Json& json, std::string_view name, uint64_t data_size,
                                             "data_offsets[1]"));
   if (info.begin > info.end) {
     return TensorError(
-        name, internal::Cat("data_offsets [", info.begin, ", ", info.end, "] out of order"));
+        name, Cat("data_offsets [", info.begin, ", ", info.end, "] out of order"));
   }
   if (info.end > data_size) {
     return TensorError(name,
-                       internal::Cat("data_offsets [", info.begin, ", ", info.end,
+                       Cat("data_offsets [", info.begin, ", ", info.end,
                                      "] past the end of the data section (", data_size, " bytes)"));
   }
   return absl::OkStatus();
@@ -91,15 +91,15 @@ Status ParseOffsets(const Json& json, std::string_view name, uint64_t data_size,
 StatusOr<TensorInfo> ParseTensor(const Json& json, std::string_view name, uint64_t data_size) {
   if (name.empty()) return TensorError(name, "empty tensor name");
   if (!json.is_object()) {
-    return TensorError(name, internal::Cat("entry must be an object, got ", json.type_name()));
+    return TensorError(name, Cat("entry must be an object, got ", json.type_name()));
   }
   for (const auto& [key, value] : json.items()) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
-      return TensorError(name, internal::Cat("unexpected field '", key, "'"));
+      return TensorError(name, Cat("unexpected field '", key, "'"));
     }
   }
   for (std::string_view key : {"dtype", "shape", "data_offsets"}) {
-    if (!json.contains(key)) return TensorError(name, internal::Cat("missing field '", key, "'"));
+    if (!json.contains(key)) return TensorError(name, Cat("missing field '", key, "'"));
   }
   const Json& dtype = json["dtype"];
   if (!dtype.is_string()) return TensorError(name, "dtype must be a string");
@@ -111,7 +111,7 @@ StatusOr<TensorInfo> ParseTensor(const Json& json, std::string_view name, uint64
   RETURN_IF_ERROR(ParseOffsets(json["data_offsets"], name, data_size, info));
   ASSIGN_OR_RETURN(uint64_t bytes, ByteCount(info.shape, DTypeSize(info.dtype), name));
   if (bytes != info.end - info.begin) {
-    return TensorError(name, internal::Cat("dtype ", DTypeName(info.dtype), " shape needs ", bytes,
+    return TensorError(name, Cat("dtype ", DTypeName(info.dtype), " shape needs ", bytes,
                                            " bytes but data_offsets [", info.begin, ", ", info.end,
                                            "] span ", info.end - info.begin));
   }
@@ -121,11 +121,11 @@ StatusOr<TensorInfo> ParseTensor(const Json& json, std::string_view name, uint64
 Status ParseMetadata(const Json& json, std::map<std::string, std::string>& metadata) {
   if (!json.is_object()) {
     return absl::InvalidArgumentError(
-        internal::Cat("__metadata__ must be an object, got ", json.type_name()));
+        Cat("__metadata__ must be an object, got ", json.type_name()));
   }
   for (const auto& [key, value] : json.items()) {
     if (!value.is_string()) {
-      return absl::InvalidArgumentError(internal::Cat(
+      return absl::InvalidArgumentError(Cat(
           "__metadata__ entry '", key, "' must be a string, got ", value.type_name()));
     }
     metadata.emplace(key, value.get<std::string>());
@@ -146,7 +146,7 @@ Status CheckNoOverlap(const std::map<std::string, TensorInfo>& tensors) {
     const auto& [name, info] = spans[i];
     if (info->begin < prev->end) {
       return TensorError(
-          *name, internal::Cat("data_offsets [", info->begin, ", ", info->end, "] overlap tensor '",
+          *name, Cat("data_offsets [", info->begin, ", ", info->end, "] overlap tensor '",
                                *prev_name, "' [", prev->begin, ", ", prev->end, "]"));
     }
   }
@@ -158,12 +158,12 @@ Status CheckNoOverlap(const std::map<std::string, TensorInfo>& tensors) {
 StatusOr<Header> ParseHeader(std::string_view json_text, uint64_t data_size) {
   StatusOr<Json> parsed = internal::ParseStrictJson(json_text);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(internal::Cat("header: ", parsed.status().message()));
+    return absl::InvalidArgumentError(Cat("header: ", parsed.status().message()));
   }
   const Json& json = *parsed;
   if (!json.is_object()) {
     return absl::InvalidArgumentError(
-        internal::Cat("header must be a JSON object, got ", json.type_name()));
+        Cat("header must be a JSON object, got ", json.type_name()));
   }
   Header header;
   for (const auto& [key, value] : json.items()) {

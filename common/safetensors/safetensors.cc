@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/safetensors/cat.h"
+#include "common/base/strings.h"
 
 namespace pdspark::safetensors {
 namespace {
@@ -19,12 +19,12 @@ constexpr size_t kLengthPrefixBytes = 8;
 
 // Keeps the status code, prefixes the message with the file path.
 Status Prefixed(std::string_view path, const Status& status) {
-  return Status(status.code(), internal::Cat(path, ": ", status.message()));
+  return Status(status.code(), Cat(path, ": ", status.message()));
 }
 
 Status Errno(std::string_view path, std::string_view what) {
   const int error = errno;
-  const std::string message = internal::Cat(path, ": ", what, ": ", std::strerror(error));
+  const std::string message = Cat(path, ": ", what, ": ", std::strerror(error));
   if (error == ENOENT) return absl::NotFoundError(message);
   return absl::UnavailableError(message);
 }
@@ -50,10 +50,10 @@ StatusOr<std::unique_ptr<File>> File::Open(const std::string& path) {
   if (fd.fd < 0) return Errno(path, "cannot open");
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0) return Errno(path, "cannot stat");
-  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(internal::Cat(path, ": not a file"));
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(Cat(path, ": not a file"));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < kLengthPrefixBytes) {
-    return absl::InvalidArgumentError(internal::Cat(
+    return absl::InvalidArgumentError(Cat(
         path, ": truncated: ", size, " bytes, shorter than the 8-byte header length"));
   }
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
@@ -64,11 +64,11 @@ StatusOr<std::unique_ptr<File>> File::Open(const std::string& path) {
   file->map_size_ = size;
   const uint64_t header_bytes = ReadLittleEndian64(file->map_);
   if (header_bytes > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(internal::Cat(path, ": header length ", header_bytes,
+    return absl::InvalidArgumentError(Cat(path, ": header length ", header_bytes,
                                                     " exceeds the limit of ", kMaxHeaderBytes));
   }
   if (header_bytes > size - kLengthPrefixBytes) {
-    return absl::InvalidArgumentError(internal::Cat(path, ": header length ", header_bytes,
+    return absl::InvalidArgumentError(Cat(path, ": header length ", header_bytes,
                                                     " runs past the end of the file (", size,
                                                     " bytes)"));
   }
@@ -93,7 +93,7 @@ bool File::Contains(std::string_view name) const {
 StatusOr<TensorView> File::Get(std::string_view name) const {
   auto it = header_.tensors.find(std::string(name));
   if (it == header_.tensors.end()) {
-    return absl::NotFoundError(internal::Cat(path_, ": tensor '", name, "' not found"));
+    return absl::NotFoundError(Cat(path_, ": tensor '", name, "' not found"));
   }
   const TensorInfo& info = it->second;
   return TensorView{.name = it->first,

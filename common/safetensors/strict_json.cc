@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/safetensors/cat.h"
+#include "common/base/strings.h"
 
 namespace pdspark::safetensors::internal {
 namespace {
@@ -49,7 +49,7 @@ size_t FindInvalidUtf8(std::string_view text) {
 
 StatusOr<nlohmann::json> ParseStrictJson(std::string_view text) {
   if (size_t bad = FindInvalidUtf8(text); bad != std::string_view::npos) {
-    return absl::InvalidArgumentError(internal::Cat("invalid UTF-8 at byte ", bad));
+    return absl::InvalidArgumentError(Cat("invalid UTF-8 at byte ", bad));
   }
   // One key set per open object; the parser callback sees keys in document order.
   std::vector<std::set<std::string>> open_objects;
@@ -70,10 +70,10 @@ StatusOr<nlohmann::json> ParseStrictJson(std::string_view text) {
   try {
     json = nlohmann::json::parse(text.begin(), text.end(), callback);
   } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(internal::Cat("invalid JSON: ", e.what()));
+    return absl::InvalidArgumentError(Cat("invalid JSON: ", e.what()));
   }
   if (!duplicate.empty()) {
-    return absl::InvalidArgumentError(internal::Cat("duplicate JSON key '", duplicate, "'"));
+    return absl::InvalidArgumentError(Cat("duplicate JSON key '", duplicate, "'"));
   }
   return json;
 }

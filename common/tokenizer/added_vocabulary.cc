@@ -1,7 +1,7 @@
 #include "common/tokenizer/added_vocabulary.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/tokenizer/string_view_compat.h"
+#include "common/base/strings.h"
 #include "common/tokenizer/utf8.h"
 #include "re2/re2.h"
 
@@ -105,7 +105,7 @@ StatusOr<AddedVocabulary> AddedVocabulary::FromJson(const json& added_tokens) {
 }
 
 const AddedToken* AddedVocabulary::FindByContent(std::string_view content) const {
-  const auto it = by_content_.find(Sv(content));
+  const auto it = by_content_.find(ToAbsl(content));
   return it == by_content_.end() ? nullptr : &tokens_[it->second];
 }
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
-#include "common/tokenizer/string_view_compat.h"
+#include "common/base/strings.h"
 #include "common/tokenizer/utf8.h"
 
 namespace pdspark::tokenizer {
@@ -101,7 +101,7 @@ Status BpeModel::LoadMerges(const json& merges) {
 }
 
 const int32_t* BpeModel::Find(std::string_view token) const {
-  const auto it = vocab_.find(Sv(token));
+  const auto it = vocab_.find(ToAbsl(token));
   return it == vocab_.end() ? nullptr : &it->second;
 }
 
@@ -115,7 +115,7 @@ Status BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* ids) co
   const bool cacheable = word.size() <= kMaxCachedWordBytes;
   if (cacheable) {
     absl::MutexLock lock(&cache_mutex_);
-    const auto it = cache_.find(Sv(word));
+    const auto it = cache_.find(ToAbsl(word));
     if (it != cache_.end()) {
       ids->insert(ids->end(), it->second.begin(), it->second.end());
       return absl::OkStatus();
@@ -151,7 +151,7 @@ Status BpeModel::MergeSymbols(std::string_view word, std::vector<int32_t>* out) 
     const int32_t* id = Find(word.substr(pos, len));
     if (id == nullptr) {
       if (unk_id_ < 0) {
-        return absl::InternalError(absl::StrCat("symbol '", Sv(word.substr(pos, len)),
+        return absl::InternalError(absl::StrCat("symbol '", ToAbsl(word.substr(pos, len)),
                                                 "' has no vocabulary entry and no unk_token"));
       }
       if (!(fuse_unk_ && !symbols.empty() && symbols.back().id == unk_id_)) {

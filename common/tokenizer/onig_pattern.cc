@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/tokenizer/string_view_compat.h"
+#include "common/base/strings.h"
 #include "common/tokenizer/utf8.h"
 
 namespace pdspark::tokenizer {
@@ -54,13 +54,13 @@ class Translator {
   StatusOr<std::vector<std::pair<size_t, size_t>>> TopLevelRanges();
 
   Status Error(std::string_view what, size_t pos) const {
-    return absl::UnimplementedError(absl::StrCat("unsupported regex construct ", Sv(what),
+    return absl::UnimplementedError(absl::StrCat("unsupported regex construct ", ToAbsl(what),
                                                  " at offset ", pos, " in Split pattern '",
-                                                 Sv(pattern_), "'"));
+                                                 ToAbsl(pattern_), "'"));
   }
   Status Malformed(std::string_view what, size_t pos) const {
-    return absl::InvalidArgumentError(absl::StrCat("malformed regex (", Sv(what), ") at offset ",
-                                                   pos, " in pattern '", Sv(pattern_), "'"));
+    return absl::InvalidArgumentError(absl::StrCat("malformed regex (", ToAbsl(what), ") at offset ",
+                                                   pos, " in pattern '", ToAbsl(pattern_), "'"));
   }
 
  private:
@@ -103,10 +103,10 @@ StatusOr<Element> Translator::ReadEscape(size_t* pos, size_t end, bool in_class)
   auto lit = [](char32_t cp) { return Element{cp, "", true}; };
   auto negated_body = [&](std::string_view body) -> StatusOr<Element> {
     if (in_class) return Error(absl::StrCat("\\", std::string(1, e), " inside [...]"), start);
-    return set(absl::StrCat("[^", Sv(body), "]"));
+    return set(absl::StrCat("[^", ToAbsl(body), "]"));
   };
   auto body = [&](std::string_view b) {
-    return in_class ? set(std::string(b)) : set(absl::StrCat("[", Sv(b), "]"));
+    return in_class ? set(std::string(b)) : set(absl::StrCat("[", ToAbsl(b), "]"));
   };
   switch (e) {
     case 'p':
@@ -477,7 +477,7 @@ StatusOr<std::vector<std::pair<size_t, size_t>>> Translator::TopLevelRanges() {
 
 StatusOr<std::vector<PatternAlternative>> TranslateOnigPattern(std::string_view pattern) {
   if (FindInvalidUtf8(pattern)) {
-    return absl::InvalidArgumentError(absl::StrCat("pattern is not UTF-8: '", Sv(pattern), "'"));
+    return absl::InvalidArgumentError(absl::StrCat("pattern is not UTF-8: '", ToAbsl(pattern), "'"));
   }
   Translator translator(pattern);
   ASSIGN_OR_RETURN(const auto ranges, translator.TopLevelRanges());
@@ -497,7 +497,7 @@ StatusOr<std::vector<LookaheadItem>> ParseLookaheadSequence(std::string_view alt
   Translator translator(text);
   const auto unsupported = [&](size_t pos) {
     return absl::UnimplementedError(absl::StrCat(
-        "look-around in Split pattern '", Sv(pattern), "' (alternative '", Sv(alternative),
+        "look-around in Split pattern '", ToAbsl(pattern), "' (alternative '", ToAbsl(alternative),
         "', offset ", pos,
         ") is only supported as (?=A)/(?!A) over one character atom, inside a top-level "
         "alternative made of single-character atoms"));

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/tokenizer/byte_level.h"
 #include "common/tokenizer/split_regex.h"
-#include "common/tokenizer/string_view_compat.h"
+#include "common/base/strings.h"
 
 namespace pdspark::tokenizer {
 namespace {
@@ -123,7 +123,7 @@ class ByteLevelStep : public PreTokenizerStep {
   void Apply(std::string_view piece, PieceBuffer* out) const override {
     std::string prefixed;
     if (add_prefix_space_ && (piece.empty() || piece[0] != ' ')) {
-      prefixed = absl::StrCat(" ", Sv(piece));
+      prefixed = absl::StrCat(" ", ToAbsl(piece));
       piece = prefixed;
     }
     auto emit = [out](std::string_view bytes) {

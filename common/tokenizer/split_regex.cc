@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/tokenizer/string_view_compat.h"
+#include "common/base/strings.h"
 #include "common/tokenizer/utf8.h"
 #include "re2/re2.h"
 
@@ -27,7 +27,7 @@ StatusOr<std::unique_ptr<SplitRegex>> SplitRegex::Compile(std::string_view patte
       auto set = CodePointSet::Compile(item.atom_re2);
       if (!set.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("cannot compile Split pattern '",
-                                                       Sv(pattern), "': ", set.status().message()));
+                                                       ToAbsl(pattern), "': ", set.status().message()));
       }
       la.sets.push_back(std::move(set).value());
     }
@@ -39,7 +39,7 @@ StatusOr<std::unique_ptr<SplitRegex>> SplitRegex::Compile(std::string_view patte
     options.set_max_mem(64 << 20);  // DeepSeek's long literal letter classes need room
     regex->regular_ = std::make_unique<re2::RE2>(absl::StrJoin(groups, "|"), options);
     if (!regex->regular_->ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot compile Split pattern '", Sv(pattern),
+      return absl::InvalidArgumentError(absl::StrCat("cannot compile Split pattern '", ToAbsl(pattern),
                                                      "': ", regex->regular_->error()));
     }
   }

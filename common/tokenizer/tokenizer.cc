@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/tokenizer/byte_level.h"
-#include "common/tokenizer/string_view_compat.h"
+#include "common/base/strings.h"
 #include "common/tokenizer/utf8.h"
 
 namespace pdspark::tokenizer {
@@ -123,7 +123,7 @@ Status Tokenizer::CheckByteAlphabet() const {
     if (b == 0xC0 || b == 0xC1 || b >= 0xF5) continue;
     if (model_->Find(ByteToSymbol(static_cast<uint8_t>(b))) == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "vocab lacks the byte-level symbol '", Sv(ByteToSymbol(static_cast<uint8_t>(b))),
+          "vocab lacks the byte-level symbol '", ToAbsl(ByteToSymbol(static_cast<uint8_t>(b))),
           "' for byte 0x", absl::Hex(b), "; train with the full ByteLevel alphabet"));
     }
   }
@@ -230,7 +230,7 @@ std::string Tokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special) 
 StatusOr<int32_t> Tokenizer::TokenToId(std::string_view token) const {
   if (const AddedToken* added = added_.FindByContent(token)) return added->id;
   if (const int32_t* id = model_->Find(token)) return *id;
-  return absl::NotFoundError(absl::StrCat("no token '", Sv(token), "'"));
+  return absl::NotFoundError(absl::StrCat("no token '", ToAbsl(token), "'"));
 }
 
 StatusOr<std::string> Tokenizer::IdToToken(int32_t id) const {
@@ -242,7 +242,7 @@ StatusOr<std::string> Tokenizer::IdToToken(int32_t id) const {
 
 StatusOr<int32_t> Tokenizer::SpecialTokenId(std::string_view content) const {
   if (const AddedToken* added = added_.FindByContent(content)) return added->id;
-  return absl::NotFoundError(absl::StrCat("no added token '", Sv(content), "'"));
+  return absl::NotFoundError(absl::StrCat("no added token '", ToAbsl(content), "'"));
 }
 
 bool Tokenizer::IsSpecial(int32_t id) const {
