@@ -282,14 +282,14 @@ std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kin
     return BadRequest("top_logprobs are not supported by this server", "top_logprobs",
                       "unsupported_parameter");
   }
-  if (const json* v = fields.Find("prompt_logprobs")) {
+  if (fields.Find("prompt_logprobs") != nullptr) {
     return BadRequest("prompt_logprobs are not supported by this server", "prompt_logprobs",
                       "unsupported_parameter");
   }
   if (const json* v = fields.Find("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     return BadRequest("echo is not supported by this server", "echo", "unsupported_parameter");
   }
-  if (const json* v = fields.Find("suffix"); v != nullptr) {
+  if (fields.Find("suffix") != nullptr) {
     return BadRequest("suffix is not supported by this server", "suffix",
                       "unsupported_parameter");
   }

@@ -62,13 +62,12 @@ class Scheduler {
   size_t ArgMin(const std::vector<WorkerSnapshot>& candidates, uint64_t turn, Cost cost) const;
   bool Imbalanced(const std::vector<WorkerSnapshot>& candidates) const;
 
-  KvAwareOptions kv_;
-  PrefixIndex index_;
-  std::atomic<uint64_t> picks_{0};
-
   WorkerRegistry* registry_;
   SchedulingPolicy prefill_policy_;
   SchedulingPolicy decode_policy_;
+  KvAwareOptions kv_;
+  PrefixIndex index_;
+  std::atomic<uint64_t> picks_{0};
   std::atomic<uint64_t> prefill_cursor_{0};
   std::atomic<uint64_t> decode_cursor_{0};
 };
