@@ -1,7 +1,13 @@
 #include "common/worker/registry_client.h"
 
-#include <random>
+#include <arpa/inet.h>
+#include <netdb.h>
 
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/logging.h"
 #include "grpcpp/grpcpp.h"
@@ -22,15 +28,57 @@ struct RegistryClient::RouterLink {
   std::chrono::steady_clock::time_point next;
 };
 
+namespace {
+
+// "host:port" -> every "ip:port" the host resolves to (the name itself when it does not).
+std::vector<std::string> ResolveAll(const std::string& name) {
+  const size_t colon = name.rfind(':');
+  if (colon == std::string::npos) return {name};
+  const std::string host = name.substr(0, colon), port = name.substr(colon + 1);
+  addrinfo hints{};
+  // IPv4 first: "localhost" must not become two links (127.0.0.1 and ::1) to one router.
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &result) != 0) {
+    hints.ai_family = AF_INET6;
+    if (getaddrinfo(host.c_str(), port.c_str(), &hints, &result) != 0) return {name};
+  }
+  std::set<std::string> addresses;
+  for (addrinfo* a = result; a != nullptr; a = a->ai_next) {
+    char ip[INET6_ADDRSTRLEN] = {};
+    const void* where = a->ai_family == AF_INET
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    if (inet_ntop(a->ai_family, where, ip, sizeof(ip)) == nullptr) continue;
+    addresses.insert(a->ai_family == AF_INET6 ? absl::StrCat("[", ip, "]:", port)
+                                              : absl::StrCat(ip, ":", port));
+  }
+  freeaddrinfo(result);
+  if (addresses.empty()) return {name};
+  return {addresses.begin(), addresses.end()};
+}
+
+}  // namespace
+
 RegistryClient::RegistryClient(std::vector<std::string> router_addresses,
                                v1::RegisterRequest registration, LoadFn load)
-    : registration_(std::move(registration)), load_(std::move(load)) {
-  for (std::string& address : router_addresses) {
-    auto link = std::make_unique<RouterLink>();
-    link->stub = v1::Registry::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-    link->address = std::move(address);
-    links_.push_back(std::move(link));
+    : router_names_(std::move(router_addresses)),
+      registration_(std::move(registration)),
+      load_(std::move(load)) {}
+
+void RegistryClient::Resolve() {
+  for (const std::string& name : router_names_) {
+    for (std::string& address : ResolveAll(name)) {
+      const bool known = std::any_of(links_.begin(), links_.end(),
+                                     [&](const auto& l) { return l->address == address; });
+      if (known) continue;
+      auto link = std::make_unique<RouterLink>();
+      link->stub = v1::Registry::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      link->address = std::move(address);
+      links_.push_back(std::move(link));
+    }
   }
 }
 
@@ -60,8 +108,13 @@ void RegistryClient::Stop() {
 }
 
 void RegistryClient::Loop() {
+  auto next_resolve = std::chrono::steady_clock::now();
   while (true) {
-    auto next = std::chrono::steady_clock::time_point::max();
+    if (std::chrono::steady_clock::now() >= next_resolve) {
+      Resolve();  // router replicas come and go behind one name
+      next_resolve = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    }
+    auto next = next_resolve;
     for (auto& link : links_) {
       if (std::chrono::steady_clock::now() >= link->next) Tick(*link);
       next = std::min(next, link->next);

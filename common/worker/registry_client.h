@@ -1,6 +1,8 @@
 // Keeps a worker registered with every router it was given: registers, heartbeats with its
 // current load, and registers again when a router forgets it (router restart) or was not
-// reachable yet. Runs on its own thread; Stop() tells each router to drain this worker.
+// reachable yet. A router name that resolves to several addresses (a Kubernetes headless
+// Service over router replicas) means every one of them, re-resolved every few seconds, so
+// each replica learns every worker. Runs on its own thread; Stop() drains this worker.
 #pragma once
 
 #include <atomic>
@@ -37,7 +39,10 @@ class RegistryClient {
   struct RouterLink;
   void Loop();
   void Tick(RouterLink& link);
+  // Adds a link for every address the router names resolve to now; keeps existing links.
+  void Resolve();
 
+  std::vector<std::string> router_names_;  // as given: host:port
   std::vector<std::unique_ptr<RouterLink>> links_;
   v1::RegisterRequest registration_;
   LoadFn load_;
