@@ -3,8 +3,7 @@
 //  - ScriptedDecodeWorker: a DecodeWorker gRPC service that streams a fixed text, one token per
 //    byte, recording what it was asked and whether it was cancelled. It runs no model; the real
 //    decode worker replaces it in the end-to-end tests.
-//  - WorkerHeartbeater: registers a worker with the router's Registry and heartbeats
-//    (through RegistryClient, the workers' own client).
+//  - WorkerHeartbeater: registers a worker with the router's Registry and heartbeats.
 #pragma once
 
 #include <atomic>
@@ -19,7 +18,6 @@
 #include "grpcpp/grpcpp.h"
 #include "pdspark/v1/registry.grpc.pb.h"
 #include "pdspark/v1/worker.grpc.pb.h"
-#include "router/registry_client.h"
 #include "router/text_codec.h"
 
 namespace pdspark::router::testing {
@@ -297,35 +295,63 @@ class ScriptedPrefillWorker final : public v1::PrefillWorker::Service {
 };
 
 // Registers a worker address with the router and heartbeats until stopped (a stopped
-// heartbeater is how the tests make a worker "die"), through the workers' RegistryClient.
+// heartbeater is how the tests make a worker "die").
 class WorkerHeartbeater {
  public:
   WorkerHeartbeater(const std::string& router_address, v1::WorkerRole role,
-                    const std::string& worker_address, std::chrono::milliseconds)
-      : client_(MakeOptions(router_address, role, worker_address)) {}
+                    const std::string& worker_address, std::chrono::milliseconds interval)
+      : stub_(v1::Registry::NewStub(
+            grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()))),
+        interval_(interval) {
+    request_.set_role(role);
+    request_.set_address(worker_address);
+    request_.set_model_id("tiny");
+    request_.set_incarnation_id("inc-" + worker_address + "-" +
+                                std::to_string(std::chrono::steady_clock::now()
+                                                   .time_since_epoch()
+                                                   .count()));
+  }
+  ~WorkerHeartbeater() { Stop(); }
 
-  bool Register() { return client_.Start(std::chrono::seconds(5)).ok(); }
-  void Start() {}  // Register() already started the heartbeats
-  void Stop() { client_.Stop(); }
-  std::string worker_id() const { return client_.worker_id(); }
+  bool Register() {
+    grpc::ClientContext ctx;
+    v1::RegisterResponse response;
+    if (!stub_->Register(&ctx, request_, &response).ok()) return false;
+    worker_id_ = response.worker_id();
+    return true;
+  }
+  void Start() {
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        Beat();
+        std::this_thread::sleep_for(interval_);
+      }
+    });
+  }
+  bool Beat() {
+    grpc::ClientContext ctx;
+    v1::HeartbeatRequest hb;
+    hb.set_worker_id(worker_id_);
+    hb.set_incarnation_id(request_.incarnation_id());
+    hb.mutable_load()->set_free_cache_blocks(100);
+    v1::HeartbeatResponse response;
+    if (!stub_->Heartbeat(&ctx, hb, &response).ok()) return false;
+    if (!response.known()) Register();
+    return response.known();
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::string& worker_id() const { return worker_id_; }
 
  private:
-  static RegistryClient::Options MakeOptions(const std::string& router_address,
-                                             v1::WorkerRole role,
-                                             const std::string& worker_address) {
-    RegistryClient::Options o;
-    o.router_address = router_address;
-    o.registration.set_role(role);
-    o.registration.set_address(worker_address);
-    o.registration.set_model_id("tiny");
-    o.load = [] {
-      v1::WorkerLoad load;
-      load.set_free_cache_blocks(100);
-      return load;
-    };
-    return o;
-  }
-  RegistryClient client_;
+  std::unique_ptr<v1::Registry::Stub> stub_;
+  std::chrono::milliseconds interval_;
+  v1::RegisterRequest request_;
+  std::string worker_id_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace pdspark::router::testing
