@@ -94,6 +94,7 @@ struct RequestHandler::Attempt {
   std::unique_ptr<StreamDetokenizer> detokenizer;
   std::unique_ptr<StopMatcher> stops;
   uint32_t generated = 0;
+  uint32_t attempts = 0;  // decode calls made, for RequestContext.attempt
   std::vector<uint32_t> ids;  // every token delivered so far
   bool first_sent = false;
   double ttft_s = 0;
@@ -292,6 +293,7 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   v1::WorkerGenerateRequest call;
   call.mutable_context()->set_request_id(request.request_id_);
   call.mutable_context()->set_deadline_unix_us(UnixMicros(request.deadline_));
+  call.mutable_context()->set_attempt(state.attempts++);
   call.mutable_prompt_token_ids()->Assign(request.input_.prompt_ids.begin(),
                                           request.input_.prompt_ids.end());
   *call.mutable_sampling() = ToProto(request.input_.sampling, request.max_tokens_);
