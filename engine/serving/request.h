@@ -34,10 +34,13 @@ enum class Outcome {
   kFailed,     // error, including a passed deadline: see error
 };
 
+// DSpark speculative decoding counters (dspark_dsv4.md B.6): acceptance length
+// tau = 1 + accepted_tokens / drafts; the bonus/correction token is not counted as accepted.
 struct SpecStats {
-  int64_t drafts = 0;
-  int64_t draft_tokens = 0;
+  int64_t drafts = 0;          // verify rounds
+  int64_t draft_tokens = 0;    // draft tokens verified
   int64_t accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_position;  // [k]: rounds whose draft k+1 was accepted
 };
 
 // One report to the request's sink: new tokens, and on the last report how it ended.

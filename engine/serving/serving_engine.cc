@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "engine/sampling/sampler.h"
+#include "engine/sampling/speculative_acceptance.h"
 
 namespace pdspark::serving {
 
@@ -22,6 +23,11 @@ struct ServingEngine::Active {
   bool started = false;
   bool done = false;
   SpecStats spec_stats;
+  // DSpark: the drafter context of the first drafter_state->num_positions() tokens, and this
+  // round's drafts with the distributions they were drawn from (empty rows when greedy).
+  std::unique_ptr<dspark::DrafterState> drafter_state;
+  std::vector<int32_t> draft;
+  std::vector<float> draft_probs;
 
   int64_t fed() const { return state ? state->num_tokens() : 0; }
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - fed(); }
@@ -179,6 +185,10 @@ Status ServingEngine::StartRequest(Active& request) {
           spec.prompt.size()));
     }
   }
+  if (SpecEnabled() && !spec.prefill_only) {
+    request.drafter_state = options_.drafter->NewState();
+    if (!spec.prefilled_state.empty()) RETURN_IF_ERROR(RebuildDrafterContext(request));
+  }
   request.tokens = spec.prompt;
   request.tokens.insert(request.tokens.end(), spec.generated.begin(), spec.generated.end());
   request.generated = static_cast<int64_t>(spec.generated.size());
@@ -192,6 +202,70 @@ Status ServingEngine::StartRequest(Active& request) {
     }
   }
   return absl::OkStatus();
+}
+
+// A prefilled (disaggregated) request arrives without drafter context: rebuild it from the
+// target features of the prompt, re-run on a scratch sequence (the prefill side does not
+// ship drafter state; see docs/dspark.md).
+Status ServingEngine::RebuildDrafterContext(Active& request) {
+  auto scratch = model_->NewSequence();
+  engine::StepInput input{scratch.get(), request.spec.prompt};
+  engine::StepOptions options;
+  options.logits = engine::LogitsMode::kNone;
+  options.features = true;
+  ASSIGN_OR_RETURN(engine::StepOutput out, model_->Step({&input, 1}, options));
+  options_.drafter->AppendContext(*request.drafter_state, out.features.data(),
+                                  static_cast<int64_t>(request.spec.prompt.size()));
+  return absl::OkStatus();
+}
+
+// Draft tokens for this request's next round; 0 means a plain decode step. Never drafts past
+// max_tokens or the model length (the round emits up to gamma + 1 tokens).
+int64_t ServingEngine::DraftLength(const Active& r) const {
+  if (!r.drafter_state || r.pending() != 1 || r.drafter_state->num_positions() != r.fed()) {
+    return 0;
+  }
+  int64_t gamma = std::min(options_.spec_tokens, options_.drafter->block_size());
+  gamma = std::min<int64_t>(gamma, r.spec.sampling.max_tokens - r.generated - 1);
+  gamma = std::min<int64_t>(gamma, max_model_len_ - static_cast<int64_t>(r.tokens.size()) - 1);
+  return std::max<int64_t>(gamma, 0);
+}
+
+// One batched drafter forward for every request that speculates this step. Drafts use the
+// request's own logits processing (stop-token suppression, temperature, top-k/p) so that q is
+// the distribution the acceptance rule divides by, and the request's sampler (seeded runs stay
+// reproducible).
+void ServingEngine::DraftAll() {
+  std::vector<Active*> drafting;
+  std::vector<dspark::DraftInput> inputs;
+  const int64_t vocab = model_->config().vocab_size;
+  for (auto& r : running_) {
+    r->draft.clear();
+    r->draft_probs.clear();
+    if (r->done || !r->started) continue;
+    const int64_t gamma = DraftLength(*r);
+    if (gamma == 0) continue;
+    Active* req = r.get();
+    dspark::DraftInput in;
+    in.state = req->drafter_state.get();
+    in.anchor_token = req->tokens.back();
+    in.gamma = gamma;
+    in.choose = [this, req, vocab](int64_t slot, std::span<float> logits) {
+      sampling::SuppressStopTokens(req->spec.sampling, eos_ids_,
+                                   static_cast<int32_t>(req->generated + slot), logits);
+      if (req->sampler->greedy()) return sampling::Sampler::Greedy(logits);
+      const size_t at = req->draft_probs.size();
+      req->draft_probs.resize(at + vocab);
+      std::span<float> q(req->draft_probs.data() + at, vocab);
+      req->sampler->ProcessLogits(logits, q);
+      return req->sampler->Sample(q);
+    };
+    drafting.push_back(req);
+    inputs.push_back(std::move(in));
+  }
+  if (inputs.empty()) return;
+  std::vector<dspark::DraftOutput> drafts = options_.drafter->Draft(inputs);
+  for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->draft = std::move(drafts[i].tokens);
 }
 
 std::vector<ServingEngine::Active*> ServingEngine::PlanStep(
@@ -208,6 +282,19 @@ std::vector<ServingEngine::Active*> ServingEngine::PlanStep(
     if (!r->done && r->started && r->pending() > 1) order.push_back(r.get());
   }
   for (Active* r : order) {
+    if (!r->draft.empty()) {  // a verify round: [anchor, d_1..d_gamma] in one piece
+      const int64_t need = 1 + static_cast<int64_t>(r->draft.size());
+      if (need > budget && !planned.empty()) {
+        r->draft.clear();
+        r->draft_probs.clear();
+      } else {
+        budget -= need;
+        chunks.emplace_back(r->tokens.end() - 1, r->tokens.end());
+        chunks.back().insert(chunks.back().end(), r->draft.begin(), r->draft.end());
+        planned.push_back(r);
+        continue;
+      }
+    }
     const int64_t take = std::min(r->pending(), std::max<int64_t>(budget, planned.empty() ? 1 : 0));
     if (take <= 0) break;
     budget -= take;
@@ -222,10 +309,16 @@ void ServingEngine::RunStep() {
   std::vector<engine::StepInput> inputs;
   std::vector<std::vector<int32_t>> chunks;
   chunks.reserve(running_.size());
+  if (SpecEnabled()) DraftAll();
   std::vector<Active*> planned = PlanStep(inputs, chunks);
   if (planned.empty()) return;
+  bool verifying = false;
+  for (Active* r : planned) verifying = verifying || !r->draft.empty();
   engine::StepOptions step_options;
-  step_options.logits = engine::LogitsMode::kLastTokenPerSequence;
+  step_options.logits = verifying ? engine::LogitsMode::kAllTokens
+                                  : engine::LogitsMode::kLastTokenPerSequence;
+  // Every fed position's drafter context comes from this step's target features.
+  step_options.features = SpecEnabled();
   auto output = model_->Step(inputs, step_options);
   if (!output.ok()) {
     LOG_ERROR("engine step failed sequences={} error={}", planned.size(),
@@ -237,8 +330,23 @@ void ServingEngine::RunStep() {
     return;
   }
   const int64_t vocab = model_->config().vocab_size;
+  const int64_t feature_width = options_.drafter ? options_.drafter->num_feature_layers() *
+                                                       model_->config().hidden_size
+                                                 : 0;
   for (size_t i = 0; i < planned.size(); ++i) {
-    AfterStep(*planned[i], output->logits.data() + i * vocab, true);
+    Active& r = *planned[i];
+    const int64_t begin = output->row_offsets[i], end = output->row_offsets[i + 1];
+    // The state already holds this step's tokens; the ring catches up to it.
+    if (r.drafter_state && r.drafter_state->num_positions() == r.fed() - (end - begin)) {
+      options_.drafter->AppendContext(*r.drafter_state,
+                                      output->features.data() + begin * feature_width, end - begin);
+    }
+    if (!r.draft.empty()) {
+      AfterVerify(r, output->logits.data() + begin * vocab);
+    } else {
+      const int64_t row = verifying ? end - 1 : static_cast<int64_t>(i);
+      AfterStep(r, output->logits.data() + row * vocab, true);
+    }
   }
   std::lock_guard lock(mu_);
   ++stats_.steps;
@@ -254,7 +362,12 @@ void ServingEngine::AfterStep(Active& request, const float* logits_row, bool /*l
   std::vector<int32_t> emitted{token};
   auto reason = sampling::ApplyStopConditions(request.spec.sampling, eos_ids_,
                                               static_cast<int32_t>(request.generated), &emitted);
-  const int64_t context = static_cast<int64_t>(request.tokens.size()) + 1;
+  Emit(request, std::move(emitted), reason);
+}
+
+void ServingEngine::Emit(Active& request, std::vector<int32_t> emitted,
+                         sampling::FinishReason reason) {
+  const int64_t context = static_cast<int64_t>(request.tokens.size() + emitted.size());
   if (reason == sampling::FinishReason::kNone && context >= max_model_len_) {
     reason = sampling::FinishReason::kLength;
   }
@@ -280,9 +393,58 @@ void ServingEngine::AfterStep(Active& request, const float* logits_row, bool /*l
   request.sink(event);
 }
 
+// Judges this round's drafts against the verify rows p_0..p_gamma, commits exactly the
+// accepted positions (the target state and the drafter ring are truncated to the anchor plus
+// the accepted drafts; the correction/bonus token is fed next round) and emits all tokens in
+// one event.
+void ServingEngine::AfterVerify(Active& r, const float* logits) {
+  const int64_t vocab = model_->config().vocab_size;
+  const int64_t gamma = static_cast<int64_t>(r.draft.size());
+  const int64_t anchor_position = static_cast<int64_t>(r.tokens.size()) - 1;
+  std::vector<float> target(logits, logits + (gamma + 1) * vocab);
+  for (int64_t k = 0; k <= gamma; ++k) {
+    std::span<float> row(target.data() + k * vocab, vocab);
+    sampling::SuppressStopTokens(r.spec.sampling, eos_ids_,
+                                 static_cast<int32_t>(r.generated + k), row);
+    if (!r.sampler->greedy()) r.sampler->ProcessLogits(std::vector<float>(row.begin(), row.end()), row);
+  }
+  sampling::DraftVerification v;
+  v.draft_tokens = r.draft;
+  v.draft_probs = r.draft_probs;
+  v.target_probs = target;
+  v.vocab_size = vocab;
+  auto result = sampling::AcceptDraftTokens(v, *r.sampler);
+  if (!result.ok()) {
+    Finish(r, Outcome::kFailed, sampling::FinishReason::kNone, std::string(result.status().message()));
+    return;
+  }
+  SpecStats& st = r.spec_stats;
+  ++st.drafts;
+  st.draft_tokens += gamma;
+  st.accepted_tokens += result->num_accepted;
+  if (static_cast<int64_t>(st.accepted_per_position.size()) < gamma) {
+    st.accepted_per_position.resize(gamma, 0);
+  }
+  for (int32_t k = 0; k < result->num_accepted; ++k) ++st.accepted_per_position[k];
+  auto reason = sampling::ApplyStopConditions(r.spec.sampling, eos_ids_,
+                                              static_cast<int32_t>(r.generated), &*result);
+  const int64_t committed = anchor_position + 1 + result->num_accepted;
+  Status st_target = r.state->Truncate(committed);
+  Status st_drafter = r.drafter_state->Truncate(committed);
+  r.draft.clear();
+  r.draft_probs.clear();
+  if (!st_target.ok() || !st_drafter.ok()) {
+    Finish(r, Outcome::kFailed, sampling::FinishReason::kNone,
+           std::string((st_target.ok() ? st_drafter : st_target).message()));
+    return;
+  }
+  Emit(r, std::move(result->tokens), reason);
+}
+
 void ServingEngine::MarkDone(Active& request) {
   request.done = true;
   request.state.reset();  // frees its cache blocks before the sink learns it is done
+  request.drafter_state.reset();
   std::lock_guard lock(mu_);
   known_ids_.erase(request.spec.id);  // Cancel() of a finished request now answers false
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "engine/dspark/drafter.h"
 #include "engine/model/model.h"
 #include "engine/serving/request.h"
 
@@ -25,6 +26,12 @@ struct ServingOptions {
   int64_t max_batch_tokens = 512;    // tokens per step across requests (chunked prefill budget)
   int64_t max_model_len = 0;         // 0 = the config's max_position_embeddings
   int64_t max_waiting = 1024;        // admitted but not yet running
+  // DSpark speculative decoding: with a drafter and spec_tokens >= 1, every decode-phase
+  // request drafts min(spec_tokens, block_size) tokens per round and all rounds are verified in
+  // the step's one batched forward. The model must export the drafter's feature layers (the
+  // default ModelOptions do for a DSpark checkpoint).
+  std::shared_ptr<const dspark::Drafter> drafter;
+  int64_t spec_tokens = 0;  // 0 = off
 };
 
 struct ServingStats {
@@ -59,6 +66,12 @@ class ServingEngine {
                                 std::vector<std::vector<int32_t>>& chunks);
   void RunStep();
   void AfterStep(Active& request, const float* logits, bool logits_valid);
+  bool SpecEnabled() const { return options_.drafter != nullptr && options_.spec_tokens > 0; }
+  int64_t DraftLength(const Active& request) const;
+  void DraftAll();
+  void AfterVerify(Active& request, const float* logits);
+  void Emit(Active& request, std::vector<int32_t> emitted, sampling::FinishReason reason);
+  Status RebuildDrafterContext(Active& request);
   void Finish(Active& request, Outcome outcome, sampling::FinishReason reason,
               std::string error);
   void MarkDone(Active& request);

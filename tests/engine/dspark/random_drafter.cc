@@ -114,7 +114,7 @@ void Stage(Maker& m, const nlohmann::json& c, int64_t s) {
 
 std::string GoldenDir() { return std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a"; }
 
-std::string WriteRandomDrafterCheckpoint(uint64_t seed, int64_t block_size) {
+std::string WriteRandomDrafterCheckpoint(uint64_t seed, int64_t block_size, float markov_scale) {
   const fs::path golden = GoldenDir();
   std::string tmpl = (fs::temp_directory_path() / "dspark-drafter-XXXXXX").string();
   const fs::path dir = mkdtemp(tmpl.data());
@@ -138,11 +138,11 @@ std::string WriteRandomDrafterCheckpoint(uint64_t seed, int64_t block_size) {
   m.Fill(last + ".hc_head_base", {hc}, 0.f);
   m.Fill(last + ".hc_head_scale", {1}, 1.f);
   m.Normal(last + ".markov_head.markov_w1.weight", {vocab, rank}, 1.0);
-  // w2 = 0.5 * w1: the bias w2 . w1[prev] peaks at prev (|w1[prev]|^2 ~ rank).
+  // w2 = scale * w1: the bias w2 . w1[prev] peaks at prev (|w1[prev]|^2 ~ rank).
   m.Fill(last + ".markov_head.markov_w2.weight", {vocab, rank}, 0.f);
   const auto& w1 = m.Data(last + ".markov_head.markov_w1.weight");
   auto& w2 = m.Data(last + ".markov_head.markov_w2.weight");
-  for (size_t i = 0; i < w1.size(); ++i) w2[i] = 0.5f * w1[i];
+  for (size_t i = 0; i < w1.size(); ++i) w2[i] = markov_scale * w1[i];
   m.Normal(last + ".confidence_head.proj.weight", {1, dim + rank}, 0.05);
   WriteSafetensors(dir / "drafter.safetensors", m.tensors());
 
