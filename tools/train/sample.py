@@ -42,12 +42,12 @@ def main():
         out = D.generate(target, torch.tensor([ids]), args.new, temperature=0.0)
         text = tok.decode(out[0, len(ids):].tolist())
         print(f"--- {p!r}\n{text}\n", flush=True)
-        res["samples"].append({"prompt": p, "greedy": text})
+        res["samples"].append({"prompt": p, "prompt_ids": ids, "greedy_ids": out[0, len(ids):].tolist(), "greedy": text})
     if "dspark_block_size" in cfg and args.accept_prompts > 0:
         drafter = D.load_drafter(tensors, target.args, cfg)
         n_chat = args.accept_prompts * 3 // 4
         pr = make_prompts(tok, os.path.join(HERE, "data"), n_chat, args.accept_prompts - n_chat, 32, 7, "heldout")
-        seqs = gen_all(target, pr, 96, 0.0, 0)
+        seqs = gen_all(target, pr, 64, 0.0, 0)
         tau, pos_acc, rounds = D.acceptance(target, drafter, seqs, 32)
         print(f"exported drafter: greedy acceptance length tau = {tau:.3f} over {rounds} rounds "
               f"({len(pr)} held-out prompts); per-position conditional acceptance {[round(a, 3) for a in pos_acc]}")

@@ -66,7 +66,7 @@ def make_prompts(tok, data_dir, n_chat, n_shak, plen, seed, split):
     return torch.tensor(out, dtype=torch.long)
 
 
-def gen_all(target, prompts, n_new, temperature, seed, batch=64):
+def gen_all(target, prompts, n_new, temperature, seed, batch=128):
     seqs = []
     for i in range(0, len(prompts), batch):
         seqs.append(D.generate(target, prompts[i:i + batch], n_new, temperature=temperature, seed=seed + i))
@@ -91,10 +91,10 @@ def main():
     ap.add_argument("--tokenizer", default=DEFAULT_TOK)
     ap.add_argument("--data", default=os.path.join(HERE, "data"))
     ap.add_argument("--out", default=os.path.join(HERE, "out", "drafter.pt"))
-    ap.add_argument("--n-chat", type=int, default=256)
-    ap.add_argument("--n-shak", type=int, default=128)
+    ap.add_argument("--n-chat", type=int, default=192)
+    ap.add_argument("--n-shak", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=32)
-    ap.add_argument("--gen-len", type=int, default=96)
+    ap.add_argument("--gen-len", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--max-minutes", type=float, default=20.0)
