@@ -2,7 +2,7 @@
 # Retrain the tiny DeepSeek-V4-Flash-DSpark model from scratch (fixed seeds) and export it to
 # models/tiny-dsv4-dspark/.  CPU only; Debian's /usr/bin/python3 with python3-torch + numpy.
 #
-#   TARGET_MINUTES / DRAFTER_MINUTES  wall-time bounds (default 45 / 20).  The LR schedules and
+#   TARGET_MINUTES / DRAFTER_MINUTES  wall-time bounds (default 45 / 18).  The LR schedules and
 #       the QAT switch follow steps or wall time, whichever is further, so on a busy machine fewer
 #       steps run.  Set both to 0 for a step-exact run (TARGET_STEPS / DRAFTER_STEPS steps, same
 #       result on every run of the same torch build).
@@ -12,7 +12,7 @@ cd "$(dirname "$0")"
 PY=${PYTHON:-/usr/bin/python3}
 THREADS=${THREADS:-1}
 TARGET_MINUTES=${TARGET_MINUTES:-45}
-DRAFTER_MINUTES=${DRAFTER_MINUTES:-20}
+DRAFTER_MINUTES=${DRAFTER_MINUTES:-18}
 TARGET_STEPS=${TARGET_STEPS:-650}
 DRAFTER_STEPS=${DRAFTER_STEPS:-800}
 MODEL=../../models/tiny-dsv4-dspark
