@@ -225,7 +225,8 @@ int64_t ServingEngine::DraftLength(const Active& r) const {
   if (!r.drafter_state || r.pending() != 1 || r.drafter_state->num_positions() != r.fed()) {
     return 0;
   }
-  int64_t gamma = std::min(options_.spec_tokens, options_.drafter->block_size());
+  const int64_t block = options_.drafter->block_size();
+  int64_t gamma = options_.spec_auto ? block : std::min(options_.spec_tokens, block);
   gamma = std::min<int64_t>(gamma, r.spec.sampling.max_tokens - r.generated - 1);
   gamma = std::min<int64_t>(gamma, max_model_len_ - static_cast<int64_t>(r.tokens.size()) - 1);
   return std::max<int64_t>(gamma, 0);
@@ -265,7 +266,30 @@ void ServingEngine::DraftAll() {
   }
   if (inputs.empty()) return;
   std::vector<dspark::DraftOutput> drafts = options_.drafter->Draft(inputs);
-  for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->draft = std::move(drafts[i].tokens);
+  const int64_t vocab_size = model_->config().vocab_size;
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    Active& r = *drafting[i];
+    r.draft = std::move(drafts[i].tokens);
+    if (!options_.spec_auto) continue;
+    const size_t keep = ScheduledLength(drafts[i].confidence);
+    r.draft.resize(keep);
+    if (!r.draft_probs.empty()) r.draft_probs.resize(keep * vocab_size);
+  }
+}
+
+// Verify length from the confidences. c_k is computed from y_k and the embedding of the
+// *previous* token, so it does not depend on d_k: keeping or dropping d_k on the strength of
+// c_1..c_k never conditions on d_k's own value, and the verified drafts stay exact samples of
+// their q (the paper's Appendix A counterexample is a rule that looks at d_k itself).
+size_t ServingEngine::ScheduledLength(const std::vector<float>& confidence) const {
+  double survival = 1.0;
+  size_t keep = 0;
+  for (float c : confidence) {
+    survival *= c;
+    if (survival < options_.spec_auto_min_survival) break;
+    ++keep;
+  }
+  return keep;
 }
 
 std::vector<ServingEngine::Active*> ServingEngine::PlanStep(

@@ -32,6 +32,11 @@ struct ServingOptions {
   // default ModelOptions do for a DSpark checkpoint).
   std::shared_ptr<const dspark::Drafter> drafter;
   int64_t spec_tokens = 0;  // 0 = off
+  // Confidence-scheduled verify length (`--spec-tokens auto`, dspark_dsv4.md B.4): draft
+  // block_size tokens and verify the longest prefix whose survival prod_{j<=k} c_j (c_j from
+  // the confidence head) stays >= spec_auto_min_survival.
+  bool spec_auto = false;
+  double spec_auto_min_survival = 0.35;
 };
 
 struct ServingStats {
@@ -66,7 +71,10 @@ class ServingEngine {
                                 std::vector<std::vector<int32_t>>& chunks);
   void RunStep();
   void AfterStep(Active& request, const float* logits, bool logits_valid);
-  bool SpecEnabled() const { return options_.drafter != nullptr && options_.spec_tokens > 0; }
+  bool SpecEnabled() const {
+    return options_.drafter != nullptr && (options_.spec_tokens > 0 || options_.spec_auto);
+  }
+  size_t ScheduledLength(const std::vector<float>& confidence) const;
   int64_t DraftLength(const Active& request) const;
   void DraftAll();
   void AfterVerify(Active& request, const float* logits);
