@@ -216,7 +216,13 @@ DraftOutput Drafter::MarkovHead(const DraftInput& input, const float* base_logit
   std::vector<float> logits(vocab), bias(vocab);
   for (int64_t k = 0; k < input.gamma; ++k) {
     const float* e = w_.markov_w1.ptr() + static_cast<int64_t>(prev) * rank_;
-    kc::Linear(e, 1, rank_, w_.markov_w2.ptr(), vocab, bias.data());
+    // One row against [vocab, rank]: a plain loop; a BLAS call per slot would repack w2 each time.
+    for (int64_t v = 0; v < vocab; ++v) {
+      const float* w2 = w_.markov_w2.ptr() + v * rank_;
+      double acc = 0.0;
+      for (int64_t c = 0; c < rank_; ++c) acc += static_cast<double>(w2[c]) * e[c];
+      bias[v] = static_cast<float>(acc);
+    }
     for (int64_t v = 0; v < vocab; ++v) logits[v] = base_logits[k * vocab + v] + bias[v];
     double z = 0.0;
     for (int64_t c = 0; c < dim; ++c) z += static_cast<double>(w_.confidence[c]) * y[k * dim + c];
