@@ -372,8 +372,9 @@ func checkChart(p *problems, files []Rendered, profile, routerKind string, monit
 		if decode.Flags["--tensor-parallel-size"] != "8" || str(get(decode.C, "resources", "limits", "nvidia.com/gpu")) != "8" {
 			p.add("decode must default to 8 GPUs and --tensor-parallel-size 8")
 		}
-	} else if decode.Flags["--tensor-parallel-size"] != "8" {
-		p.add("CPU decode must still run --tensor-parallel-size 8 (CPU threads)")
+	} else if decode.Flags["--tensor-parallel-size"] != "1" {
+		// The binaries refuse TP > 1 until the sharded engine lands (issue 6).
+		p.add("CPU decode must run --tensor-parallel-size 1 until tensor parallelism lands")
 	}
 	if decode.Flags["--spec-method"] == "" {
 		p.add("decode has no --spec-method")
