@@ -37,8 +37,9 @@ class ClusterTest(unittest.TestCase):
         cls.r_disagg = c.start_router("router-disagg", ["--disagg-min-prompt-tokens", "1"])
         cls.r_coloc = c.start_router("router-coloc")
         cls.decode = c.start_worker("decode", "decode", [cls.r_disagg, cls.r_coloc],
-                                    ["--ucx-tls", "tcp"])
-        cls.prefill = c.start_worker("prefill", "prefill", [cls.r_disagg], ["--ucx-tls", "tcp"])
+                                    ["--ucx-tls", ARGS.ucx_tls])
+        cls.prefill = c.start_worker("prefill", "prefill", [cls.r_disagg],
+                                     ["--ucx-tls", ARGS.ucx_tls])
         try:
             wait_for(lambda: health(cls.r_disagg).get("prefill_workers") == 1 and
                      health(cls.r_disagg).get("decode_workers") == 1, what="disagg cluster")
@@ -124,6 +125,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin-dir", required=True)
     parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--ucx-tls", default="tcp", help="KV transfer transports (UCX_TLS)")
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
