@@ -1,6 +1,7 @@
 #include "engine/serving/serving_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,7 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
                                                : model_->config().max_position_embeddings) {
   for (int64_t id : model_->config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
   if (eos_ids_.empty()) eos_ids_.push_back(static_cast<int32_t>(model_->config().eos_token_id));
+  if (SpecEnabled() && options_.spec_auto && options_.spec_auto_profile) ProfileSteps();
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -237,6 +239,14 @@ int64_t ServingEngine::DraftLength(const Active& r) const {
 // the distribution the acceptance rule divides by, and the request's sampler (seeded runs stay
 // reproducible).
 void ServingEngine::DraftAll() {
+  if (options_.spec_auto && auto_skip_steps_ > 0) {
+    --auto_skip_steps_;
+    for (auto& r : running_) {
+      r->draft.clear();
+      r->draft_probs.clear();
+    }
+    return;
+  }
   std::vector<Active*> drafting;
   std::vector<dspark::DraftInput> inputs;
   const int64_t vocab = model_->config().vocab_size;
@@ -266,30 +276,95 @@ void ServingEngine::DraftAll() {
   }
   if (inputs.empty()) return;
   std::vector<dspark::DraftOutput> drafts = options_.drafter->Draft(inputs);
-  const int64_t vocab_size = model_->config().vocab_size;
-  for (size_t i = 0; i < drafting.size(); ++i) {
-    Active& r = *drafting[i];
-    r.draft = std::move(drafts[i].tokens);
-    if (!options_.spec_auto) continue;
-    const size_t keep = ScheduledLength(drafts[i].confidence);
-    r.draft.resize(keep);
-    if (!r.draft_probs.empty()) r.draft_probs.resize(keep * vocab_size);
+  for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->draft = std::move(drafts[i].tokens);
+  if (options_.spec_auto) ScheduleVerifyLengths(drafting, drafts);
+}
+
+// Target step time against batch rows, measured once on a scratch sequence (verify-shaped: all
+// logits and features), so the scheduler can price extra verify rows.
+void ServingEngine::ProfileSteps() {
+  const int64_t limit = std::min<int64_t>(options_.max_batch_tokens, max_model_len_ - 1);
+  std::vector<int32_t> tokens(std::max<int64_t>(limit, 1), 0);
+  engine::StepOptions so;
+  so.logits = engine::LogitsMode::kAllTokens;
+  so.features = true;
+  for (int64_t n = 1; n <= limit; n *= 2) {
+    double best = 1e30;
+    for (int rep = 0; rep < 2; ++rep) {
+      auto seq = model_->NewSequence();
+      engine::StepInput in{seq.get(), std::span<const int32_t>(tokens).first(n)};
+      const auto start = Clock::now();
+      if (!model_->Step({&in, 1}, so).ok()) return;
+      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    step_profile_.emplace_back(n, best);
   }
 }
 
-// Verify length from the confidences. c_k is computed from y_k and the embedding of the
-// *previous* token, so it does not depend on d_k: keeping or dropping d_k on the strength of
-// c_1..c_k never conditions on d_k's own value, and the verified drafts stay exact samples of
-// their q (the paper's Appendix A counterexample is a rule that looks at d_k itself).
-size_t ServingEngine::ScheduledLength(const std::vector<float>& confidence) const {
-  double survival = 1.0;
-  size_t keep = 0;
-  for (float c : confidence) {
-    survival *= c;
-    if (survival < options_.spec_auto_min_survival) break;
-    ++keep;
+double ServingEngine::StepSeconds(int64_t rows) const {
+  if (step_profile_.empty()) return 1.0;  // unprofiled: rows are free
+  if (rows <= step_profile_.front().first) return step_profile_.front().second;
+  for (size_t i = 1; i < step_profile_.size(); ++i) {
+    const auto [n1, t1] = step_profile_[i];
+    if (rows <= n1) {
+      const auto [n0, t0] = step_profile_[i - 1];
+      return t0 + (t1 - t0) * static_cast<double>(rows - n0) / static_cast<double>(n1 - n0);
+    }
   }
-  return keep;
+  const auto [n, t] = step_profile_.back();
+  return t * static_cast<double>(rows) / static_cast<double>(n);
+}
+
+// Chooses each drafting request's verify prefix (B.4, a greedy form of Algorithm 1): every
+// request commits 1 token plus, in expectation, the survival S_k of each verified slot; slots
+// are added in order of survival (prefixes only) while expected tokens / step time grows.
+// Lossless: c_k comes from y_k and the embedding of the *previous* token, so the decision to
+// verify d_k never looks at d_k itself (the paper's Appendix A counterexample does), and every
+// verified draft stays an exact sample of its q.
+void ServingEngine::ScheduleVerifyLengths(const std::vector<Active*>& drafting,
+                                          const std::vector<dspark::DraftOutput>& drafts) {
+  const int64_t vocab = model_->config().vocab_size;
+  int64_t base_rows = 0;
+  for (auto& r : running_) {
+    if (!r->done && r->started) base_rows += std::max<int64_t>(1, r->pending());
+  }
+  base_rows = std::min(base_rows, options_.max_batch_tokens);
+  std::vector<std::vector<double>> survival(drafting.size());
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    double s = 1.0;
+    for (float c : drafts[i].confidence) survival[i].push_back(s *= c);
+  }
+  std::vector<size_t> keep(drafting.size(), 0);
+  double expected = static_cast<double>(running_.size());
+  int64_t rows = base_rows;
+  int64_t chosen = 0;
+  while (true) {
+    int best = -1;
+    for (size_t i = 0; i < drafting.size(); ++i) {
+      if (keep[i] >= drafting[i]->draft.size()) continue;
+      if (best < 0 || survival[i][keep[i]] > survival[best][keep[best]]) best = static_cast<int>(i);
+    }
+    if (best < 0) break;
+    const double s = survival[best][keep[best]];
+    if (s < options_.spec_auto_min_survival) break;
+    if ((expected + s) / StepSeconds(rows + 1) <= expected / StepSeconds(rows)) break;
+    expected += s;
+    ++rows;
+    ++keep[best];
+    ++chosen;
+  }
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    drafting[i]->draft.resize(keep[i]);
+    if (!drafting[i]->draft_probs.empty()) drafting[i]->draft_probs.resize(keep[i] * vocab);
+  }
+  // Nothing worth verifying: the drafter forward was wasted, so stop drafting for a while,
+  // backing off exponentially (8 .. 256 steps) while probes keep finding nothing.
+  if (chosen == 0) {
+    auto_backoff_ = std::min<int64_t>(auto_backoff_ == 0 ? 8 : 2 * auto_backoff_, 256);
+    auto_skip_steps_ = auto_backoff_;
+  } else {
+    auto_backoff_ = 0;
+  }
 }
 
 std::vector<ServingEngine::Active*> ServingEngine::PlanStep(
@@ -471,6 +546,10 @@ void ServingEngine::MarkDone(Active& request) {
   request.drafter_state.reset();
   std::lock_guard lock(mu_);
   known_ids_.erase(request.spec.id);  // Cancel() of a finished request now answers false
+  // Stats() must show the freed cache by the time the sink hears the request is done (a
+  // caller that checks cache usage right after its final event would otherwise race the loop).
+  stats_.cache_bytes_in_use = model_->pools().bytes_in_use();
+  stats_.cache_blocks_in_use = model_->pools().blocks_in_use();
 }
 
 void ServingEngine::Finish(Active& request, Outcome outcome, sampling::FinishReason reason,

@@ -33,10 +33,15 @@ struct ServingOptions {
   std::shared_ptr<const dspark::Drafter> drafter;
   int64_t spec_tokens = 0;  // 0 = off
   // Confidence-scheduled verify length (`--spec-tokens auto`, dspark_dsv4.md B.4): draft
-  // block_size tokens and verify the longest prefix whose survival prod_{j<=k} c_j (c_j from
-  // the confidence head) stays >= spec_auto_min_survival.
+  // block_size tokens, then choose every request's verify prefix to maximise expected committed
+  // tokens per second of the step (survivals prod_{j<=k} c_j from the confidence head, step
+  // time from a profile of the target taken at startup); prefixes whose survival is below
+  // spec_auto_min_survival are never verified.
   bool spec_auto = false;
-  double spec_auto_min_survival = 0.35;
+  double spec_auto_min_survival = 0.05;
+  // false: no startup profile, every step costs the same (verify whatever clears the survival
+  // floor); tests use it to exercise the schedule independently of machine timing.
+  bool spec_auto_profile = true;
 };
 
 struct ServingStats {
@@ -74,7 +79,10 @@ class ServingEngine {
   bool SpecEnabled() const {
     return options_.drafter != nullptr && (options_.spec_tokens > 0 || options_.spec_auto);
   }
-  size_t ScheduledLength(const std::vector<float>& confidence) const;
+  void ProfileSteps();
+  double StepSeconds(int64_t rows) const;
+  void ScheduleVerifyLengths(const std::vector<Active*>& drafting,
+                             const std::vector<dspark::DraftOutput>& drafts);
   int64_t DraftLength(const Active& request) const;
   void DraftAll();
   void AfterVerify(Active& request, const float* logits);
@@ -101,6 +109,9 @@ class ServingEngine {
 
   // Owned by the loop thread.
   std::vector<std::unique_ptr<Active>> running_;
+  std::vector<std::pair<int64_t, double>> step_profile_;  // (batch rows, seconds), ascending
+  int64_t auto_skip_steps_ = 0;  // auto: steps left without drafting after an all-zero choice
+  int64_t auto_backoff_ = 0;     // auto: current skip length (0 after a useful round)
   std::thread loop_;
 };
 

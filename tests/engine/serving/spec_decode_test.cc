@@ -93,6 +93,9 @@ class SpecDecodeTest : public ::testing::Test {
       options.drafter = dspark::Drafter::Load(*dir, model->config()).value();
       options.spec_tokens = std::max<int64_t>(spec_tokens, 0);
       options.spec_auto = spec_tokens == kAuto;
+      // Timing-independent schedule in tests: the confidence floor alone decides.
+      options.spec_auto_profile = false;
+      options.spec_auto_min_survival = 0.2;
     }
     return std::make_unique<ServingEngine>(std::move(model), options);
   }
