@@ -7,10 +7,6 @@
 
 namespace pdspark::decode {
 
-std::string EngineRequestId(const v1::RequestContext& context) {
-  return absl::StrCat(context.request_id(), "#", context.attempt());
-}
-
 grpc::Status DecodeService::Generate(grpc::ServerContext* context,
                                      const v1::WorkerGenerateRequest* request,
                                      grpc::ServerWriter<v1::WorkerGenerateResponse>* writer) {
@@ -18,7 +14,7 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     return {grpc::StatusCode::INVALID_ARGUMENT, "context.request_id is required"};
   }
   serving::RequestSpec spec;
-  spec.id = EngineRequestId(request->context());
+  spec.id = serving::EngineRequestId(request->context());
   spec.prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
   spec.generated.assign(request->generated_token_ids().begin(),
                         request->generated_token_ids().end());
@@ -100,15 +96,7 @@ grpc::Status DecodeService::Release(grpc::ServerContext*, const v1::ReleaseReque
 
 grpc::Status DecodeService::Cancel(grpc::ServerContext*, const v1::CancelRequest* request,
                                    v1::CancelResponse* response) {
-  // The router cancels by request id; cancel every attempt of it that is still here.
-  bool found = false;
-  for (uint32_t attempt = 0; attempt < 8; ++attempt) {
-    v1::RequestContext ctx;
-    ctx.set_request_id(request->request_id());
-    ctx.set_attempt(attempt);
-    found |= engine_->Cancel(EngineRequestId(ctx));
-  }
-  response->set_found(found);
+  response->set_found(serving::CancelAllAttempts(*engine_, request->request_id()));
   return grpc::Status::OK;
 }
 

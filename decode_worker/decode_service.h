@@ -33,7 +33,4 @@ class DecodeService final : public v1::DecodeWorker::Service {
   KvReceiver* receiver_;
 };
 
-// The engine's id for one attempt of a request: retries reuse the router's request id.
-std::string EngineRequestId(const v1::RequestContext& context);
-
 }  // namespace pdspark::decode

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "engine/dspark/drafter.h"
+#include "engine/serving/proto_conversions.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/state_size.h"
 
@@ -140,13 +141,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   }
   DecodeService service(&engine, receiver.get());
   EngineMetrics engine_metrics(*metrics, &engine);
-  auto load = [&engine] {
-    const auto stats = engine.Stats();
-    v1::WorkerLoad l;
-    l.set_running_requests(static_cast<uint32_t>(stats.running));
-    l.set_queued_requests(static_cast<uint32_t>(stats.waiting));
-    return l;
-  };
+  auto load = [&engine] { return serving::ToWorkerLoad(engine.Stats()); };
   return worker::ServeUntilSignal(f.common, identity, {&service}, load, metrics, signals);
 }
 

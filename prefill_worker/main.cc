@@ -11,6 +11,7 @@
 #include "common/worker/shutdown_signal.h"
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_process.h"
+#include "engine/serving/proto_conversions.h"
 #include "engine/serving/serving_engine.h"
 #include "prefill_worker/prefill_service.h"
 
@@ -55,13 +56,7 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   worker::KvTransferMetrics transfer_metrics(*metrics, (*agent)->TransportName());
   PrefillService service(&engine, agent->get(), identity.config_fingerprint,
                          std::chrono::milliseconds(f.transfer_timeout_ms), &transfer_metrics);
-  auto load = [&engine] {
-    const auto stats = engine.Stats();
-    v1::WorkerLoad l;
-    l.set_running_requests(static_cast<uint32_t>(stats.running));
-    l.set_queued_requests(static_cast<uint32_t>(stats.waiting));
-    return l;
-  };
+  auto load = [&engine] { return serving::ToWorkerLoad(engine.Stats()); };
   return worker::ServeUntilSignal(f.common, identity, {&service}, load, metrics, signals);
 }
 

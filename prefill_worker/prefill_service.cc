@@ -10,10 +10,6 @@
 namespace pdspark::prefill {
 namespace {
 
-std::string EngineRequestId(const v1::RequestContext& context) {
-  return absl::StrCat(context.request_id(), "#", context.attempt());
-}
-
 v1::PrefillProgress Progress(v1::PrefillProgress::Stage stage) {
   v1::PrefillProgress progress;
   progress.set_stage(stage);
@@ -74,7 +70,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
 StatusOr<serving::RequestEvent> PrefillService::RunPrefill(grpc::ServerContext* context,
                                                            const v1::PrefillRequest& request) {
   serving::RequestSpec spec;
-  spec.id = EngineRequestId(request.context());
+  spec.id = serving::EngineRequestId(request.context());
   spec.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
   spec.sampling = serving::FromProto(request.sampling());
   spec.deadline = serving::DeadlineFromUnixMicros(request.context().deadline_unix_us());
@@ -126,11 +122,7 @@ Status PrefillService::Deliver(const v1::PrefillRequest& request, const std::str
 
 grpc::Status PrefillService::Cancel(grpc::ServerContext*, const v1::CancelRequest* request,
                                     v1::CancelResponse* response) {
-  bool found = false;
-  for (uint32_t attempt = 0; attempt < 8; ++attempt) {
-    found |= engine_->Cancel(absl::StrCat(request->request_id(), "#", attempt));
-  }
-  response->set_found(found);
+  response->set_found(serving::CancelAllAttempts(*engine_, request->request_id()));
   return grpc::Status::OK;
 }
 

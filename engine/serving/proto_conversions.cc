@@ -1,5 +1,7 @@
 #include "engine/serving/proto_conversions.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace pdspark::serving {
 
 sampling::SamplingParams FromProto(const v1::SamplingParams& proto) {
@@ -57,6 +59,26 @@ Clock::time_point DeadlineFromUnixMicros(int64_t unix_us) {
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+v1::WorkerLoad ToWorkerLoad(const ServingStats& stats) {
+  v1::WorkerLoad load;
+  load.set_running_requests(static_cast<uint32_t>(stats.running));
+  load.set_queued_requests(static_cast<uint32_t>(stats.waiting));
+  return load;
+}
+
+std::string EngineRequestId(const v1::RequestContext& context) {
+  return absl::StrCat(context.request_id(), "#", context.attempt());
+}
+
+bool CancelAllAttempts(ServingEngine& engine, const std::string& request_id) {
+  constexpr uint32_t kMaxAttempts = 8;  // the router retries far fewer times than this
+  bool found = false;
+  for (uint32_t attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    found |= engine.Cancel(absl::StrCat(request_id, "#", attempt));
+  }
+  return found;
 }
 
 }  // namespace pdspark::serving

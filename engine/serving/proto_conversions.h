@@ -6,8 +6,10 @@
 
 #include "engine/sampling/sampling_params.h"
 #include "engine/serving/request.h"
+#include "engine/serving/serving_engine.h"
 #include "grpcpp/support/status.h"
 #include "pdspark/v1/common.pb.h"
+#include "pdspark/v1/registry.pb.h"
 
 namespace pdspark::serving {
 
@@ -20,5 +22,13 @@ Clock::time_point DeadlineFromUnixMicros(int64_t unix_us);
 
 // absl::Status -> grpc::Status with the same code and message.
 grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// What a worker reports in its heartbeats.
+v1::WorkerLoad ToWorkerLoad(const ServingStats& stats);
+
+// The engine's id for one attempt of a request: a retry reuses the router's request id.
+std::string EngineRequestId(const v1::RequestContext& context);
+// Cancels every attempt of `request_id` still in the engine (the router cancels by id).
+bool CancelAllAttempts(ServingEngine& engine, const std::string& request_id);
 
 }  // namespace pdspark::serving
