@@ -10,6 +10,7 @@
 #include "engine/sampling/sampler.h"
 #include "engine/serving/state_size.h"
 #include "gtest/gtest.h"
+#include "tests/engine/serving/request_collector.h"
 
 namespace pdspark::serving {
 namespace {
@@ -24,37 +25,6 @@ std::unique_ptr<engine::Model> LoadModel() {
   return std::move(model).value();
 }
 
-// Collects a request's events; Wait() returns the final one.
-class Collector {
- public:
-  RequestSink Sink() {
-    return [this](const RequestEvent& e) {
-      std::lock_guard lock(mu_);
-      tokens_.insert(tokens_.end(), e.tokens.begin(), e.tokens.end());
-      if (e.outcome != Outcome::kRunning) {
-        final_ = e;
-        done_ = true;
-        cv_.notify_all();
-      }
-    };
-  }
-  RequestEvent Wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-    return final_;
-  }
-  std::vector<int32_t> tokens() {
-    std::lock_guard lock(mu_);
-    return tokens_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  RequestEvent final_;
-  std::vector<int32_t> tokens_;
-};
 
 std::vector<int32_t> Prompt(int n, int salt) {
   std::vector<int32_t> ids;
@@ -75,7 +45,7 @@ RequestSpec Spec(std::string id, std::vector<int32_t> prompt, int max_tokens,
 }
 
 std::vector<int32_t> RunOne(ServingEngine& engine, RequestSpec spec) {
-  Collector c;
+  RequestCollector c;
   EXPECT_TRUE(engine.Submit(std::move(spec), c.Sink()).ok());
   auto final_event = c.Wait();
   EXPECT_EQ(final_event.outcome, Outcome::kFinished) << final_event.error;
@@ -120,7 +90,7 @@ TEST_F(ServingEngineTest, ConcurrentRequestsMatchEachAlone) {
   options.max_batch_tokens = 48;  // forces chunked prefill next to decoding requests
   ServingEngine engine(LoadModel(), options);
   const int n = 6;
-  std::vector<Collector> collectors(n);
+  std::vector<RequestCollector> collectors(n);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < n; ++i) {
     prompts.push_back(Prompt(5 + 17 * i, i));
@@ -152,7 +122,7 @@ TEST_F(ServingEngineTest, PrefillOnlyThenRestoreEqualsColocated) {
     // Prefill side: first token plus the serialised state.
     RequestSpec p = Spec("p", prompt, 9, temperature, 77);
     p.prefill_only = true;
-    Collector pc;
+    RequestCollector pc;
     ASSERT_TRUE(prefill.Submit(p, pc.Sink()).ok());
     RequestEvent prefilled = pc.Wait();
     ASSERT_EQ(prefilled.outcome, Outcome::kFinished);
@@ -188,7 +158,7 @@ TEST_F(ServingEngineTest, SerializedStateFitsTheReservationBound) {
 
 TEST_F(ServingEngineTest, CancelEndsTheStreamAndFreesCache) {
   ServingEngine engine(LoadModel(), {});
-  Collector c;
+  RequestCollector c;
   std::promise<void> first;
   bool signalled = false;
   auto sink = c.Sink();
@@ -217,7 +187,7 @@ TEST_F(ServingEngineTest, PassedDeadlineFailsTheRequest) {
   ServingEngine engine(LoadModel(), {});
   RequestSpec spec = Spec("late", Prompt(10, 5), 5);
   spec.deadline = Clock::now() - std::chrono::milliseconds(1);
-  Collector c;
+  RequestCollector c;
   ASSERT_TRUE(engine.Submit(spec, c.Sink()).ok());
   RequestEvent e = c.Wait();
   EXPECT_EQ(e.outcome, Outcome::kFailed);

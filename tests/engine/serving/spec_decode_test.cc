@@ -13,41 +13,12 @@
 
 #include "engine/serving/serving_engine.h"
 #include "gtest/gtest.h"
+#include "tests/engine/serving/request_collector.h"
 #include "tests/engine/dspark/random_drafter.h"
 
 namespace pdspark::serving {
 namespace {
 
-class Collector {
- public:
-  RequestSink Sink() {
-    return [this](const RequestEvent& e) {
-      std::lock_guard lock(mu_);
-      tokens_.insert(tokens_.end(), e.tokens.begin(), e.tokens.end());
-      if (e.outcome != Outcome::kRunning) {
-        final_ = e;
-        done_ = true;
-        cv_.notify_all();
-      }
-    };
-  }
-  RequestEvent Wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-    return final_;
-  }
-  std::vector<int32_t> tokens() {
-    std::lock_guard lock(mu_);
-    return tokens_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  RequestEvent final_;
-  std::vector<int32_t> tokens_;
-};
 
 std::vector<int32_t> Prompt(int n, int salt) {
   std::vector<int32_t> ids;
@@ -103,7 +74,7 @@ class SpecDecodeTest : public ::testing::Test {
   // Submits all at once (one batch), returns every request's tokens and final event.
   static std::vector<std::pair<std::vector<int32_t>, RequestEvent>> RunAll(
       ServingEngine& engine, const std::vector<RequestSpec>& specs) {
-    std::vector<Collector> collectors(specs.size());
+    std::vector<RequestCollector> collectors(specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
       EXPECT_TRUE(engine.Submit(specs[i], collectors[i].Sink()).ok());
     }
@@ -276,7 +247,7 @@ TEST(BundledDrafterTest, GreedyEqualsPlainAndDraftsAreAccepted) {
       options.spec_tokens = 5;
     }
     ServingEngine engine(std::move(model), options);
-    std::vector<Collector> cs(specs.size());
+    std::vector<RequestCollector> cs(specs.size());
     for (size_t i = 0; i < specs.size(); ++i) EXPECT_TRUE(engine.Submit(specs[i], cs[i].Sink()).ok());
     std::vector<std::vector<int32_t>> out;
     int64_t drafts = 0, accepted = 0;
