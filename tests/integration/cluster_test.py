@@ -1,13 +1,17 @@
 """End-to-end: real router, prefill and decode processes on loopback. The disaggregated path
 (prefill worker -> UCX -> decode worker) must give exactly the colocated tokens, concurrent
-streams must all finish, a client that goes away must free its cache, and a killed worker must
+streams must all finish, the gRPC API and the single-process CLI give the same tokens, a client that goes away must free its cache, and a killed worker must
 be marked unhealthy within 3 heartbeat intervals."""
 
 import argparse
+import glob
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -68,8 +72,55 @@ class ClusterTest(unittest.TestCase):
         self.assertGreater(sent - sent_before, 0, "no KV bytes went over UCX")
         self.assertGreater(received, 0)
 
+    def test_http_matches_pdspark_generate(self):
+        # The single-process CLI and the whole cluster run the same engine: same greedy tokens.
+        for prompt in PROMPTS:
+            out = subprocess.run(
+                [os.path.join(ARGS.bin_dir, "pdspark"), "generate", "--model", ARGS.model_dir,
+                 "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", "12", "--json"],
+                check=True, capture_output=True, text=True).stdout
+            cli = json.loads(out)
+            text, usage = completion(self.r_disagg, prompt, temperature=0)
+            self.assertEqual(text, cli["text"], "prompt %s" % prompt[:4])
+            self.assertEqual(usage["completion_tokens"], len(cli["token_ids"]))
+
+    def test_grpc_generate_streams_the_same_tokens(self):
+        # Debian's python3-grpcio with stubs generated now from our protos.
+        try:
+            import grpc  # noqa: F401
+        except ImportError:
+            self.skipTest("python3-grpcio not installed")
+        plugin = shutil.which("grpc_python_plugin")
+        if not plugin or not shutil.which("protoc"):
+            self.skipTest("protoc / grpc_python_plugin not installed")
+        proto_dir = os.path.join(ARGS.source_dir, "proto")
+        stubs = tempfile.mkdtemp(prefix="pdspark-stubs-")
+        subprocess.run(["protoc", "--proto_path=" + proto_dir, "--python_out=" + stubs,
+                        "--grpc_python_out=" + stubs, "--plugin=protoc-gen-grpc_python=" + plugin]
+                       + glob.glob(os.path.join(proto_dir, "pdspark", "v1", "*.proto")), check=True)
+        for d in ("pdspark", "pdspark/v1"):
+            open(os.path.join(stubs, d, "__init__.py"), "a").close()
+        sys.path.insert(0, stubs)
+        import grpc
+        from pdspark.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+        stub = inference_pb2_grpc.InferenceStub(
+            grpc.insecure_channel("127.0.0.1:%d" % self.r_disagg.grpc))
+        request = inference_pb2.GenerateRequest(
+            model="m", token_ids=inference_pb2.TokenIds(ids=PROMPTS[1]),
+            sampling=common_pb2.SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))
+        text, ids, finish = "", [], None
+        for response in stub.Generate(request, timeout=120):
+            ids.extend(response.token_ids)
+            text += response.text
+            if response.finish_reason:
+                finish = response.finish_reason
+        self.assertEqual(len(ids), 12)
+        self.assertEqual(finish, common_pb2.FINISH_REASON_LENGTH)
+        self.assertEqual(text, completion(self.r_disagg, PROMPTS[1], temperature=0)[0])
+        shutil.rmtree(stubs, ignore_errors=True)
+
     def test_concurrent_streams_all_finish(self):
-        results = [None] * 16
+        results = [None] * 64
 
         def stream(i):
             body = json.dumps({"model": "m", "prompt": PROMPTS[i % 3], "max_tokens": 8,
@@ -80,7 +131,7 @@ class ClusterTest(unittest.TestCase):
                 lines = [l.decode().strip() for l in r if l.strip()]
             results[i] = lines
 
-        threads = [threading.Thread(target=stream, args=(i,)) for i in range(16)]
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(64)]
         for t in threads:
             t.start()
         for t in threads:
@@ -92,7 +143,7 @@ class ClusterTest(unittest.TestCase):
                          if l != "data: [DONE]" and json.loads(l[6:])["choices"])
                  for lines in results]
         # Same prompt, greedy: the same text whatever else was in the batch.
-        for i in range(3, 16):
+        for i in range(3, 64):
             self.assertEqual(texts[i], texts[i % 3])
 
     def test_client_disconnect_frees_cache(self):
@@ -126,6 +177,7 @@ def main():
     parser.add_argument("--bin-dir", required=True)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--ucx-tls", default="tcp", help="KV transfer transports (UCX_TLS)")
+    parser.add_argument("--source-dir", default=os.path.join(os.path.dirname(__file__), "..", ".."))
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
