@@ -74,15 +74,19 @@ class ClusterTest(unittest.TestCase):
 
     def test_http_matches_pdspark_generate(self):
         # The single-process CLI and the whole cluster run the same engine: same greedy tokens.
+        # With a seed, sampled tokens match too: both use the request's own seeded sampler.
         for prompt in PROMPTS:
-            out = subprocess.run(
-                [os.path.join(ARGS.bin_dir, "pdspark"), "generate", "--model", ARGS.model_dir,
-                 "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", "12", "--json"],
-                check=True, capture_output=True, text=True).stdout
-            cli = json.loads(out)
-            text, usage = completion(self.r_disagg, prompt, temperature=0)
-            self.assertEqual(text, cli["text"], "prompt %s" % prompt[:4])
-            self.assertEqual(usage["completion_tokens"], len(cli["token_ids"]))
+            for temperature, seed in ((0, 0), (1.0, 1234)):
+                out = subprocess.run(
+                    [os.path.join(ARGS.bin_dir, "pdspark"), "generate", "--model", ARGS.model_dir,
+                     "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", "12",
+                     "--temperature", str(temperature), "--seed", str(seed), "--ignore-eos",
+                     "--json"],
+                    check=True, capture_output=True, text=True).stdout
+                cli = json.loads(out)
+                text, usage = completion(self.r_disagg, prompt, temperature=temperature, seed=seed)
+                self.assertEqual(text, cli["text"], "prompt %s T=%s" % (prompt[:4], temperature))
+                self.assertEqual(usage["completion_tokens"], len(cli["token_ids"]))
 
     def test_grpc_generate_streams_the_same_tokens(self):
         # Debian's python3-grpcio with stubs generated now from our protos.

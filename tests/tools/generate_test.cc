@@ -38,11 +38,5 @@ TEST(Generate, SeededSamplingIsReproducible) {
   EXPECT_NE(a->token_ids, c->token_ids);  // 8 draws over 1024 tokens: a collision is negligible
 }
 
-TEST(SampleToken, GreedyPicksArgmax) {
-  const float logits[4] = {0.1f, 3.0f, -1.0f, 2.9f};
-  uint64_t rng = 0;
-  EXPECT_EQ(SampleToken(logits, 4, 0.0, rng), 1);
-}
-
 }  // namespace
 }  // namespace pdspark::tools

@@ -1,13 +1,13 @@
 #include "tools/pdspark/generate.h"
 
 #include <chrono>
-#include <cmath>
-#include <random>
-
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 
 #include "common/tokenizer/tokenizer.h"
 #include "engine/model/model.h"
+#include "engine/serving/serving_engine.h"
 
 namespace pdspark::tools {
 namespace {
@@ -17,29 +17,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 }  // namespace
-
-int32_t SampleToken(const float* logits, int64_t vocab, double temperature, uint64_t& rng_state) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  if (temperature <= 0.0) return static_cast<int32_t>(best);
-  // Categorical sampling: inverse CDF over exp((l - max) / T), with a splitmix-seeded mt19937.
-  std::mt19937_64 rng(rng_state);
-  rng_state = rng();
-  std::vector<double> p(vocab);
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    p[i] = std::exp((static_cast<double>(logits[i]) - logits[best]) / temperature);
-    sum += p[i];
-  }
-  double u = std::uniform_real_distribution<double>(0.0, sum)(rng);
-  for (int64_t i = 0; i < vocab; ++i) {
-    u -= p[i];
-    if (u <= 0) return static_cast<int32_t>(i);
-  }
-  return static_cast<int32_t>(best);
-}
 
 StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   GenerateResult result;
@@ -56,29 +33,38 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(auto model, engine::Model::Load(options.model_dir));
   result.load_seconds = SecondsSince(t0);
-  const int64_t vocab = model->dims().vocab;
-  auto seq = model->NewSequence();
-  engine::StepOptions step_options;
-  step_options.logits = engine::LogitsMode::kLastTokenPerSequence;
-  uint64_t rng_state = options.seed;
-
-  t0 = std::chrono::steady_clock::now();
-  engine::StepInput in{seq.get(), result.prompt_ids};
-  ASSIGN_OR_RETURN(engine::StepOutput out, model->Step({&in, 1}, step_options));
-  result.prefill_seconds = SecondsSince(t0);
   result.prompt_tokens = static_cast<int64_t>(result.prompt_ids.size());
+  serving::ServingEngine engine(std::move(model), {});
 
+  serving::RequestSpec spec;
+  spec.id = "generate";
+  spec.prompt = result.prompt_ids;
+  spec.sampling.temperature = static_cast<float>(options.temperature);
+  spec.sampling.seed = options.seed;
+  spec.sampling.max_tokens = static_cast<int32_t>(options.max_tokens);
+  spec.sampling.ignore_eos = !options.stop_at_eos;
+  std::mutex mu;
+  std::condition_variable cv;
+  serving::RequestEvent final_event;
+  bool done = false;
   t0 = std::chrono::steady_clock::now();
-  const int64_t max_len = model->dims().max_positions;
-  for (int64_t i = 0; i < options.max_tokens; ++i) {
-    const int32_t next = SampleToken(out.logits.data(), vocab, options.temperature, rng_state);
-    result.token_ids.push_back(next);
-    if (options.stop_at_eos && next == model->config().eos_token_id) break;
-    if (i + 1 == options.max_tokens || seq->num_tokens() >= max_len) break;
-    engine::StepInput step{seq.get(), std::span<const int32_t>(&result.token_ids.back(), 1)};
-    ASSIGN_OR_RETURN(out, model->Step({&step, 1}, step_options));
+  auto first_token_at = t0;
+  RETURN_IF_ERROR(engine.Submit(spec, [&](const serving::RequestEvent& e) {
+    std::lock_guard lock(mu);
+    if (result.token_ids.empty() && !e.tokens.empty()) first_token_at = std::chrono::steady_clock::now();
+    result.token_ids.insert(result.token_ids.end(), e.tokens.begin(), e.tokens.end());
+    if (e.outcome == serving::Outcome::kRunning) return;
+    final_event = e;
+    done = true;
+    cv.notify_all();
+  }));
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (final_event.outcome != serving::Outcome::kFinished) {
+    return absl::InternalError("generation failed: " + final_event.error);
   }
-  result.decode_seconds = SecondsSince(t0);
+  result.prefill_seconds = std::chrono::duration<double>(first_token_at - t0).count();
+  result.decode_seconds = SecondsSince(first_token_at);
   if (tok) {
     result.text = tok->Decode(result.token_ids);
     result.has_text = true;

@@ -1,5 +1,6 @@
-// `pdspark generate`: prefill a prompt, then decode token by token (greedy at temperature 0,
-// otherwise categorical sampling from softmax(logits / T) with a seeded RNG).
+// `pdspark generate`: one request through the same ServingEngine the decode worker runs
+// (greedy at temperature 0, else the request's seeded sampler), so a seed gives the same
+// tokens here as through the router.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +34,5 @@ struct GenerateResult {
 };
 
 StatusOr<GenerateResult> Generate(const GenerateOptions& options);
-
-// Picks the next token from one row of logits.
-int32_t SampleToken(const float* logits, int64_t vocab, double temperature, uint64_t& rng_state);
 
 }  // namespace pdspark::tools

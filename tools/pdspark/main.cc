@@ -112,6 +112,8 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--max-tokens", gen.max_tokens, "tokens to generate");
   gen_cmd->add_option("--temperature", gen.temperature, "0 = greedy");
   gen_cmd->add_option("--seed", gen.seed, "sampling seed");
+  bool ignore_eos = false;
+  gen_cmd->add_flag("--ignore-eos", ignore_eos, "keep generating past EOS (fixed-length output)");
   gen_cmd->add_flag("--json", json, "print one JSON object");
 
   pdspark::tools::LaunchOptions launch;
@@ -134,5 +136,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (golden_cmd->parsed()) return RunGoldenCheckCommand(golden);
   if (launch_cmd->parsed()) return pdspark::tools::Launch(launch);
+  gen.stop_at_eos = !ignore_eos;
   return RunGenerateCommand(gen, ids_text, json);
 }
