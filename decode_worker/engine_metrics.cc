@@ -20,7 +20,15 @@ EngineMetrics::EngineMetrics(prometheus::Registry& registry, const serving::Serv
       waiting_(Gauge(registry, "pdspark_decode_waiting_requests", "admitted, not yet running")),
       cache_bytes_(Gauge(registry, "pdspark_cache_used_bytes", "bytes of paged cache in use")),
       generated_(Counter(registry, "pdspark_generation_tokens_total", "tokens committed")),
-      steps_(Counter(registry, "pdspark_decode_steps_total", "engine steps run")) {
+      steps_(Counter(registry, "pdspark_decode_steps_total", "engine steps run")),
+      drafts_(Counter(registry, "pdspark_spec_decode_drafts_total", "DSpark verification rounds")),
+      draft_tokens_(Counter(registry, "pdspark_spec_decode_draft_tokens_total", "tokens proposed")),
+      accepted_(Counter(registry, "pdspark_spec_decode_accepted_tokens_total",
+                        "proposed tokens accepted")),
+      accepted_per_position_(prometheus::BuildCounter()
+                                 .Name("pdspark_spec_decode_accepted_per_position_total")
+                                 .Help("rounds whose draft at this position was accepted")
+                                 .Register(registry)) {
   thread_ = std::thread([this, period] {
     std::unique_lock lock(mu_);
     while (!stop_cv_.wait_for(lock, period, [&] { return stop_; })) {
@@ -50,6 +58,17 @@ void EngineMetrics::Sample() {
   steps_.Increment(static_cast<double>(stats.steps - last_steps_));
   last_generated_ = stats.generated_tokens;
   last_steps_ = stats.steps;
+  const serving::SpecStats& spec = stats.spec;
+  drafts_.Increment(static_cast<double>(spec.drafts - last_spec_.drafts));
+  draft_tokens_.Increment(static_cast<double>(spec.draft_tokens - last_spec_.draft_tokens));
+  accepted_.Increment(static_cast<double>(spec.accepted_tokens - last_spec_.accepted_tokens));
+  for (size_t k = 0; k < spec.accepted_per_position.size(); ++k) {
+    const int64_t before =
+        k < last_spec_.accepted_per_position.size() ? last_spec_.accepted_per_position[k] : 0;
+    accepted_per_position_.Add({{"position", std::to_string(k)}})
+        .Increment(static_cast<double>(spec.accepted_per_position[k] - before));
+  }
+  last_spec_ = spec;
 }
 
 }  // namespace pdspark::decode

@@ -30,8 +30,13 @@ class EngineMetrics {
   prometheus::Gauge& cache_bytes_;
   prometheus::Counter& generated_;
   prometheus::Counter& steps_;
+  prometheus::Counter& drafts_;
+  prometheus::Counter& draft_tokens_;
+  prometheus::Counter& accepted_;
+  prometheus::Family<prometheus::Counter>& accepted_per_position_;
   int64_t last_generated_ = 0;
   int64_t last_steps_ = 0;
+  serving::SpecStats last_spec_;
   std::mutex mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;

@@ -525,6 +525,17 @@ void ServingEngine::AfterVerify(Active& r, const float* logits) {
     st.accepted_per_position.resize(gamma, 0);
   }
   for (int32_t k = 0; k < result->num_accepted; ++k) ++st.accepted_per_position[k];
+  {
+    std::lock_guard lock(mu_);
+    SpecStats& total = stats_.spec;
+    ++total.drafts;
+    total.draft_tokens += gamma;
+    total.accepted_tokens += result->num_accepted;
+    if (static_cast<int64_t>(total.accepted_per_position.size()) < gamma) {
+      total.accepted_per_position.resize(gamma, 0);
+    }
+    for (int32_t k = 0; k < result->num_accepted; ++k) ++total.accepted_per_position[k];
+  }
   auto reason = sampling::ApplyStopConditions(r.spec.sampling, eos_ids_,
                                               static_cast<int32_t>(r.generated), &*result);
   const int64_t committed = anchor_position + 1 + result->num_accepted;

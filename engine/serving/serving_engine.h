@@ -51,6 +51,7 @@ struct ServingStats {
   int64_t cache_blocks_in_use = 0;
   int64_t steps = 0;
   int64_t generated_tokens = 0;
+  SpecStats spec;  // all requests' speculative rounds since start
 };
 
 class ServingEngine {
