@@ -28,7 +28,12 @@ EngineMetrics::EngineMetrics(prometheus::Registry& registry, const serving::Serv
       accepted_per_position_(prometheus::BuildCounter()
                                  .Name("pdspark_spec_decode_accepted_per_position_total")
                                  .Help("rounds whose draft at this position was accepted")
-                                 .Register(registry)) {
+                                 .Register(registry)),
+      verify_length_(prometheus::BuildHistogram()
+                         .Name("pdspark_spec_decode_verify_length")
+                         .Help("draft tokens verified per round")
+                         .Register(registry)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{0, 1, 2, 3, 4, 5, 6, 7, 8})) {
   thread_ = std::thread([this, period] {
     std::unique_lock lock(mu_);
     while (!stop_cv_.wait_for(lock, period, [&] { return stop_; })) {
@@ -67,6 +72,10 @@ void EngineMetrics::Sample() {
         k < last_spec_.accepted_per_position.size() ? last_spec_.accepted_per_position[k] : 0;
     accepted_per_position_.Add({{"position", std::to_string(k)}})
         .Increment(static_cast<double>(spec.accepted_per_position[k] - before));
+  }
+  for (size_t n = 0; n < spec.verify_lengths.size(); ++n) {
+    const int64_t before = n < last_spec_.verify_lengths.size() ? last_spec_.verify_lengths[n] : 0;
+    for (int64_t i = before; i < spec.verify_lengths[n]; ++i) verify_length_.Observe(double(n));
   }
   last_spec_ = spec;
 }

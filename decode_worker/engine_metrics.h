@@ -10,6 +10,7 @@
 #include "engine/serving/serving_engine.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
 namespace pdspark::decode {
@@ -34,6 +35,7 @@ class EngineMetrics {
   prometheus::Counter& draft_tokens_;
   prometheus::Counter& accepted_;
   prometheus::Family<prometheus::Counter>& accepted_per_position_;
+  prometheus::Histogram& verify_length_;
   int64_t last_generated_ = 0;
   int64_t last_steps_ = 0;
   serving::SpecStats last_spec_;

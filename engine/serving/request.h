@@ -41,6 +41,7 @@ struct SpecStats {
   int64_t draft_tokens = 0;    // draft tokens verified
   int64_t accepted_tokens = 0;
   std::vector<int64_t> accepted_per_position;  // [k]: rounds whose draft k+1 was accepted
+  std::vector<int64_t> verify_lengths;         // [n]: rounds that verified n draft tokens
 };
 
 // One report to the request's sink: new tokens, and on the last report how it ended.

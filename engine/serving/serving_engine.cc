@@ -535,6 +535,10 @@ void ServingEngine::AfterVerify(Active& r, const float* logits) {
       total.accepted_per_position.resize(gamma, 0);
     }
     for (int32_t k = 0; k < result->num_accepted; ++k) ++total.accepted_per_position[k];
+    if (static_cast<int64_t>(total.verify_lengths.size()) <= gamma) {
+      total.verify_lengths.resize(gamma + 1, 0);
+    }
+    ++total.verify_lengths[gamma];
   }
   auto reason = sampling::ApplyStopConditions(r.spec.sampling, eos_ids_,
                                               static_cast<int32_t>(r.generated), &*result);

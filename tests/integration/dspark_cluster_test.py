@@ -5,6 +5,7 @@ the decode worker's Prometheus counters."""
 
 import argparse
 import sys
+import time
 import unittest
 
 from cluster import Cluster, health, http_json, metric, wait_for
@@ -49,8 +50,13 @@ class DSparkClusterTest(unittest.TestCase):
         for prompt in PROMPTS:
             self.assertEqual(complete(self.r_spec, prompt), complete(self.r_plain, prompt), prompt)
         port = self.decode_spec.metrics
-        wait_for(lambda: metric(port, "pdspark_spec_decode_drafts_total") > 0, timeout=10,
-                 what="spec counters")
+        # The worker samples its engine every 0.5 s: wait until a sample after the last request
+        # is exported (two equal reads 1.2 s apart), so every read below is of one snapshot.
+        def settled():
+            first = metric(port, "pdspark_spec_decode_drafts_total")
+            time.sleep(1.2)
+            return first > 0 and metric(port, "pdspark_spec_decode_drafts_total") == first
+        wait_for(settled, timeout=30, what="spec counters to settle")
         drafts = metric(port, "pdspark_spec_decode_drafts_total")
         proposed = metric(port, "pdspark_spec_decode_draft_tokens_total")
         accepted = metric(port, "pdspark_spec_decode_accepted_tokens_total")
@@ -61,6 +67,10 @@ class DSparkClusterTest(unittest.TestCase):
         # The trained drafter predicts its target: well above one token per round.
         self.assertGreater(1 + accepted / drafts, 1.5, "acceptance length")
         self.assertEqual(metric(self.decode_plain.metrics, "pdspark_spec_decode_drafts_total"), 0)
+        # Every round is in the verify-length histogram; none verified more than 5 drafts.
+        self.assertEqual(metric(port, "pdspark_spec_decode_verify_length_count"), drafts)
+        self.assertEqual(metric(port, "pdspark_spec_decode_verify_length_sum"), proposed)
+        self.assertEqual(metric(port, "pdspark_spec_decode_verify_length_bucket", 'le="5"'), drafts)
 
 
 def main():
