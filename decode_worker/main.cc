@@ -13,11 +13,10 @@
 #include "common/worker/worker_process.h"
 #include "decode_worker/decode_service.h"
 #include "decode_worker/engine_metrics.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "engine/dspark/drafter.h"
 #include "engine/serving/proto_conversions.h"
 #include "engine/serving/serving_engine.h"
+#include "engine/serving/spec_settings.h"
 #include "engine/serving/state_size.h"
 
 namespace pdspark::decode {
@@ -44,32 +43,6 @@ void AddFlags(CLI::App& app, DecodeFlags& f) {
   app.add_option("--kv-staging-mb", f.kv_staging_mb,
                  "host memory registered for incoming KV transfers (0 = colocated only)")
       ->capture_default_str();
-}
-
-// --spec-tokens N for --spec-method dspark (0 = off); -1 when neither an integer nor auto.
-bool SpecAuto(const DecodeFlags& f) { return f.spec_method == "dspark" && f.spec_tokens == "auto"; }
-int64_t SpecTokens(const DecodeFlags& f) {
-  if (f.spec_method != "dspark" || SpecAuto(f)) return 0;
-  int64_t n = -1;
-  if (!absl::SimpleAtoi(f.spec_tokens, &n) || n < 0) return -1;
-  return n;
-}
-
-// Loads the checkpoint's DSpark drafter when speculation is on; null when it is off.
-StatusOr<std::shared_ptr<const dspark::Drafter>> LoadDrafter(const DecodeFlags& f,
-                                                              const engine::Model& model) {
-  const int64_t n = SpecTokens(f);
-  if (n < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--spec-tokens ", f.spec_tokens,
-                                                   ": expected a non-negative integer or auto"));
-  }
-  if (n == 0 && !SpecAuto(f)) return std::shared_ptr<const dspark::Drafter>();
-  ASSIGN_OR_RETURN(auto drafter, dspark::Drafter::Load(f.common.model, model.config()));
-  if (n > drafter->block_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("--spec-tokens ", n, " exceeds the drafter's ",
-                                                   "dspark_block_size ", drafter->block_size()));
-  }
-  return std::shared_ptr<const dspark::Drafter>(std::move(drafter));
 }
 
 // Settings accepted for compatibility but not implemented yet fail loudly, never silently.
@@ -105,14 +78,12 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   options.max_num_seqs = f.common.max_num_seqs;
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
-  auto drafter = LoadDrafter(f, **model);
-  if (!drafter.ok()) {
-    LOG_ERROR("cannot start DSpark: {}", drafter.status().ToString());
+  if (Status st = serving::ApplySpecSettings(f.spec_method, f.spec_tokens, f.common.model,
+                                              **model, options);
+      !st.ok()) {
+    LOG_ERROR("cannot start DSpark: {}", st.ToString());
     return 2;
   }
-  options.drafter = std::move(drafter).value();
-  options.spec_tokens = options.drafter ? SpecTokens(f) : 0;
-  options.spec_auto = options.drafter != nullptr && SpecAuto(f);
   serving::ServingEngine engine(std::move(model).value(), options);
   identity.max_model_len = engine.max_model_len();
 

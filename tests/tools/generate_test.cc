@@ -38,5 +38,30 @@ TEST(Generate, SeededSamplingIsReproducible) {
   EXPECT_NE(a->token_ids, c->token_ids);  // 8 draws over 1024 tokens: a collision is negligible
 }
 
+TEST(Generate, DSparkGivesThePlainGreedyTokensAndCountsItsRounds) {
+  GenerateOptions options;
+  options.model_dir = std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-dspark";
+  options.prompt_text = "ROMEO:";
+  options.max_tokens = 24;
+  options.stop_at_eos = false;
+  auto plain = Generate(options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->spec.drafts, 0);
+  options.spec_method = "dspark";
+  options.spec_tokens = "5";
+  auto spec = Generate(options);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->token_ids, plain->token_ids);
+  EXPECT_GT(spec->spec.drafts, 0);
+  EXPECT_LE(spec->spec.accepted_tokens, spec->spec.draft_tokens);
+  options.spec_tokens = "9";  // more than the drafter's block size of 5
+  EXPECT_EQ(Generate(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.model_dir = kGoldenDir;  // no drafter in this checkpoint
+  options.prompt_text.clear();
+  options.prompt_ids = {0, 7};
+  options.spec_tokens = "3";
+  EXPECT_FALSE(Generate(options).ok());
+}
+
 }  // namespace
 }  // namespace pdspark::tools

@@ -8,6 +8,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "engine/model/model.h"
 #include "engine/serving/serving_engine.h"
+#include "engine/serving/spec_settings.h"
 
 namespace pdspark::tools {
 namespace {
@@ -34,7 +35,10 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   ASSIGN_OR_RETURN(auto model, engine::Model::Load(options.model_dir));
   result.load_seconds = SecondsSince(t0);
   result.prompt_tokens = static_cast<int64_t>(result.prompt_ids.size());
-  serving::ServingEngine engine(std::move(model), {});
+  serving::ServingOptions serving_options;
+  RETURN_IF_ERROR(serving::ApplySpecSettings(options.spec_method, options.spec_tokens,
+                                             options.model_dir, *model, serving_options));
+  serving::ServingEngine engine(std::move(model), serving_options);
 
   serving::RequestSpec spec;
   spec.id = "generate";
@@ -63,6 +67,7 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   if (final_event.outcome != serving::Outcome::kFinished) {
     return absl::InternalError("generation failed: " + final_event.error);
   }
+  result.spec = final_event.spec;
   result.prefill_seconds = std::chrono::duration<double>(first_token_at - t0).count();
   result.decode_seconds = SecondsSince(first_token_at);
   if (tok) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "engine/serving/request.h"
 
 namespace pdspark::tools {
 
@@ -20,6 +21,8 @@ struct GenerateOptions {
   double temperature = 0.0;
   uint64_t seed = 0;
   bool stop_at_eos = true;
+  std::string spec_method = "none";  // none | dspark
+  std::string spec_tokens = "auto";  // N | auto
 };
 
 struct GenerateResult {
@@ -31,6 +34,7 @@ struct GenerateResult {
   double prefill_seconds = 0;
   double decode_seconds = 0;
   int64_t prompt_tokens = 0;
+  serving::SpecStats spec;  // DSpark counters (all zero without speculation)
 };
 
 StatusOr<GenerateResult> Generate(const GenerateOptions& options);

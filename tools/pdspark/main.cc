@@ -67,6 +67,13 @@ int RunGenerateCommand(pdspark::tools::GenerateOptions options, const std::strin
     } else {
       j["text"] = nullptr;  // the model dir has no tokenizer.json
     }
+    const auto& spec = result->spec;
+    j["num_drafts"] = spec.drafts;
+    j["num_draft_tokens"] = spec.draft_tokens;
+    j["num_accepted_tokens"] = spec.accepted_tokens;
+    j["accepted_per_position"] = spec.accepted_per_position;
+    j["acceptance_length"] =
+        spec.drafts > 0 ? 1.0 + static_cast<double>(spec.accepted_tokens) / spec.drafts : 0.0;
     j["timing"] = {{"load_s", result->load_seconds},
                    {"prefill_s", result->prefill_seconds},
                    {"decode_s", result->decode_seconds},
@@ -114,6 +121,10 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--seed", gen.seed, "sampling seed");
   bool ignore_eos = false;
   gen_cmd->add_flag("--ignore-eos", ignore_eos, "keep generating past EOS (fixed-length output)");
+  gen_cmd->add_option("--spec-method", gen.spec_method, "speculative decoding: none | dspark")
+      ->capture_default_str();
+  gen_cmd->add_option("--spec-tokens", gen.spec_tokens, "draft tokens per round: N | auto")
+      ->capture_default_str();
   gen_cmd->add_flag("--json", json, "print one JSON object");
 
   pdspark::tools::LaunchOptions launch;

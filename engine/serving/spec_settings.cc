@@ -1,0 +1,38 @@
+#include "engine/serving/spec_settings.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/dspark/drafter.h"
+
+namespace pdspark::serving {
+
+Status ApplySpecSettings(const std::string& method, const std::string& tokens,
+                         const std::string& model_dir, const engine::Model& model,
+                         ServingOptions& options) {
+  options.drafter = nullptr;
+  options.spec_tokens = 0;
+  options.spec_auto = false;
+  if (method == "none") return absl::OkStatus();
+  if (method != "dspark") {
+    return absl::InvalidArgumentError(absl::StrCat("--spec-method ", method,
+                                                   ": expected none or dspark"));
+  }
+  const bool automatic = tokens == "auto";
+  int64_t n = 0;
+  if (!automatic && (!absl::SimpleAtoi(tokens, &n) || n < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spec-tokens ", tokens, ": expected a non-negative integer or auto"));
+  }
+  if (!automatic && n == 0) return absl::OkStatus();  // speculation explicitly off
+  ASSIGN_OR_RETURN(auto drafter, dspark::Drafter::Load(model_dir, model.config()));
+  if (n > drafter->block_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("--spec-tokens ", n, " exceeds the drafter's ",
+                                                   "dspark_block_size ", drafter->block_size()));
+  }
+  options.drafter = std::shared_ptr<const dspark::Drafter>(std::move(drafter));
+  options.spec_tokens = n;
+  options.spec_auto = automatic;
+  return absl::OkStatus();
+}
+
+}  // namespace pdspark::serving
