@@ -12,37 +12,6 @@ namespace kc = ::pdspark::kernels::cpu;
 
 namespace {
 
-// Softmax over keys (K = V) per head with the sink in the denominator only; double
-// accumulation as in the target's attention.
-void AttendOneQuery(const engine::ModelDims& d, const float* q,
-                    const std::vector<const float*>& keys, const float* sink, float* out) {
-  const int64_t hd = d.head_dim, n = static_cast<int64_t>(keys.size());
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  std::vector<float> s(n);
-  std::vector<double> acc(hd);
-  for (int64_t h = 0; h < d.heads; ++h) {
-    const float* qh = q + h * hd;
-    float max_score = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i) {
-      double dot = 0.0;
-      for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qh[c]) * keys[i][c];
-      s[i] = static_cast<float>(dot) * scale;
-      max_score = std::max(max_score, s[i]);
-    }
-    double denom = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      s[i] = std::exp(s[i] - max_score);
-      denom += s[i];
-    }
-    denom += std::exp(sink[h] - max_score);
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t c = 0; c < hd; ++c) acc[c] += static_cast<double>(s[i]) * keys[i][c];
-    }
-    for (int64_t c = 0; c < hd; ++c) out[h * hd + c] = static_cast<float>(acc[c] / denom);
-  }
-}
-
 // K=V rows of x [rows, dim] for one stage: kv_norm(wkv x), RoPE at positions, FP8 nope part.
 std::vector<float> ProjectKv(const engine::ModelDims& d, const engine::AttentionWeights& w,
                              const kc::RopeTable& rope, const float* x, int64_t rows,
@@ -161,7 +130,7 @@ std::vector<float> Drafter::StageAttention(int64_t stage, const std::vector<floa
     for (int64_t k = 0; k < inputs[i].gamma; ++k) {
       const int64_t r = row_begin[i] + k;
       float* orow = o.data() + r * d.heads * hd;
-      AttendOneQuery(d, q.data() + r * d.heads * hd, keys, w.attn_sink.data(), orow);
+      engine::AttendOneQuery(d, q.data() + r * d.heads * hd, keys, w.attn_sink.data(), orow);
       for (int64_t h = 0; h < d.heads; ++h) {
         kc::ApplyRope(rope_, positions[r], /*inverse=*/true, orow + h * hd + d.nope_dim);
       }

@@ -133,40 +133,6 @@ std::vector<int32_t> IndexerTopK(const ModelDims& d, const AttentionProjections&
   return kc::TopK(scores, std::min(d.index_topk, eligible));
 }
 
-// Softmax attention of every head of one query over gathered keys (K = V), with the sink
-// adding exp(sink - max) to the denominator only.
-void AttendOneQuery(const ModelDims& d, const float* q, const std::vector<const float*>& keys,
-                    const float* sink, float* out) {
-  const int64_t hd = d.head_dim, n = static_cast<int64_t>(keys.size());
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  // Scores, softmax and the weighted sum accumulate in double: the output feeds FP8-simulated
-  // values downstream, so staying near exact arithmetic avoids spurious rounding flips.
-  std::vector<float> s(n);
-  std::vector<double> acc(hd);
-  for (int64_t h = 0; h < d.heads; ++h) {
-    const float* qh = q + h * hd;
-    float max_score = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i) {
-      double dot = 0.0;
-      for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qh[c]) * keys[i][c];
-      s[i] = static_cast<float>(dot) * scale;
-      max_score = std::max(max_score, s[i]);
-    }
-    double denom = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      s[i] = std::exp(s[i] - max_score);
-      denom += s[i];
-    }
-    denom += std::exp(sink[h] - max_score);
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t c = 0; c < hd; ++c) acc[c] += static_cast<double>(s[i]) * keys[i][c];
-    }
-    float* oh = out + h * hd;
-    for (int64_t c = 0; c < hd; ++c) oh[c] = static_cast<float>(acc[c] / denom);
-  }
-}
-
 void AttendSequence(const ModelDims& d, int64_t layer, const AttentionWeights& w,
                     const kc::RopeTable& rope, const AttentionProjections& p,
                     const BatchSequence& seq, std::vector<float>& o) {
@@ -217,6 +183,40 @@ std::vector<float> OutputProjection(const ModelDims& d, const AttentionWeights& 
 }
 
 }  // namespace
+
+// Softmax attention of every head of one query over gathered keys (K = V), with the sink
+// adding exp(sink - max) to the denominator only.
+void AttendOneQuery(const ModelDims& d, const float* q, const std::vector<const float*>& keys,
+                    const float* sink, float* out) {
+  const int64_t hd = d.head_dim, n = static_cast<int64_t>(keys.size());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  // Scores, softmax and the weighted sum accumulate in double: the output feeds FP8-simulated
+  // values downstream, so staying near exact arithmetic avoids spurious rounding flips.
+  std::vector<float> s(n);
+  std::vector<double> acc(hd);
+  for (int64_t h = 0; h < d.heads; ++h) {
+    const float* qh = q + h * hd;
+    float max_score = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) {
+      double dot = 0.0;
+      for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qh[c]) * keys[i][c];
+      s[i] = static_cast<float>(dot) * scale;
+      max_score = std::max(max_score, s[i]);
+    }
+    double denom = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      s[i] = std::exp(s[i] - max_score);
+      denom += s[i];
+    }
+    denom += std::exp(sink[h] - max_score);
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t c = 0; c < hd; ++c) acc[c] += static_cast<double>(s[i]) * keys[i][c];
+    }
+    float* oh = out + h * hd;
+    for (int64_t c = 0; c < hd; ++c) oh[c] = static_cast<float>(acc[c] / denom);
+  }
+}
 
 std::vector<float> AttentionForward(const ModelDims& d, int64_t layer, const BlockWeights& block,
                                     const kc::RopeTable& rope, const std::vector<float>& u,

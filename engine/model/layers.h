@@ -34,6 +34,11 @@ std::vector<float> AttentionForward(const ModelDims& d, int64_t layer, const Blo
                                     const kernels::cpu::RopeTable& rope, const std::vector<float>& u,
                                     const BatchLayout& batch);
 
+// Softmax attention of every head of one query over gathered keys (K = V), the sink adding
+// exp(sink - max) to the denominator only. Shared by the target and the DSpark drafter.
+void AttendOneQuery(const ModelDims& d, const float* q, const std::vector<const float*>& keys,
+                    const float* sink, float* out);
+
 // MoE sub-layer on normalised input v [rows, dim]. Returns [rows, dim].
 std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
                               const std::vector<float>& v, const std::vector<int32_t>& token_ids);
