@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/security/api_key.h"
 
 namespace pdspark::router {
 namespace {
@@ -49,6 +50,29 @@ class GrpcObserver : public StreamObserver {
 };
 
 }  // namespace
+
+grpc::Status GrpcInferenceService::CheckAccess(const grpc::ServerContext& context,
+                                               bool generate) const {
+  if (!api_key_.empty()) {
+    auto it = context.client_metadata().find("authorization");
+    const std::string_view value =
+        it == context.client_metadata().end()
+            ? std::string_view()
+            : std::string_view(it->second.data(), it->second.size());
+    if (!security::AuthorizationMatches(value, api_key_)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          it == context.client_metadata().end()
+                              ? "missing API key: send metadata 'authorization: Bearer <key>'"
+                              : "incorrect API key");
+    }
+  }
+  if (generate && limiter_ != nullptr &&
+      limiter_->Acquire(RateLimiter::ClientKey(context.peer())) !=
+          RateLimiter::Verdict::kAllowed) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "rate limit reached; retry later");
+  }
+  return grpc::Status::OK;
+}
 
 std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
     const grpc::ServerContext& context, const v1::GenerateRequest& request) const {
@@ -107,6 +131,7 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
 grpc::Status GrpcInferenceService::Generate(grpc::ServerContext* context,
                                             const v1::GenerateRequest* request,
                                             grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (grpc::Status access = CheckAccess(*context, true); !access.ok()) return access;
   auto input = ToInput(*context, *request);
   if (auto* e = std::get_if<ApiError>(&input)) return ToGrpc(*e);
   auto admitted = handler_->Admit(std::get<GenerateInput>(std::move(input)));
@@ -128,14 +153,18 @@ grpc::Status GrpcInferenceService::Generate(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcInferenceService::Abort(grpc::ServerContext*, const v1::AbortRequest* request,
+grpc::Status GrpcInferenceService::Abort(grpc::ServerContext* context,
+                                         const v1::AbortRequest* request,
                                          v1::AbortResponse* response) {
+  if (grpc::Status access = CheckAccess(*context, false); !access.ok()) return access;
   response->set_found(handler_->Abort(request->request_id()));
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcInferenceService::ListModels(grpc::ServerContext*, const v1::ListModelsRequest*,
+grpc::Status GrpcInferenceService::ListModels(grpc::ServerContext* context,
+                                              const v1::ListModelsRequest*,
                                               v1::ListModelsResponse* response) {
+  if (grpc::Status access = CheckAccess(*context, false); !access.ok()) return access;
   v1::ModelInfo* model = response->add_models();
   model->set_id(model_name_);
   model->set_max_model_len(handler_->options().max_model_len);

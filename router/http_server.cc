@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "common/security/api_key.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "router/chat_template.h"
@@ -81,6 +82,15 @@ struct StreamState {
   std::unique_ptr<ConnectionProbe> probe;
 };
 
+std::unique_ptr<httplib::Server> MakeServer(const security::TlsOptions& tls) {
+  if (tls.cert_file.empty()) return std::make_unique<httplib::Server>();
+  // SSLServer verifies client certificates against the CA whenever one is given; only pass it
+  // when they are required, so plain HTTPS clients (curl, OpenAI SDKs) can connect otherwise.
+  return std::make_unique<httplib::SSLServer>(
+      tls.cert_file.c_str(), tls.key_file.c_str(),
+      tls.require_client_cert && !tls.ca_file.empty() ? tls.ca_file.c_str() : nullptr);
+}
+
 }  // namespace
 
 HttpServer::HttpServer(Options options, RequestHandler* handler, WorkerRegistry* registry,
@@ -89,12 +99,53 @@ HttpServer::HttpServer(Options options, RequestHandler* handler, WorkerRegistry*
       handler_(handler),
       registry_(registry),
       metrics_(metrics),
-      server_(std::make_unique<httplib::Server>()),
+      server_(MakeServer(options_.tls)),
       created_(UnixSeconds()) {}
+
+bool HttpServer::RefuseBeforeRouting(const httplib::Request& req, httplib::Response& res) {
+  if (req.path.rfind("/v1/", 0) != 0) return false;  // /health, /metrics: open for probes
+  if (!security::AuthorizationMatches(req.get_header_value("Authorization"), options_.api_key)) {
+    metrics_->Rejected("unauthenticated");
+    res.set_header("WWW-Authenticate", "Bearer");
+    SendError(res, ApiError{401,
+                            req.has_header("Authorization")
+                                ? "Incorrect API key provided."
+                                : "You didn't provide an API key. Send it as 'Authorization: "
+                                  "Bearer <key>'.",
+                            "invalid_request_error", "", "invalid_api_key"});
+    return true;
+  }
+  if (options_.rate_limiter != nullptr && req.method == "POST") {
+    const RateLimiter::Verdict verdict = options_.rate_limiter->Acquire(req.remote_addr);
+    if (verdict != RateLimiter::Verdict::kAllowed) {
+      metrics_->Rejected("rate_limited");
+      res.set_header("Retry-After", "1");
+      SendError(res, ApiError{429,
+                              verdict == RateLimiter::Verdict::kClientLimited
+                                  ? "Rate limit reached for this client; retry later."
+                                  : "Rate limit reached for this server; retry later.",
+                              "rate_limit_error", "", "rate_limit_exceeded"});
+      return true;
+    }
+  }
+  return false;
+}
 
 HttpServer::~HttpServer() { Stop(); }
 
 Status HttpServer::Start() {
+  if (!server_->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot start HTTPS with --tls-cert '", options_.tls.cert_file, "', --tls-key '",
+        options_.tls.key_file, "'", options_.tls.require_client_cert ? " and --tls-ca '" : "",
+        options_.tls.require_client_cert ? options_.tls.ca_file + "'" : "",
+        ": unreadable or mismatched PEM files"));
+  }
+  server_->set_pre_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) {
+        return RefuseBeforeRouting(req, res) ? httplib::Server::HandlerResponse::Handled
+                                             : httplib::Server::HandlerResponse::Unhandled;
+      });
   const int threads = options_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(options_.max_request_bytes);

@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "common/base/status.h"
+#include "common/security/tls_options.h"
 #include "router/openai_protocol.h"
+#include "router/rate_limiter.h"
 #include "router/request_handler.h"
 #include "router/router_metrics.h"
 #include "router/worker_registry.h"
@@ -31,6 +33,12 @@ class HttpServer {
     std::string model_path;
     // Each streaming request holds a thread for its duration.
     int threads = 64;
+    // Required as `Authorization: Bearer <key>` on /v1/*; /health and /metrics stay open.
+    std::string api_key;
+    // HTTPS when tls has a certificate; client certificates are required with
+    // tls.require_client_cert.
+    security::TlsOptions tls;
+    RateLimiter* rate_limiter = nullptr;  // generation requests only; null: no limit
   };
 
   HttpServer(Options options, RequestHandler* handler, WorkerRegistry* registry,
@@ -43,6 +51,8 @@ class HttpServer {
   int port() const { return port_; }
 
  private:
+  // Authentication and rate limits before any handler runs: true when `res` is the answer.
+  bool RefuseBeforeRouting(const httplib::Request& req, httplib::Response& res);
   void HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res);
   void HandleModels(httplib::Response& res);
   void HandleHealth(httplib::Response& res);

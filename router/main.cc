@@ -1,12 +1,15 @@
 // pdspark-router: the OpenAI-compatible HTTP API and the gRPC API in front of prefill and
 // decode workers. Workers find it through --grpc-port (the Registry service lives there).
+#include <pthread.h>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <pthread.h>
 
 #include "CLI/CLI.hpp"
 #include "common/base/logging.h"
+#include "common/security/api_key.h"
+#include "common/security/tls_options.h"
 #include "nlohmann/json.hpp"
 #include "router/router_app.h"
 #include "router/tokenizer_text_codec.h"
@@ -47,15 +50,15 @@ int main(int argc, char** argv) {
   int64_t heartbeat_ms = 1000, timeout_s = 600;
   options.http_port = 8000;
   options.grpc_port = 50051;
-  app.add_option("--model", model_dir, "model directory (tokenizer.json, config.json)")
-      ->required();
+  app.add_option("--model", model_dir, "model directory (tokenizer.json, config.json)")->required();
   app.add_option("--served-model-name", served_name, "name clients use (default: --model)");
   app.add_option("--host", options.host, "address to bind")->capture_default_str();
   app.add_option("--http-port", options.http_port, "HTTP port, 0 = any free port")
       ->capture_default_str();
   app.add_option("--grpc-port", options.grpc_port, "gRPC port, 0 = any free port")
       ->capture_default_str();
-  app.add_option("--policy", policy, "scheduling policy for both stages: round_robin, least_loaded, kv_aware")
+  app.add_option("--policy", policy,
+                 "scheduling policy for both stages: round_robin, least_loaded, kv_aware")
       ->capture_default_str();
   app.add_option("--prefill-policy", prefill_policy, "prefill policy (default: --policy)");
   app.add_option("--decode-policy", decode_policy, "decode policy (default: --policy)");
@@ -82,8 +85,33 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  // Security: docs/reliability.md "Security".
+  std::string api_key;
+  pdspark::security::AddTlsFlags(app, options.tls);
+  app.add_option("--api-key", api_key,
+                 "require 'Authorization: Bearer KEY' on the client API (default: "
+                 "$PDSPARK_API_KEY; empty = open)");
+  app.add_option("--registry-port", options.registry_port,
+                 "serve the worker Registry on this gRPC port instead of --grpc-port, so the "
+                 "client port has no admin operations (-1 = on --grpc-port, 0 = any free port)")
+      ->capture_default_str();
+  app.add_option("--rate-limit-rps", options.rate_limit.per_client_rps,
+                 "generation requests per second per client address; more get 429 (0 = off)")
+      ->capture_default_str();
+  app.add_option("--rate-limit-burst", options.rate_limit.per_client_burst,
+                 "per-client burst (default: max(1, --rate-limit-rps))");
+  app.add_option("--global-rate-limit-rps", options.rate_limit.global_rps,
+                 "generation requests per second for the whole router (0 = off)")
+      ->capture_default_str();
+  app.add_option("--global-rate-limit-burst", options.rate_limit.global_burst,
+                 "global burst (default: max(1, --global-rate-limit-rps))");
   CLI11_PARSE(app, argc, argv);
   pdspark::InitLogging("router", log_level);
+  options.api_key = pdspark::security::ResolveApiKey(api_key);
+  if (auto status = pdspark::security::ValidateTlsOptions(options.tls, /*serving=*/true);
+      !status.ok()) {
+    return Fail(status);
+  }
 
   // Signals are taken synchronously by main below; every thread started later inherits the mask.
   sigset_t signals;

@@ -8,10 +8,12 @@
 #include <string>
 
 #include "common/base/status.h"
+#include "common/security/tls_options.h"
 #include "router/admission_control.h"
 #include "router/clock.h"
 #include "router/grpc_inference_service.h"
 #include "router/http_server.h"
+#include "router/rate_limiter.h"
 #include "router/registry_service.h"
 #include "router/request_handler.h"
 #include "router/router_metrics.h"
@@ -41,6 +43,15 @@ struct RouterOptions {
   std::chrono::milliseconds default_timeout{600'000};
   uint32_t disagg_min_prompt_tokens = 0;  // shorter prompts prefill on the decode worker
   std::chrono::milliseconds reservation_lease{30'000};
+  // Security (docs/reliability.md "Security"). TLS for both gRPC servers, the links to the
+  // workers and (as HTTPS) the HTTP API; all off by default.
+  security::TlsOptions tls;
+  // Required on the client API (HTTP and gRPC Inference) when not empty.
+  std::string api_key;
+  // The Registry (worker register/heartbeat/drain) on its own gRPC port, so it is not reachable
+  // through the client port: -1 keeps it on grpc_port (the single-port layout), 0 = any port.
+  int registry_port = -1;
+  RateLimiter::Options rate_limit;
 };
 
 class RouterApp {
@@ -56,6 +67,8 @@ class RouterApp {
 
   int http_port() const { return http_->port(); }
   int grpc_port() const { return grpc_port_; }
+  // The port workers register on: grpc_port() unless a separate registry port was asked for.
+  int registry_port() const { return registry_port_ != 0 ? registry_port_ : grpc_port_; }
   WorkerRegistry& registry() { return registry_; }
   RequestHandler& handler() { return *handler_; }
   RouterMetrics& metrics() { return metrics_; }
@@ -73,7 +86,10 @@ class RouterApp {
   std::unique_ptr<GrpcInferenceService> inference_service_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<grpc::Server> registry_server_;  // only with a separate registry port
+  std::unique_ptr<RateLimiter> rate_limiter_;
   int grpc_port_ = 0;
+  int registry_port_ = 0;
   bool stopped_ = false;
 };
 

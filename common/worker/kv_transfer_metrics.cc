@@ -52,7 +52,9 @@ void KvTransferMetrics::Sent(uint64_t bytes, double seconds) {
   duration_.Observe(seconds);
 }
 
-void KvTransferMetrics::Received(uint64_t bytes) { received_.Increment(static_cast<double>(bytes)); }
+void KvTransferMetrics::Received(uint64_t bytes) {
+  received_.Increment(static_cast<double>(bytes));
+}
 
 void KvTransferMetrics::Failed(const Status& status) {
   const char* reason = "invalid";

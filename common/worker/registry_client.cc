@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/logging.h"
+#include "common/security/grpc_credentials.h"
 #include "grpcpp/grpcpp.h"
 
 namespace pdspark::worker {
@@ -47,9 +48,10 @@ std::vector<std::string> ResolveAll(const std::string& name) {
   std::set<std::string> addresses;
   for (addrinfo* a = result; a != nullptr; a = a->ai_next) {
     char ip[INET6_ADDRSTRLEN] = {};
-    const void* where = a->ai_family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    const void* where =
+        a->ai_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
     if (inet_ntop(a->ai_family, where, ip, sizeof(ip)) == nullptr) continue;
     addresses.insert(a->ai_family == AF_INET6 ? absl::StrCat("[", ip, "]:", port)
                                               : absl::StrCat(ip, ":", port));
@@ -62,10 +64,22 @@ std::vector<std::string> ResolveAll(const std::string& name) {
 }  // namespace
 
 RegistryClient::RegistryClient(std::vector<std::string> router_addresses,
-                               v1::RegisterRequest registration, LoadFn load)
+                               v1::RegisterRequest registration, LoadFn load,
+                               security::TlsOptions tls)
     : router_names_(std::move(router_addresses)),
       registration_(std::move(registration)),
-      load_(std::move(load)) {}
+      load_(std::move(load)),
+      tls_(std::move(tls)) {
+  auto credentials = security::MakeChannelCredentials(tls_);
+  if (!credentials.ok()) {
+    // The worker validated its flags at startup; reaching here means the files vanished since.
+    LOG_ERROR("registry TLS credentials: {}; registration will fail",
+              credentials.status().ToString());
+    credentials_ = grpc::InsecureChannelCredentials();
+  } else {
+    credentials_ = *std::move(credentials);
+  }
+}
 
 void RegistryClient::Resolve() {
   for (const std::string& name : router_names_) {
@@ -74,8 +88,7 @@ void RegistryClient::Resolve() {
                                      [&](const auto& l) { return l->address == address; });
       if (known) continue;
       auto link = std::make_unique<RouterLink>();
-      link->stub = v1::Registry::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      link->stub = v1::Registry::NewStub(security::CreateChannel(address, credentials_, tls_));
       link->address = std::move(address);
       links_.push_back(std::move(link));
     }
@@ -84,7 +97,9 @@ void RegistryClient::Resolve() {
 
 RegistryClient::~RegistryClient() { Stop(); }
 
-void RegistryClient::Start() { thread_ = std::thread([this] { Loop(); }); }
+void RegistryClient::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void RegistryClient::Stop() {
   {
@@ -137,7 +152,8 @@ void RegistryClient::Tick(RouterLink& link) {
       return;
     }
     link.worker_id = response.worker_id();
-    link.interval = std::chrono::milliseconds(std::max<uint32_t>(100, response.heartbeat_interval_ms()));
+    link.interval =
+        std::chrono::milliseconds(std::max<uint32_t>(100, response.heartbeat_interval_ms()));
     ++registered_count_;
     LOG_INFO("registered router={} worker_id={} incarnation={}", link.address, link.worker_id,
              registration_.incarnation_id());

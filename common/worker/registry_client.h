@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/security/tls_options.h"
+#include "grpcpp/security/credentials.h"
 #include "pdspark/v1/registry.grpc.pb.h"
 
 namespace pdspark::worker {
@@ -25,8 +27,9 @@ class RegistryClient {
  public:
   using LoadFn = std::function<v1::WorkerLoad()>;
 
+  // `tls` secures the links to the routers (plaintext when off).
   RegistryClient(std::vector<std::string> router_addresses, v1::RegisterRequest registration,
-                 LoadFn load);
+                 LoadFn load, security::TlsOptions tls = {});
   ~RegistryClient();
 
   void Start();
@@ -46,6 +49,8 @@ class RegistryClient {
   std::vector<std::unique_ptr<RouterLink>> links_;
   v1::RegisterRequest registration_;
   LoadFn load_;
+  security::TlsOptions tls_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
   std::atomic<int> registered_count_{0};
   std::mutex mu_;
   std::condition_variable wake_;

@@ -12,7 +12,8 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--tensor-parallel-size", f.tensor_parallel_size, "tensor-parallel ranks")
       ->capture_default_str();
   app.add_option("--block-size", f.block_size, "cache rows per paged block")->capture_default_str();
-  app.add_option("--max-num-seqs", f.max_num_seqs, "running requests at once")->capture_default_str();
+  app.add_option("--max-num-seqs", f.max_num_seqs, "running requests at once")
+      ->capture_default_str();
   app.add_option("--max-model-len", f.max_model_len, "0 = the config's max_position_embeddings");
   app.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens per engine step")
       ->capture_default_str();
@@ -25,6 +26,7 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
       ->capture_default_str();
   app.add_option("--log-level", f.log_level, "trace | debug | info | warn | error")
       ->capture_default_str();
+  security::AddTlsFlags(app, f.tls);
 }
 
 }  // namespace pdspark::worker

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "common/security/tls_options.h"
 
 namespace pdspark::worker {
 
@@ -23,6 +24,7 @@ struct WorkerFlags {
   int metrics_port = 0;
   int drain_timeout_s = 30;
   std::string log_level = "info";
+  security::TlsOptions tls;  // --tls-*: the gRPC server and the registry links
 };
 
 void AddWorkerFlags(CLI::App& app, WorkerFlags& flags);

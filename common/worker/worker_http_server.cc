@@ -24,7 +24,8 @@ StatusOr<std::unique_ptr<WorkerHttpServer>> WorkerHttpServer::Start(
     res.status = ok ? 200 : 503;
     res.set_content(ok ? "ready\n" : "not ready\n", "text/plain");
   });
-  server->port_ = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  server->port_ =
+      port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
   if (server->port_ <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port));
   }

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_split.h"
 #include "common/base/logging.h"
+#include "common/security/grpc_credentials.h"
 #include "common/worker/registry_client.h"
 #include "common/worker/shutdown_signal.h"
 #include "common/worker/worker_http_server.h"
@@ -16,8 +17,12 @@ int ServeUntilSignal(const WorkerFlags& f, const WorkerIdentity& identity,
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(f.host + ":" + std::to_string(f.port), grpc::InsecureServerCredentials(),
-                           &port);
+  auto credentials = security::MakeServerCredentials(f.tls);
+  if (!credentials.ok()) {
+    LOG_ERROR("TLS: {}", credentials.status().ToString());
+    return 2;
+  }
+  builder.AddListeningPort(f.host + ":" + std::to_string(f.port), *credentials, &port);
   for (grpc::Service* service : services) builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
@@ -39,12 +44,11 @@ int ServeUntilSignal(const WorkerFlags& f, const WorkerIdentity& identity,
   registration.set_block_size(f.block_size);
   std::vector<std::string> routers;
   if (!f.routers.empty()) routers = absl::StrSplit(f.routers, ',', absl::SkipEmpty());
-  RegistryClient registry(routers, registration, std::move(load));
+  RegistryClient registry(routers, registration, std::move(load), f.tls);
   registry.Start();
 
-  auto http = WorkerHttpServer::Start(f.host, f.metrics_port, metrics, [&] {
-    return routers.empty() || registry.registered();
-  });
+  auto http = WorkerHttpServer::Start(f.host, f.metrics_port, metrics,
+                                      [&] { return routers.empty() || registry.registered(); });
   if (!http.ok()) {
     LOG_ERROR("{}", http.status().ToString());
     return 1;
