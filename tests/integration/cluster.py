@@ -1,12 +1,14 @@
 """Starts real pdspark processes (router, prefill and decode workers) on loopback ports chosen
 at run time, for the integration tests. Standard library only."""
 
+import glob
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -74,6 +76,18 @@ class Cluster:
         p.metrics = metrics
         return p
 
+    def wait_ready(self, *checks):
+        """Waits for each (predicate, what); on a timeout prints every process's log tail,
+        stops the cluster and re-raises."""
+        try:
+            for predicate, what in checks:
+                wait_for(predicate, what=what)
+        except AssertionError:
+            for p in self.procs:
+                sys.stderr.write("== %s\n%s" % (p.name, p.tail()))
+            self.stop_all()
+            raise
+
     def stop_all(self):
         for p in reversed(self.procs):
             p.stop()
@@ -120,3 +134,27 @@ def wait_for(predicate, timeout=120, what="condition"):
 def health(router):
     status, body = http_json(router.http, "/health", timeout=5)
     return body
+
+
+def grpc_modules(source_dir):
+    """(grpc, common_pb2, inference_pb2, inference_pb2_grpc, registry_pb2, registry_pb2_grpc) or
+    None when python3-grpcio / protoc / grpc_python_plugin is missing."""
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        return None
+    plugin = shutil.which("grpc_python_plugin")
+    if not plugin or not shutil.which("protoc"):
+        return None
+    proto_dir = os.path.join(source_dir, "proto")
+    stubs = tempfile.mkdtemp(prefix="pdspark-stubs-")
+    subprocess.run(["protoc", "--proto_path=" + proto_dir, "--python_out=" + stubs,
+                    "--grpc_python_out=" + stubs, "--plugin=protoc-gen-grpc_python=" + plugin]
+                   + glob.glob(os.path.join(proto_dir, "pdspark", "v1", "*.proto")), check=True)
+    for d in ("pdspark", "pdspark/v1"):
+        open(os.path.join(stubs, d, "__init__.py"), "a").close()
+    sys.path.insert(0, stubs)
+    import grpc
+    from pdspark.v1 import (common_pb2, inference_pb2, inference_pb2_grpc, registry_pb2,
+                            registry_pb2_grpc)
+    return grpc, common_pb2, inference_pb2, inference_pb2_grpc, registry_pb2, registry_pb2_grpc

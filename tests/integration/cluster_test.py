@@ -4,20 +4,17 @@ streams must all finish, the gRPC API and the single-process CLI give the same t
 be marked unhealthy within 3 heartbeat intervals."""
 
 import argparse
-import glob
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 import urllib.request
 
-from cluster import Cluster, health, http_json, metric, wait_for
+from cluster import Cluster, grpc_modules, health, http_json, metric, wait_for
 
 ARGS = None
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], list(range(100, 160)), [7] * 33]
@@ -44,15 +41,9 @@ class ClusterTest(unittest.TestCase):
                                     ["--ucx-tls", ARGS.ucx_tls])
         cls.prefill = c.start_worker("prefill", "prefill", [cls.r_disagg],
                                      ["--ucx-tls", ARGS.ucx_tls])
-        try:
-            wait_for(lambda: health(cls.r_disagg).get("prefill_workers") == 1 and
-                     health(cls.r_disagg).get("decode_workers") == 1, what="disagg cluster")
-            wait_for(lambda: health(cls.r_coloc).get("decode_workers") == 1, what="coloc cluster")
-        except AssertionError:
-            for p in c.procs:
-                sys.stderr.write("== %s\n%s" % (p.name, p.tail()))
-            c.stop_all()
-            raise
+        c.wait_ready((lambda: health(cls.r_disagg).get("prefill_workers") == 1 and
+                      health(cls.r_disagg).get("decode_workers") == 1, "disagg cluster"),
+                     (lambda: health(cls.r_coloc).get("decode_workers") == 1, "coloc cluster"))
 
     @classmethod
     def tearDownClass(cls):
@@ -90,23 +81,10 @@ class ClusterTest(unittest.TestCase):
 
     def test_grpc_generate_streams_the_same_tokens(self):
         # Debian's python3-grpcio with stubs generated now from our protos.
-        try:
-            import grpc  # noqa: F401
-        except ImportError:
-            self.skipTest("python3-grpcio not installed")
-        plugin = shutil.which("grpc_python_plugin")
-        if not plugin or not shutil.which("protoc"):
-            self.skipTest("protoc / grpc_python_plugin not installed")
-        proto_dir = os.path.join(ARGS.source_dir, "proto")
-        stubs = tempfile.mkdtemp(prefix="pdspark-stubs-")
-        subprocess.run(["protoc", "--proto_path=" + proto_dir, "--python_out=" + stubs,
-                        "--grpc_python_out=" + stubs, "--plugin=protoc-gen-grpc_python=" + plugin]
-                       + glob.glob(os.path.join(proto_dir, "pdspark", "v1", "*.proto")), check=True)
-        for d in ("pdspark", "pdspark/v1"):
-            open(os.path.join(stubs, d, "__init__.py"), "a").close()
-        sys.path.insert(0, stubs)
-        import grpc
-        from pdspark.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+        mods = grpc_modules(ARGS.source_dir)
+        if mods is None:
+            self.skipTest("python3-grpcio / protoc / grpc_python_plugin not installed")
+        grpc, common_pb2, inference_pb2, inference_pb2_grpc = mods[:4]
         stub = inference_pb2_grpc.InferenceStub(
             grpc.insecure_channel("127.0.0.1:%d" % self.r_disagg.grpc))
         request = inference_pb2.GenerateRequest(
@@ -121,7 +99,6 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(len(ids), 12)
         self.assertEqual(finish, common_pb2.FINISH_REASON_LENGTH)
         self.assertEqual(text, completion(self.r_disagg, PROMPTS[1], temperature=0)[0])
-        shutil.rmtree(stubs, ignore_errors=True)
 
     def test_concurrent_streams_all_finish(self):
         results = [None] * 64

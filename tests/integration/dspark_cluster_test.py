@@ -32,15 +32,9 @@ class DSparkClusterTest(unittest.TestCase):
                                          ["--spec-method", "dspark", "--spec-tokens", "5"])
         cls.prefill = c.start_worker("prefill", "prefill", [cls.r_spec])
         cls.decode_plain = c.start_worker("decode-plain", "decode", [cls.r_plain])
-        try:
-            wait_for(lambda: health(cls.r_spec).get("decode_workers") == 1 and
-                     health(cls.r_spec).get("prefill_workers") == 1, what="spec cluster")
-            wait_for(lambda: health(cls.r_plain).get("decode_workers") == 1, what="plain cluster")
-        except AssertionError:
-            for p in c.procs:
-                sys.stderr.write("== %s\n%s" % (p.name, p.tail()))
-            c.stop_all()
-            raise
+        c.wait_ready((lambda: health(cls.r_spec).get("decode_workers") == 1 and
+                      health(cls.r_spec).get("prefill_workers") == 1, "spec cluster"),
+                     (lambda: health(cls.r_plain).get("decode_workers") == 1, "plain cluster"))
 
     @classmethod
     def tearDownClass(cls):

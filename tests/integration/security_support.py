@@ -2,13 +2,10 @@
 openssl at test time, python3-grpcio stubs generated from our protos, and HTTP(S) requests.
 Standard library plus Debian's python3-grpcio (tests skip without it)."""
 
-import glob
 import json
 import os
-import shutil
 import ssl
 import subprocess
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -55,30 +52,6 @@ def tls_flags(certs, name="node", require_client_cert=True):
              "--tls-key", os.path.join(certs, name + ".key"),
              "--tls-ca", os.path.join(certs, "ca.pem")]
     return flags + (["--tls-require-client-cert"] if require_client_cert else [])
-
-
-def grpc_modules(source_dir):
-    """(grpc, common_pb2, inference_pb2, inference_pb2_grpc, registry_pb2, registry_pb2_grpc) or
-    None when python3-grpcio / protoc / grpc_python_plugin is missing."""
-    try:
-        import grpc  # noqa: F401
-    except ImportError:
-        return None
-    plugin = shutil.which("grpc_python_plugin")
-    if not plugin or not shutil.which("protoc"):
-        return None
-    proto_dir = os.path.join(source_dir, "proto")
-    stubs = tempfile.mkdtemp(prefix="pdspark-stubs-")
-    subprocess.run(["protoc", "--proto_path=" + proto_dir, "--python_out=" + stubs,
-                    "--grpc_python_out=" + stubs, "--plugin=protoc-gen-grpc_python=" + plugin]
-                   + glob.glob(os.path.join(proto_dir, "pdspark", "v1", "*.proto")), check=True)
-    for d in ("pdspark", "pdspark/v1"):
-        open(os.path.join(stubs, d, "__init__.py"), "a").close()
-    sys.path.insert(0, stubs)
-    import grpc
-    from pdspark.v1 import (common_pb2, inference_pb2, inference_pb2_grpc, registry_pb2,
-                            registry_pb2_grpc)
-    return grpc, common_pb2, inference_pb2, inference_pb2_grpc, registry_pb2, registry_pb2_grpc
 
 
 def ssl_context(certs, client=None, ca="ca"):

@@ -14,8 +14,8 @@ import sys
 import time
 import unittest
 
-from cluster import Cluster, free_port, metric, wait_for
-from security_support import grpc_modules, make_certs, request, ssl_context, tls_flags
+from cluster import Cluster, free_port, grpc_modules, metric
+from security_support import make_certs, request, ssl_context, tls_flags
 
 ARGS = None
 KEY = "sk-test-0123456789"
@@ -41,13 +41,7 @@ class MutualTlsClusterTest(unittest.TestCase):
             p.metrics = metrics
             cls.workers[role] = p
         cls.https = ssl_context(cls.certs, client="client")
-        try:
-            wait_for(lambda: cls.health() == (1, 1), what="mTLS cluster ready")
-        except AssertionError:
-            for p in c.procs:
-                sys.stderr.write("== %s\n%s" % (p.name, p.tail()))
-            c.stop_all()
-            raise
+        c.wait_ready((lambda: cls.health() == (1, 1), "mTLS cluster ready"))
 
     @classmethod
     def tearDownClass(cls):
