@@ -1,6 +1,6 @@
 // Tensor-parallel scaling of the CPU engine: prefill and decode tokens/s at each TP size and
-// shared-expert placement, measured one after the other in one process, with ratios to the
-// first configuration.
+// shared-expert placement, measured in one process with the rounds interleaved, as ratios to the
+// first configuration (the best round of each is reported).
 //   pdspark_tp_bench --model models/tiny-dsv4-dspark --tp 1,2,4,8 --shared split,replicated
 //                    --batch 8 --prefill-len 64 --decode-steps 32 --repeats 3
 // Ranks are threads: on a machine with fewer cores than ranks they time-share the cores, and the
@@ -87,29 +87,43 @@ int main(int argc, char** argv) {
               static_cast<long>(prefill_len), static_cast<long>(decode_steps));
   std::printf("%3s %-10s %14s %14s %10s %10s\n", "tp", "shared", "prefill_tok/s", "decode_tok/s",
               "prefill_x", "decode_x");
-  Rates first;
+  // Every configuration is loaded first, then the rounds go round-robin over them, so that load
+  // from other processes on a shared machine hits all of them alike.
+  struct Config {
+    int tp;
+    std::string shared;
+    std::unique_ptr<engine::Model> model;
+    Rates best;
+  };
+  std::vector<Config> configs;
   for (int tp : sizes) {
     for (const std::string& mode : shared_modes) {
       engine::ModelOptions options;
       options.show_progress = false;
       options.tensor_parallel_size = tp;
-      options.shared_expert = mode == "split" ? engine::SharedExpertMode::kSplit
-                                              : engine::SharedExpertMode::kReplicated;
+      options.shared_expert =
+          mode == "split" ? engine::SharedExpertMode::kSplit : engine::SharedExpertMode::kReplicated;
       auto model = engine::Model::Load(model_dir, options);
       if (!model.ok()) {
         std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
         return 1;
       }
-      std::mt19937 rng(1);
-      Rates best;
-      for (int64_t r = 0; r < repeats; ++r) {
-        if (!RunRound(**model, batch, prefill_len, decode_steps, rng, best)) return 1;
-      }
-      if (first.decode == 0) first = best;
-      std::printf("%3d %-10s %14.1f %14.1f %10.2f %10.2f\n", tp, mode.c_str(), best.prefill,
-                  best.decode, best.prefill / first.prefill, best.decode / first.decode);
-      std::fflush(stdout);
+      configs.push_back({tp, mode, std::move(model).value(), {}});
     }
+  }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  std::mt19937 rng(1);
+  for (int64_t round = 0; round < repeats; ++round) {
+    for (Config& c : configs) {
+      // What Model does for its ranks (process-wide, so set again before each configuration).
+      pdspark::kernels::cpu::SetGemmThreads(std::max(1, cores / c.tp));
+      if (!RunRound(*c.model, batch, prefill_len, decode_steps, rng, c.best)) return 1;
+    }
+  }
+  for (const Config& c : configs) {
+    const Rates& first = configs.front().best;
+    std::printf("%3d %-10s %14.1f %14.1f %10.2f %10.2f\n", c.tp, c.shared.c_str(), c.best.prefill,
+                c.best.decode, c.best.prefill / first.prefill, c.best.decode / first.decode);
   }
   return 0;
 }
