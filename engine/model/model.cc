@@ -21,10 +21,11 @@ namespace {
 kc::RopeTable LayerRope(const config::ModelConfig& c, int64_t layer, int64_t max_positions) {
   const bool compressed = c.CompressRatio(layer) > 0;
   const bool yarn = compressed && c.rope_scaling.type == "yarn";
-  return kc::BuildRopeTable(
-      c.qk_rope_head_dim, max_positions, yarn ? c.rope_scaling.original_max_position_embeddings : 0,
-      compressed ? c.compress_rope_theta : c.rope_theta, c.rope_scaling.factor,
-      c.rope_scaling.beta_fast, c.rope_scaling.beta_slow);
+  return kc::BuildRopeTable(c.qk_rope_head_dim, max_positions,
+                            yarn ? c.rope_scaling.original_max_position_embeddings : 0,
+                            compressed ? c.compress_rope_theta : c.rope_theta,
+                            c.rope_scaling.factor, c.rope_scaling.beta_fast,
+                            c.rope_scaling.beta_slow);
 }
 
 std::vector<int64_t> DefaultFeatureLayers(const config::ModelConfig& c) {
@@ -90,13 +91,13 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
       check_replicas_(options.check_replicas) {
   // Tables cover the first 64k positions; later positions are computed on the fly.
   const int64_t table_positions = std::min<int64_t>(dims_.max_positions, 65536);
-  for (int64_t l = 0; l < dims_.layers; ++l)
-    rope_.push_back(LayerRope(config_, l, table_positions));
-  feature_layers_ =
-      options.feature_layers.empty() ? DefaultFeatureLayers(config_) : options.feature_layers;
+  for (int64_t l = 0; l < dims_.layers; ++l) rope_.push_back(LayerRope(config_, l, table_positions));
+  feature_layers_ = options.feature_layers.empty() ? DefaultFeatureLayers(config_)
+                                                   : options.feature_layers;
   const int world = tensor_parallel_size();
-  for (int r = 0; r < world; ++r)
+  for (int r = 0; r < world; ++r) {
     ranks_[r].plan = ShardPlan::Make(dims_, r, world, options.shared_expert);
+  }
   if (world > 1) {
     group_ = parallel::InProcessGroup::Create(world).value();  // world is in range
     threads_ = std::make_unique<parallel::RankThreads>(world);
@@ -154,8 +155,8 @@ Status Model::Validate(std::span<const StepInput> inputs) const {
     }
     for (int32_t id : in.tokens) {
       if (id < 0 || id >= dims_.vocab) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input ", s, ": token id ", id, " outside the vocabulary"));
+        return absl::InvalidArgumentError(absl::StrCat("input ", s, ": token id ", id,
+                                                       " outside the vocabulary"));
       }
     }
   }
@@ -196,8 +197,7 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
   std::vector<float> streams(rows * d.hc * d.dim);
   for (int64_t r = 0; r < rows; ++r) {
     const float* e = w.embed.ptr() + static_cast<int64_t>(batch.token_ids[r]) * d.dim;
-    for (int64_t j = 0; j < d.hc; ++j)
-      std::copy_n(e, d.dim, streams.data() + (r * d.hc + j) * d.dim);
+    for (int64_t j = 0; j < d.hc; ++j) std::copy_n(e, d.dim, streams.data() + (r * d.hc + j) * d.dim);
   }
   const bool features = out && options.features, block_io = out && options.block_io;
   const int64_t slots = static_cast<int64_t>(feature_layers_.size());
