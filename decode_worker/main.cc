@@ -47,9 +47,6 @@ void AddFlags(CLI::App& app, DecodeFlags& f) {
 
 // Settings accepted for compatibility but not implemented yet fail loudly, never silently.
 Status CheckSupported(const DecodeFlags& f) {
-  if (f.common.tensor_parallel_size != 1) {
-    return absl::UnimplementedError("--tensor-parallel-size > 1 is not supported yet");
-  }
   if (f.kv_cache_dtype != "auto") {
     return absl::UnimplementedError("--kv-cache-dtype fp8 needs the CUDA backend");
   }
@@ -64,6 +61,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   }
   engine::ModelOptions model_options;
   model_options.cache_block_rows = f.common.block_size;
+  model_options.tensor_parallel_size = f.common.tensor_parallel_size;
   auto model = engine::Model::Load(f.common.model, model_options);
   if (!model.ok()) {
     LOG_ERROR("cannot load model: {}", model.status().ToString());

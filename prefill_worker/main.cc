@@ -25,12 +25,9 @@ struct PrefillFlags {
 
 int Run(const PrefillFlags& f, const sigset_t& signals) {
   InitLogging("prefill", f.common.log_level);
-  if (f.common.tensor_parallel_size != 1) {
-    LOG_ERROR("--tensor-parallel-size > 1 is not supported yet");
-    return 2;
-  }
   engine::ModelOptions model_options;
   model_options.cache_block_rows = f.common.block_size;
+  model_options.tensor_parallel_size = f.common.tensor_parallel_size;
   auto model = engine::Model::Load(f.common.model, model_options);
   if (!model.ok()) {
     LOG_ERROR("cannot load model: {}", model.status().ToString());

@@ -9,7 +9,9 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--router", f.routers, "router gRPC address(es), comma separated");
   app.add_option("--advertise-address", f.advertise_address,
                  "host:port routers use to reach this worker (default host:port)");
-  app.add_option("--tensor-parallel-size", f.tensor_parallel_size, "tensor-parallel ranks")
+  app.add_option("--tensor-parallel-size", f.tensor_parallel_size,
+                 "tensor-parallel ranks of the model (threads of this process on CPU), 1..8")
+      ->check(CLI::Range(1, 8))
       ->capture_default_str();
   app.add_option("--block-size", f.block_size, "cache rows per paged block")->capture_default_str();
   app.add_option("--max-num-seqs", f.max_num_seqs, "running requests at once")

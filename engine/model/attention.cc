@@ -2,12 +2,20 @@
 // latent head (FP8-simulated non-RoPE part), sliding window plus compressed entries (all of
 // them for HCA, the indexer's top-k for CSA), attention sink, inverse RoPE on the output and
 // the grouped low-rank output projection.
+//
+// Tensor parallelism (docs/tensor_parallel.md): a rank runs the query heads, indexer heads and
+// output-projection units of its ShardPlan. The latent KV and the compressors are replicated
+// state that rank 0 computes and appends; the indexer's partial scores and the output
+// projection's partial sums are reduced over the ranks in double.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "engine/model/compressor.h"
 #include "engine/model/layers.h"
+#include "engine/parallel/replica_check.h"
 
 namespace pdspark::engine {
 
@@ -18,49 +26,70 @@ namespace {
 // Projections of every row, computed once for the whole batch.
 struct AttentionProjections {
   std::vector<float> qr;  // [rows, q_lora] (also the indexer's query input)
-  std::vector<float> q;   // [rows, heads, head_dim], normed and RoPE'd
-  std::vector<float> kv;  // [rows, head_dim], normed, RoPE'd, FP8-simulated
-  std::vector<float> comp_kv, comp_score;  // [rows, c*head_dim]
-  std::vector<float> index_q;              // [rows, index_heads, index_dim]
-  std::vector<float> index_w;              // [rows, index_heads]
+  std::vector<float> q;   // [rows, local heads, head_dim], normed and RoPE'd
+  // Cache projections (rank 0, or every rank when checking replicas):
+  std::vector<float> kv;                     // [rows, head_dim], normed, RoPE'd, FP8-simulated
+  std::vector<float> comp_kv, comp_score;    // [rows, c*head_dim]
   std::vector<float> index_kv, index_score;  // [rows, c*index_dim]
+  // Indexer queries of the local indexer heads:
+  std::vector<float> index_q;  // [rows, local index heads, index_dim]
+  std::vector<float> index_w;  // [rows, local index heads]
 };
 
-AttentionProjections Project(const ModelDims& d, const AttentionWeights& w,
-                             const kc::RopeTable& rope, const std::vector<float>& u,
-                             const BatchLayout& batch) {
+// y[:, h, :] = x . w[h]^T for each of `n` heads of width `width`, one GEMM per head: a head's
+// result is then the same bits whichever heads a rank holds (see shard_plan.h).
+void PerHeadLinear(const float* x, int64_t rows, int64_t k, const Matrix& w, int64_t n,
+                   int64_t width, float* y) {
+  for (int64_t h = 0; h < n; ++h) {
+    kc::MatMulTransB(x, rows, k, k, w.ptr() + h * width * k, width, k, y + h * width, n * width);
+  }
+}
+
+void ProjectCache(const ModelDims& d, const AttentionWeights& w, const kc::RopeTable& rope,
+                  const std::vector<float>& u, const BatchLayout& batch, AttentionProjections& p) {
   const int64_t rows = batch.rows(), hd = d.head_dim;
-  AttentionProjections p;
-  p.qr.resize(rows * d.q_lora);
-  kc::Linear(u.data(), rows, d.dim, w.wq_a.ptr(), d.q_lora, p.qr.data());
-  kc::RmsNorm(p.qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, p.qr.data());
-  p.q.resize(rows * d.heads * hd);
-  kc::Linear(p.qr.data(), rows, d.q_lora, w.wq_b.ptr(), d.heads * hd, p.q.data());
-  kc::RmsNorm(p.q.data(), nullptr, rows * d.heads, hd, d.norm_eps, p.q.data());
   p.kv.resize(rows * hd);
   kc::Linear(u.data(), rows, d.dim, w.wkv.ptr(), hd, p.kv.data());
   kc::RmsNorm(p.kv.data(), w.kv_norm.data(), rows, hd, d.norm_eps, p.kv.data());
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t pos = batch.positions[r];
-    for (int64_t h = 0; h < d.heads; ++h) {
-      kc::ApplyRope(rope, pos, false, p.q.data() + (r * d.heads + h) * hd + d.nope_dim);
-    }
-    kc::ApplyRope(rope, pos, false, p.kv.data() + r * hd + d.nope_dim);
+    kc::ApplyRope(rope, batch.positions[r], false, p.kv.data() + r * hd + d.nope_dim);
   }
   kc::Fp8QuantDequant(p.kv.data(), rows, d.nope_dim, hd, kKvFp8Block);
+  auto project = [&](const CompressorWeights& c, std::vector<float>& kv,
+                     std::vector<float>& score) {
+    kv.resize(rows * c.wkv.rows);
+    score.resize(rows * c.wkv.rows);
+    kc::Linear(u.data(), rows, d.dim, c.wkv.ptr(), c.wkv.rows, kv.data());
+    kc::Linear(u.data(), rows, d.dim, c.wgate.ptr(), c.wkv.rows, score.data());
+  };
+  if (w.compressor) project(*w.compressor, p.comp_kv, p.comp_score);
+  if (w.indexer) project(w.indexer->compressor, p.index_kv, p.index_score);
+}
 
-  if (w.compressor) {
-    const int64_t width = w.compressor->wkv.rows;
-    p.comp_kv.resize(rows * width);
-    p.comp_score.resize(rows * width);
-    kc::Linear(u.data(), rows, d.dim, w.compressor->wkv.ptr(), width, p.comp_kv.data());
-    kc::Linear(u.data(), rows, d.dim, w.compressor->wgate.ptr(), width, p.comp_score.data());
+AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
+                             const kc::RopeTable& rope, const std::vector<float>& u,
+                             const BatchLayout& batch) {
+  const int64_t rows = batch.rows(), hd = d.head_dim, heads = ctx.plan->heads.size();
+  AttentionProjections p;
+  p.qr.resize(rows * d.q_lora);
+  kc::Linear(u.data(), rows, d.dim, w.wq_a.ptr(), d.q_lora, p.qr.data());
+  kc::RmsNorm(p.qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, p.qr.data());
+  p.q.resize(rows * heads * hd);
+  PerHeadLinear(p.qr.data(), rows, d.q_lora, w.wq_b, heads, hd, p.q.data());
+  kc::RmsNorm(p.q.data(), nullptr, rows * heads, hd, d.norm_eps, p.q.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
+      kc::ApplyRope(rope, batch.positions[r], false,
+                    p.q.data() + (r * heads + h) * hd + d.nope_dim);
+    }
   }
+  if (ctx.writes_cache || ctx.check_replicas) ProjectCache(d, w, rope, u, batch, p);
+
   if (w.indexer) {
     const IndexerWeights& ix = *w.indexer;
-    const int64_t ih = d.index_heads, id = d.index_dim;
+    const int64_t ih = ctx.plan->index_heads.size(), id = d.index_dim;
     p.index_q.resize(rows * ih * id);
-    kc::Linear(p.qr.data(), rows, d.q_lora, ix.wq_b.ptr(), ih * id, p.index_q.data());
+    PerHeadLinear(p.qr.data(), rows, d.q_lora, ix.wq_b, ih, id, p.index_q.data());
     const float hadamard_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(id)));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t h = 0; h < ih; ++h) {
@@ -70,18 +99,43 @@ AttentionProjections Project(const ModelDims& d, const AttentionWeights& w,
       }
     }
     kc::Fp4QuantDequant(p.index_q.data(), rows * ih, id, id, kIndexFp4Block);
+    // The head weights of all heads (one small GEMM, the same at every TP size), then ours;
+    // the scale uses the global head count.
+    std::vector<float> all_w(rows * d.index_heads);
+    kc::Linear(u.data(), rows, d.dim, ix.weights_proj.ptr(), d.index_heads, all_w.data());
+    const float weight_scale =
+        static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
+                           std::pow(static_cast<double>(d.index_heads), -0.5));
     p.index_w.resize(rows * ih);
-    kc::Linear(u.data(), rows, d.dim, ix.weights_proj.ptr(), ih, p.index_w.data());
-    const float weight_scale = static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
-                                                  std::pow(static_cast<double>(ih), -0.5));
-    for (float& x : p.index_w) x *= weight_scale;
-    const int64_t width = ix.compressor.wkv.rows;
-    p.index_kv.resize(rows * width);
-    p.index_score.resize(rows * width);
-    kc::Linear(u.data(), rows, d.dim, ix.compressor.wkv.ptr(), width, p.index_kv.data());
-    kc::Linear(u.data(), rows, d.dim, ix.compressor.wgate.ptr(), width, p.index_score.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t h = 0; h < ih; ++h) {
+        p.index_w[r * ih + h] =
+            all_w[r * d.index_heads + ctx.plan->index_heads.begin + h] * weight_scale;
+      }
+    }
   }
   return p;
+}
+
+// Compares this rank's cache projections with rank 0's (collectives on every rank) and keeps
+// the first difference in *ctx.replica_mismatch.
+Status CheckCacheProjections(const RankContext& ctx, int64_t layer, const AttentionProjections& p) {
+  const std::pair<const char*, const std::vector<float>*> tensors[] = {
+      {"window KV", &p.kv},
+      {"compressor KV", &p.comp_kv},
+      {"compressor score", &p.comp_score},
+      {"indexer KV", &p.index_kv},
+      {"indexer score", &p.index_score}};
+  for (const auto& [name, values] : tensors) {
+    ASSIGN_OR_RETURN(bool same,
+                     parallel::SameAsRankZero(*ctx.comm, values->data(), values->size()));
+    if (!same && ctx.replica_mismatch->ok()) {
+      *ctx.replica_mismatch =
+          absl::InternalError(absl::StrCat("tensor-parallel rank ", ctx.plan->rank, ": layer ",
+                                           layer, " ", name, " projection differs from rank 0's"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Appends this sequence's new tokens to its caches (window KV, compressor rows and entries).
@@ -111,90 +165,135 @@ void AppendToCache(const ModelDims& d, int64_t layer, const AttentionWeights& w,
   }
 }
 
-// The lightning indexer's choice for the query in row `row` at position t: the top-k
-// eligible compressed entries by sum_h w_h * relu(q_h . K_j), best first.
-std::vector<int32_t> IndexerTopK(const ModelDims& d, const AttentionProjections& p, int64_t row,
-                                 int64_t eligible, const PagedRows& keys) {
-  const int64_t ih = d.index_heads, id = d.index_dim;
-  std::vector<float> scores(eligible);
-  const float* q = p.index_q.data() + row * ih * id;
-  const float* w = p.index_w.data() + row * ih;
-  for (int64_t j = 0; j < eligible; ++j) {
-    const float* k = keys.Row(j);
-    // Double accumulation keeps the top-k decision as close to exact arithmetic as possible.
-    double total = 0.0;
-    for (int64_t h = 0; h < ih; ++h) {
-      double dot = 0.0;
-      for (int64_t c = 0; c < id; ++c) dot += static_cast<double>(q[h * id + c]) * k[c];
-      total += std::max(static_cast<float>(dot), 0.0f) * w[h];
-    }
-    scores[j] = static_cast<float>(total);
+// The lightning indexer's scores sum_h w_h * relu(q_h . K_j) of every row over its eligible
+// compressed entries (row r's entries at offsets[r] .. offsets[r+1]): this rank's heads summed in
+// double, then the sum over the ranks, rounded to float once.
+StatusOr<std::vector<float>> IndexerScores(const ModelDims& d, const RankContext& ctx,
+                                           int64_t layer, int64_t ratio,
+                                           const AttentionProjections& p, const BatchLayout& batch,
+                                           std::vector<int64_t>& offsets) {
+  const int64_t ih = ctx.plan->index_heads.size(), id = d.index_dim;
+  offsets.assign(1, 0);
+  for (const BatchSequence& seq : batch.sequences) {
+    for (int64_t i = 0; i < seq.count; ++i)
+      offsets.push_back(offsets.back() + (seq.start_pos + i + 1) / ratio);
   }
-  return kc::TopK(scores, std::min(d.index_topk, eligible));
-}
-
-void AttendSequence(const ModelDims& d, int64_t layer, const AttentionWeights& w,
-                    const kc::RopeTable& rope, const AttentionProjections& p,
-                    const BatchSequence& seq, std::vector<float>& o) {
-  const SequenceState& state = *seq.state;
-  const PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
-  const int64_t ratio = w.compressor ? w.compressor->ratio : 0;
-  std::vector<const float*> keys;
-  for (int64_t i = 0; i < seq.count; ++i) {
-    const int64_t row = seq.row_begin + i;
-    const int64_t t = seq.start_pos + i;
-    keys.clear();
-    for (int64_t pos = std::max<int64_t>(0, t - d.window + 1); pos <= t; ++pos) {
-      keys.push_back(window.Row(pos));
-    }
-    if (ratio > 0) {
-      const PagedRows& entries = state.Group(layer, CacheGroupKind::kCompressedKv);
-      const int64_t eligible = (t + 1) / ratio;
-      if (w.indexer) {
-        const auto chosen = IndexerTopK(d, p, row, eligible,
-                                        state.Group(layer, CacheGroupKind::kIndexerKeys));
-        for (int32_t j : chosen) keys.push_back(entries.Row(j));
-      } else {
-        for (int64_t j = 0; j < eligible; ++j) keys.push_back(entries.Row(j));
+  std::vector<double> partial(offsets.back(), 0.0);
+  for (const BatchSequence& seq : batch.sequences) {
+    const PagedRows& keys = seq.state->Group(layer, CacheGroupKind::kIndexerKeys);
+    for (int64_t i = 0; i < seq.count; ++i) {
+      const int64_t row = seq.row_begin + i;
+      const float* q = p.index_q.data() + row * ih * id;
+      const float* w = p.index_w.data() + row * ih;
+      double* scores = partial.data() + offsets[row];
+      for (int64_t j = 0; j < offsets[row + 1] - offsets[row]; ++j) {
+        const float* k = keys.Row(j);
+        // Double accumulation keeps the top-k decision as close to exact arithmetic as possible.
+        double total = 0.0;
+        for (int64_t h = 0; h < ih; ++h) {
+          double dot = 0.0;
+          for (int64_t c = 0; c < id; ++c) dot += static_cast<double>(q[h * id + c]) * k[c];
+          total += std::max(static_cast<float>(dot), 0.0f) * w[h];
+        }
+        scores[j] = total;
       }
     }
-    float* orow = o.data() + row * d.heads * d.head_dim;
-    AttendOneQuery(d, p.q.data() + row * d.heads * d.head_dim, keys, w.attn_sink.data(), orow);
-    for (int64_t h = 0; h < d.heads; ++h) {
-      kc::ApplyRope(rope, t, /*inverse=*/true, orow + h * d.head_dim + d.nope_dim);
-    }
   }
+  std::vector<float> scores;
+  RETURN_IF_ERROR(ReduceToFloat(ctx, partial, scores));
+  return scores;
 }
 
-// out = wo_b . concat_g(wo_a[g] . o_g): block-diagonal first stage over head groups.
-std::vector<float> OutputProjection(const ModelDims& d, const AttentionWeights& w,
-                                    const std::vector<float>& o, int64_t rows) {
-  const int64_t group_in = d.heads * d.head_dim / d.o_groups;
-  const int64_t z_width = d.o_groups * d.o_lora;
-  std::vector<float> z(rows * z_width);
-  for (int64_t g = 0; g < d.o_groups; ++g) {
-    kc::MatMulTransB(o.data() + g * group_in, rows, group_in, d.heads * d.head_dim,
-                     w.wo_a.ptr() + g * d.o_lora * group_in, d.o_lora, group_in,
-                     z.data() + g * d.o_lora, z_width);
+// o [rows, local heads, head_dim]: every row attends to its window and compressed entries.
+Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
+                 const AttentionWeights& w, const kc::RopeTable& rope,
+                 const AttentionProjections& p, const BatchLayout& batch, std::vector<float>& o) {
+  const int64_t ratio = w.compressor ? w.compressor->ratio : 0;
+  const int64_t heads = ctx.plan->heads.size(), hd = d.head_dim;
+  std::vector<float> index_scores;
+  std::vector<int64_t> offsets;
+  if (w.indexer) {
+    ASSIGN_OR_RETURN(index_scores, IndexerScores(d, ctx, layer, ratio, p, batch, offsets));
   }
-  std::vector<float> out(rows * d.dim);
-  kc::Linear(z.data(), rows, z_width, w.wo_b.ptr(), d.dim, out.data());
-  return out;
+  std::vector<const float*> keys;
+  for (const BatchSequence& seq : batch.sequences) {
+    const SequenceState& state = *seq.state;
+    const PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
+    for (int64_t i = 0; i < seq.count; ++i) {
+      const int64_t row = seq.row_begin + i, t = seq.start_pos + i;
+      keys.clear();
+      for (int64_t pos = std::max<int64_t>(0, t - d.window + 1); pos <= t; ++pos) {
+        keys.push_back(window.Row(pos));
+      }
+      if (ratio > 0) {
+        const PagedRows& entries = state.Group(layer, CacheGroupKind::kCompressedKv);
+        const int64_t eligible = (t + 1) / ratio;
+        if (w.indexer) {
+          const std::span<const float> scores(index_scores.data() + offsets[row], eligible);
+          for (int32_t j : kc::TopK(scores, std::min(d.index_topk, eligible))) {
+            keys.push_back(entries.Row(j));
+          }
+        } else {
+          for (int64_t j = 0; j < eligible; ++j) keys.push_back(entries.Row(j));
+        }
+      }
+      float* orow = o.data() + row * heads * hd;
+      AttendOneQuery(d, heads, p.q.data() + row * heads * hd, keys, w.attn_sink.data(), orow);
+      for (int64_t h = 0; h < heads; ++h) {
+        kc::ApplyRope(rope, t, /*inverse=*/true, orow + h * hd + d.nope_dim);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// out = wo_b . concat_g(wo_a[g] . o_g) in two stages (see shard_plan.h): z_g from this rank's
+// units (summed over the heads of a group and over the ranks in double when units are heads),
+// then the wo_b products of plan.out_groups, summed in double here and over the ranks.
+Status OutputProjection(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
+                        const std::vector<float>& o, int64_t rows, std::vector<float>& out) {
+  const ShardPlan& plan = *ctx.plan;
+  const int64_t local = plan.heads.size() * d.head_dim, unit_in = plan.unit_heads * d.head_dim;
+  const int64_t group_heads = d.heads / d.o_groups, z_width = d.o_groups * d.o_lora;
+  std::vector<float> z(rows * z_width);
+  std::vector<double> z_sum(plan.reduce_z ? z.size() : 0, 0.0);
+  std::vector<float> z_unit(rows * d.o_lora);
+  for (int64_t u = 0; u < plan.units.size(); ++u) {
+    const int64_t group = (plan.heads.begin + u * plan.unit_heads) / group_heads;
+    float* dst = plan.reduce_z ? z_unit.data() : z.data() + group * d.o_lora;
+    kc::MatMulTransB(o.data() + u * unit_in, rows, unit_in, local,
+                     w.wo_a.ptr() + u * d.o_lora * unit_in, d.o_lora, unit_in, dst,
+                     plan.reduce_z ? d.o_lora : z_width);
+    if (!plan.reduce_z) continue;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < d.o_lora; ++i) {
+        z_sum[r * z_width + group * d.o_lora + i] += z_unit[r * d.o_lora + i];
+      }
+    }
+  }
+  if (plan.reduce_z) RETURN_IF_ERROR(ReduceToFloat(ctx, z_sum, z));
+  std::vector<double> sum(rows * d.dim, 0.0);
+  std::vector<float> part(rows * d.dim);
+  for (int64_t g = plan.out_groups.begin; g < plan.out_groups.end; ++g) {
+    kc::MatMulTransB(z.data() + g * d.o_lora, rows, d.o_lora, z_width,
+                     w.wo_b.ptr() + (g - plan.out_groups.begin) * d.o_lora, d.dim, w.wo_b.cols,
+                     part.data(), d.dim);
+    for (int64_t i = 0; i < rows * d.dim; ++i) sum[i] += part[i];
+  }
+  return ReduceToFloat(ctx, sum, out);
 }
 
 }  // namespace
 
-// Softmax attention of every head of one query over gathered keys (K = V), with the sink
-// adding exp(sink - max) to the denominator only.
-void AttendOneQuery(const ModelDims& d, const float* q, const std::vector<const float*>& keys,
-                    const float* sink, float* out) {
+void AttendOneQuery(const ModelDims& d, int64_t heads, const float* q,
+                    const std::vector<const float*>& keys, const float* sink, float* out) {
   const int64_t hd = d.head_dim, n = static_cast<int64_t>(keys.size());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   // Scores, softmax and the weighted sum accumulate in double: the output feeds FP8-simulated
   // values downstream, so staying near exact arithmetic avoids spurious rounding flips.
   std::vector<float> s(n);
   std::vector<double> acc(hd);
-  for (int64_t h = 0; h < d.heads; ++h) {
+  for (int64_t h = 0; h < heads; ++h) {
     const float* qh = q + h * hd;
     float max_score = -std::numeric_limits<float>::infinity();
     for (int64_t i = 0; i < n; ++i) {
@@ -218,17 +317,23 @@ void AttendOneQuery(const ModelDims& d, const float* q, const std::vector<const 
   }
 }
 
-std::vector<float> AttentionForward(const ModelDims& d, int64_t layer, const BlockWeights& block,
-                                    const kc::RopeTable& rope, const std::vector<float>& u,
-                                    const BatchLayout& batch) {
-  const AttentionWeights& w = block.attn;
-  const AttentionProjections p = Project(d, w, rope, u, batch);
-  std::vector<float> o(batch.rows() * d.heads * d.head_dim);
-  for (const BatchSequence& seq : batch.sequences) {
-    AppendToCache(d, layer, w, rope, p, seq);
-    AttendSequence(d, layer, w, rope, p, seq, o);
+StatusOr<std::vector<float>> AttentionForward(const ModelDims& d, const RankContext& ctx,
+                                              int64_t layer, const AttentionWeights& w,
+                                              const kc::RopeTable& rope,
+                                              const std::vector<float>& u,
+                                              const BatchLayout& batch) {
+  const AttentionProjections p = Project(d, ctx, w, rope, u, batch);
+  if (ctx.check_replicas) RETURN_IF_ERROR(CheckCacheProjections(ctx, layer, p));
+  if (ctx.writes_cache) {
+    for (const BatchSequence& seq : batch.sequences) AppendToCache(d, layer, w, rope, p, seq);
   }
-  return OutputProjection(d, w, o, batch.rows());
+  // Nobody reads this layer's caches before rank 0 has appended the step's tokens.
+  if (ctx.distributed()) RETURN_IF_ERROR(ctx.comm->Barrier());
+  std::vector<float> o(batch.rows() * ctx.plan->heads.size() * d.head_dim);
+  RETURN_IF_ERROR(AttendAll(d, ctx, layer, w, rope, p, batch, o));
+  std::vector<float> out;
+  RETURN_IF_ERROR(OutputProjection(d, ctx, w, o, batch.rows(), out));
+  return out;
 }
 
 }  // namespace pdspark::engine

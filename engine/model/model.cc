@@ -1,10 +1,14 @@
 #include "engine/model/model.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/safetensors/safetensors.h"
 #include "engine/model/batch.h"
 #include "engine/model/layers.h"
+#include "engine/parallel/in_process_communicator.h"
+#include "engine/parallel/rank_threads.h"
 
 namespace pdspark::engine {
 
@@ -67,23 +71,67 @@ void ExportFeatures(const ModelDims& d, const std::vector<float>& streams, int64
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const ModelOptions& options) {
+  if (options.tensor_parallel_size < 1 || options.tensor_parallel_size > kMaxTensorParallel) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_parallel_size must be in [1, ",
+                                                   kMaxTensorParallel, "], got ",
+                                                   options.tensor_parallel_size));
+  }
   ASSIGN_OR_RETURN(config::ModelConfig config, config::LoadModelConfig(dir));
-  LoadOptions load;
-  load.show_progress = options.show_progress;
-  ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(dir, config, load));
-  return std::make_unique<Model>(std::move(config), std::move(weights), options);
+  std::unique_ptr<Model> model(new Model(std::move(config), options));
+  RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress));
+  return model;
 }
 
-Model::Model(config::ModelConfig config, ModelWeights weights, const ModelOptions& options)
-    : config_(std::move(config)), dims_(ModelDims::FromConfig(config_)),
-      weights_(std::move(weights)),
+Model::Model(config::ModelConfig config, const ModelOptions& options)
+    : config_(std::move(config)),
+      dims_(ModelDims::FromConfig(config_)),
+      ranks_(options.tensor_parallel_size),
       layout_(BuildCacheLayout(config_, options.max_rollback_tokens)),
-      pools_(options.cache_block_rows) {
+      pools_(options.cache_block_rows),
+      check_replicas_(options.check_replicas) {
   // Tables cover the first 64k positions; later positions are computed on the fly.
   const int64_t table_positions = std::min<int64_t>(dims_.max_positions, 65536);
   for (int64_t l = 0; l < dims_.layers; ++l) rope_.push_back(LayerRope(config_, l, table_positions));
   feature_layers_ = options.feature_layers.empty() ? DefaultFeatureLayers(config_)
                                                    : options.feature_layers;
+  const int world = tensor_parallel_size();
+  for (int r = 0; r < world; ++r) {
+    ranks_[r].plan = ShardPlan::Make(dims_, r, world, options.shared_expert);
+  }
+  if (world > 1) {
+    group_ = parallel::InProcessGroup::Create(world).value();  // world is in range
+    threads_ = std::make_unique<parallel::RankThreads>(world);
+    // The ranks are the parallelism: each gets its share of the cores for its GEMMs.
+    kc::SetGemmThreads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world));
+  }
+}
+
+Model::~Model() = default;
+
+Status Model::LoadRanks(const std::string& dir, bool show_progress) {
+  ASSIGN_OR_RETURN(std::unique_ptr<safetensors::Checkpoint> checkpoint,
+                   safetensors::Checkpoint::Open(dir));
+  // Each rank dequantises its own slice in its own thread; rank 0 draws the progress bar.
+  auto load = [&](int rank) -> Status {
+    LoadOptions load;
+    load.show_progress = show_progress && rank == 0;
+    load.plan = ranks_[rank].plan;
+    ASSIGN_OR_RETURN(ranks_[rank].weights, LoadModelWeights(*checkpoint, config_, load));
+    return absl::OkStatus();
+  };
+  return threads_ ? threads_->Run(load) : load(0);
+}
+
+Status Model::OnAllRanks(const std::function<Status(int rank)>& job) {
+  if (!threads_) return job(0);
+  RETURN_IF_ERROR(broken_);
+  Status st = threads_->Run([&](int rank) {
+    Status rank_status = job(rank);
+    if (!rank_status.ok()) group_->Abort(rank_status);
+    return rank_status;
+  });
+  if (!st.ok()) broken_ = st;
+  return st;
 }
 
 std::unique_ptr<SequenceState> Model::NewSequence() {
@@ -117,66 +165,135 @@ Status Model::Validate(std::span<const StepInput> inputs) const {
 
 StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOptions& options) {
   RETURN_IF_ERROR(Validate(inputs));
-  const ModelDims& d = dims_;
   const BatchLayout batch = MakeBatch(inputs);
-  const int64_t rows = batch.rows();
   StepOutput out;
   for (const BatchSequence& seq : batch.sequences) out.row_offsets.push_back(seq.row_begin);
-  out.row_offsets.push_back(rows);
+  out.row_offsets.push_back(batch.rows());
+  std::vector<Status> mismatches(tensor_parallel_size());
+  RETURN_IF_ERROR(OnAllRanks([&](int rank) {
+    return RankStep(rank, batch, options, rank == 0 ? &out : nullptr, mismatches[rank]);
+  }));
+  for (const Status& st : mismatches) RETURN_IF_ERROR(st);
+  return out;
+}
 
-  // Embedding, replicated into hc identical streams.
+RankContext Model::Context(int rank, Status* replica_mismatch) const {
+  RankContext ctx;
+  ctx.plan = &ranks_[rank].plan;
+  ctx.comm = group_ ? group_->Rank(rank) : nullptr;
+  ctx.writes_cache = rank == 0;
+  ctx.check_replicas = check_replicas_ && group_ != nullptr;
+  ctx.replica_mismatch = replica_mismatch;
+  return ctx;
+}
+
+Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& options,
+                       StepOutput* out, Status& replica_mismatch) {
+  const ModelDims& d = dims_;
+  const ModelWeights& w = ranks_[rank].weights;
+  const RankContext ctx = Context(rank, &replica_mismatch);
+  const int64_t rows = batch.rows();
+  // Embedding, replicated into hc identical streams (on every rank: the streams are replicated).
   std::vector<float> streams(rows * d.hc * d.dim);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* e = weights_.embed.ptr() + static_cast<int64_t>(batch.token_ids[r]) * d.dim;
+    const float* e = w.embed.ptr() + static_cast<int64_t>(batch.token_ids[r]) * d.dim;
     for (int64_t j = 0; j < d.hc; ++j) std::copy_n(e, d.dim, streams.data() + (r * d.hc + j) * d.dim);
   }
+  const bool features = out && options.features, block_io = out && options.block_io;
   const int64_t slots = static_cast<int64_t>(feature_layers_.size());
-  if (options.features) out.features.resize(rows * slots * d.dim);
-  if (options.block_io) out.block_io.reserve((d.layers + 1) * streams.size());
+  if (features) out->features.resize(rows * slots * d.dim);
+  if (block_io) out->block_io.reserve((d.layers + 1) * streams.size());
 
   for (int64_t l = 0; l < d.layers; ++l) {
-    if (options.block_io) out.block_io.insert(out.block_io.end(), streams.begin(), streams.end());
-    const BlockWeights& block = weights_.layers[l];
-    HcMix mix = HcPre(d, block.hc_attn, streams, rows);
-    kc::RmsNorm(mix.input.data(), block.attn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
-    const std::vector<float> attn = AttentionForward(d, l, block, rope_[l], mix.input, batch);
-    HcPost(d, mix, attn, streams, rows);
-
-    mix = HcPre(d, block.hc_ffn, streams, rows);
-    kc::RmsNorm(mix.input.data(), block.ffn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
-    const std::vector<float> ffn = MoeForward(d, block.ffn, block.hash_gate, mix.input, batch.token_ids);
-    HcPost(d, mix, ffn, streams, rows);
-
-    if (options.features) {
+    if (block_io) out->block_io.insert(out->block_io.end(), streams.begin(), streams.end());
+    RETURN_IF_ERROR(RunBlock(ctx, l, batch, streams));
+    if (features) {
       auto it = std::find(feature_layers_.begin(), feature_layers_.end(), l);
       if (it != feature_layers_.end()) {
-        ExportFeatures(d, streams, rows, it - feature_layers_.begin(), slots, out.features);
+        ExportFeatures(d, streams, rows, it - feature_layers_.begin(), slots, out->features);
       }
     }
   }
-  if (options.block_io) out.block_io.insert(out.block_io.end(), streams.begin(), streams.end());
-  for (const BatchSequence& seq : batch.sequences) seq.state->CommitTokens(seq.count);
+  if (block_io) out->block_io.insert(out->block_io.end(), streams.begin(), streams.end());
+  // After the last layer's all-reduce no rank reads the caches any more.
+  if (ctx.writes_cache) {
+    for (const BatchSequence& seq : batch.sequences) seq.state->CommitTokens(seq.count);
+  }
+  if (options.logits == LogitsMode::kNone) return absl::OkStatus();
+  return Head(ctx, batch, options.logits, streams, out);
+}
 
-  if (options.logits == LogitsMode::kNone) return out;
+Status Model::RunBlock(const RankContext& ctx, int64_t layer, const BatchLayout& batch,
+                       std::vector<float>& streams) {
+  const ModelDims& d = dims_;
+  const BlockWeights& block = ranks_[ctx.plan->rank].weights.layers[layer];
+  const int64_t rows = batch.rows();
+  HcMix mix = HcPre(d, block.hc_attn, streams, rows);
+  kc::RmsNorm(mix.input.data(), block.attn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
+  ASSIGN_OR_RETURN(const std::vector<float> attn,
+                   AttentionForward(d, ctx, layer, block.attn, rope_[layer], mix.input, batch));
+  HcPost(d, mix, attn, streams, rows);
+
+  mix = HcPre(d, block.hc_ffn, streams, rows);
+  kc::RmsNorm(mix.input.data(), block.ffn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
+  ASSIGN_OR_RETURN(const std::vector<float> ffn,
+                   MoeForward(d, ctx, block.ffn, block.hash_gate, mix.input, batch.token_ids));
+  HcPost(d, mix, ffn, streams, rows);
+  return absl::OkStatus();
+}
+
+Status Model::Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode mode,
+                   const std::vector<float>& streams, StepOutput* out) {
+  const ModelDims& d = dims_;
+  const ModelWeights& w = ranks_[ctx.plan->rank].weights;
   // Only the rows whose logits are wanted go through hc_head and the vocabulary projection.
   std::vector<float> selected;
-  int64_t head_rows = rows;
+  int64_t rows = batch.rows();
   const std::vector<float>* head_in = &streams;
-  if (options.logits == LogitsMode::kLastTokenPerSequence) {
-    head_rows = 0;
+  if (mode == LogitsMode::kLastTokenPerSequence) {
+    rows = 0;
     for (const BatchSequence& seq : batch.sequences) {
       if (seq.count == 0) continue;
       const float* src = streams.data() + (seq.row_begin + seq.count - 1) * d.hc * d.dim;
       selected.insert(selected.end(), src, src + d.hc * d.dim);
-      ++head_rows;
+      ++rows;
     }
     head_in = &selected;
   }
-  std::vector<float> y = HcHead(d, weights_.hc_head, *head_in, head_rows);
-  kc::RmsNorm(y.data(), weights_.norm.data(), head_rows, d.dim, d.norm_eps, y.data());
-  out.logits.resize(head_rows * d.vocab);
-  kc::Linear(y.data(), head_rows, d.dim, weights_.head.ptr(), d.vocab, out.logits.data());
-  return out;
+  std::vector<float> y = HcHead(d, w.hc_head, *head_in, rows);
+  kc::RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, y.data());
+  // One GEMM per fixed vocabulary chunk, so a chunk's logits are the same bits at every TP size.
+  const ShardPlan& plan = *ctx.plan;
+  const int64_t local = plan.vocab.size();
+  std::vector<float> logits(rows * local);
+  for (int64_t c = plan.vocab_chunks.begin; c < plan.vocab_chunks.end; ++c) {
+    const parallel::Range chunk = FixedChunk(d.vocab, c);
+    const int64_t offset = chunk.begin - plan.vocab.begin;
+    kc::MatMulTransB(y.data(), rows, d.dim, d.dim, w.head.ptr() + offset * d.dim, chunk.size(),
+                     d.dim, logits.data() + offset, local);
+  }
+  if (!ctx.distributed()) {
+    out->logits = std::move(logits);
+    return absl::OkStatus();
+  }
+  // Vocabulary-parallel head: every rank's rows, padded to the largest slice, gathered.
+  int64_t padded = 0;
+  for (const Rank& r : ranks_) padded = std::max(padded, r.plan.vocab.size());
+  std::vector<float> mine(rows * padded, 0.0f), all(ranks_.size() * rows * padded);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(logits.data() + r * local, local, mine.data() + r * padded);
+  }
+  RETURN_IF_ERROR(ctx.comm->AllGather(mine.data(), mine.size(), all.data()));
+  if (!out) return absl::OkStatus();
+  out->logits.resize(rows * d.vocab);
+  for (size_t k = 0; k < ranks_.size(); ++k) {
+    const parallel::Range vocab = ranks_[k].plan.vocab;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(all.data() + (k * rows + r) * padded, vocab.size(),
+                  out->logits.data() + r * d.vocab + vocab.begin);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pdspark::engine

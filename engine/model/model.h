@@ -8,9 +8,15 @@
 //   StepOutput out = model->Step({&in, 1}).value();   // logits for every new token
 //   seq->Truncate(p);                                  // roll back rejected draft tokens
 //   std::string bytes = seq->Serialize();              // ship the state to another process
+//
+// With ModelOptions.tensor_parallel_size N > 1 the model runs as N ranks in this process, each
+// holding its slice of the weights (docs/tensor_parallel.md): rank 0 on the caller's thread,
+// ranks 1..N-1 on persistent threads. The interface, the outputs (to the bit, see
+// shard_plan.h) and the sequence states (shared by the ranks) are the same as with N = 1.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,15 +28,30 @@
 #include "engine/cache/cache_layout.h"
 #include "engine/cache/sequence_state.h"
 #include "engine/model/model_dims.h"
+#include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/kernels.h"
 
+namespace pdspark::parallel {
+class InProcessGroup;
+class RankThreads;
+}  // namespace pdspark::parallel
+
 namespace pdspark::engine {
 
+struct BatchLayout;
+struct RankContext;
+
 struct ModelOptions {
-  int64_t cache_block_rows = 256;      // rows per paged cache block
-  int64_t max_rollback_tokens = 256;   // how far Truncate may go back behind the window
-  bool show_progress = true;           // weight-loading progress bar on stderr
+  int64_t cache_block_rows = 256;     // rows per paged cache block
+  int64_t max_rollback_tokens = 256;  // how far Truncate may go back behind the window
+  bool show_progress = true;          // weight-loading progress bar on stderr
+  // Tensor-parallel ranks, 1..kMaxTensorParallel (vLLM's --tensor-parallel-size).
+  int tensor_parallel_size = 1;
+  SharedExpertMode shared_expert = SharedExpertMode::kSplit;
+  // Every rank also computes the replicated cache projections and compares them bitwise with
+  // rank 0's; Step then fails (after running) if one differs. A check for tests, not for serving.
+  bool check_replicas = false;
   // Layers whose hc-stream mean is exported as features (DSpark `hidden_last3`); empty means
   // the config's dspark_target_layer_ids, else the last three layers.
   std::vector<int64_t> feature_layers;
@@ -63,7 +84,7 @@ class Model {
  public:
   static StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
                                                const ModelOptions& options = {});
-  Model(config::ModelConfig config, ModelWeights weights, const ModelOptions& options);
+  ~Model();
 
   std::unique_ptr<SequenceState> NewSequence();
   // One forward over all inputs; appends their tokens to their states.
@@ -74,18 +95,42 @@ class Model {
   const CacheLayout& cache_layout() const { return layout_; }
   CachePools& pools() { return pools_; }
   const std::vector<int64_t>& feature_layers() const { return feature_layers_; }
-  int64_t parameter_count() const { return weights_.total_parameters; }
+  int64_t parameter_count() const { return ranks_[0].weights.total_parameters; }
+  int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
 
  private:
+  struct Rank {
+    ShardPlan plan;
+    ModelWeights weights;
+  };
+
+  Model(config::ModelConfig config, const ModelOptions& options);
+  Status LoadRanks(const std::string& dir, bool show_progress);
+  // Runs job(rank) on every rank; a failure breaks the group for good (the ranks meet in
+  // collectives, so the others must be released).
+  Status OnAllRanks(const std::function<Status(int rank)>& job);
   Status Validate(std::span<const StepInput> inputs) const;
+  RankContext Context(int rank, Status* replica_mismatch) const;
+  // One rank's share of a step; `out` only on rank 0.
+  Status RankStep(int rank, const BatchLayout& batch, const StepOptions& options, StepOutput* out,
+                  Status& replica_mismatch);
+  Status RunBlock(const RankContext& ctx, int64_t layer, const BatchLayout& batch,
+                  std::vector<float>& streams);
+  // hc_head, norm and this rank's vocabulary rows; rank 0 gathers the logits into out.
+  Status Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode mode,
+              const std::vector<float>& streams, StepOutput* out);
 
   config::ModelConfig config_;
   ModelDims dims_;
-  ModelWeights weights_;
+  std::vector<Rank> ranks_;
   std::vector<kernels::cpu::RopeTable> rope_;  // per layer
   CacheLayout layout_;
   CachePools pools_;
   std::vector<int64_t> feature_layers_;
+  bool check_replicas_ = false;
+  std::unique_ptr<parallel::InProcessGroup> group_;  // TP > 1
+  std::unique_ptr<parallel::RankThreads> threads_;   // TP > 1
+  Status broken_;  // set when a rank failed mid-step; every later Step returns it
 };
 
 }  // namespace pdspark::engine

@@ -1,7 +1,10 @@
 // Mixture of experts: sqrt-softplus gate with bias-only selection (or the hash table of the
 // first layers), renormalised weights x routed_scaling_factor, SwiGLU experts (routed ones
-// clamped), one shared expert. Routed outputs are summed in ascending expert order and the
-// shared expert added last, as the reference does.
+// clamped), one shared expert.
+//
+// A rank runs its routed experts and its chunks of the shared expert (ShardPlan); their float
+// outputs are summed in double, over the ranks too, and rounded to float once, so the result
+// does not depend on how the experts are spread (the routing itself is replicated).
 #include <algorithm>
 
 #include "engine/model/layers.h"
@@ -49,34 +52,33 @@ Routing Route(const ModelDims& d, const MoeWeights& w, bool hash_gate, const std
   return routing;
 }
 
-// out[n, dim] = w2 . (scale * silu(w1 x) * w3 x) for the gathered rows x [n, dim].
-std::vector<float> RunExpert(const ModelDims& d, const ExpertWeights& w, const float* x, int64_t n,
-                             const float* row_weights, float limit) {
-  const int64_t inter = w.w1.rows;
+// out[n, dim] = w2[:, part] . (scale * silu(w1[part] x) * w3[part] x) for the gathered rows
+// x [n, dim], over the intermediate rows `part` (relative to the rows w holds).
+std::vector<float> RunExpert(const ModelDims& d, const ExpertWeights& w, parallel::Range part,
+                             const float* x, int64_t n, const float* row_weights, float limit) {
+  const int64_t inter = part.size();
   std::vector<float> gate(n * inter), up(n * inter), act(n * inter), out(n * d.dim);
-  kc::Linear(x, n, d.dim, w.w1.ptr(), inter, gate.data());
-  kc::Linear(x, n, d.dim, w.w3.ptr(), inter, up.data());
+  kc::Linear(x, n, d.dim, w.w1.ptr() + part.begin * d.dim, inter, gate.data());
+  kc::Linear(x, n, d.dim, w.w3.ptr() + part.begin * d.dim, inter, up.data());
   kc::SwiGlu(gate.data(), up.data(), n * inter, limit, act.data());
   if (row_weights) {
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t i = 0; i < inter; ++i) act[r * inter + i] = row_weights[r] * act[r * inter + i];
     }
   }
-  kc::Linear(act.data(), n, inter, w.w2.ptr(), d.dim, out.data());
+  kc::MatMulTransB(act.data(), n, inter, inter, w.w2.ptr() + part.begin, d.dim, w.w2.cols,
+                   out.data(), d.dim);
   return out;
 }
 
-}  // namespace
-
-std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
-                              const std::vector<float>& v, const std::vector<int32_t>& token_ids) {
-  const int64_t rows = static_cast<int64_t>(token_ids.size());
-  const int64_t k = d.experts_per_token;
-  const Routing routing = Route(d, w, hash_gate, v, token_ids);
-  std::vector<float> y(rows * d.dim, 0.0f);
+// y += this rank's routed experts, in ascending expert order.
+void AddRoutedExperts(const ModelDims& d, const MoeWeights& w, const Routing& routing,
+                      const std::vector<float>& v, std::vector<double>& y) {
+  const int64_t rows = static_cast<int64_t>(v.size()) / d.dim, k = d.experts_per_token;
   std::vector<int64_t> members;
   std::vector<float> member_weights, gathered;
-  for (int64_t e = 0; e < d.experts; ++e) {
+  for (int64_t local = 0; local < static_cast<int64_t>(w.experts.size()); ++local) {
+    const int64_t e = w.first_expert + local;
     members.clear();
     member_weights.clear();
     for (int64_t r = 0; r < rows; ++r) {
@@ -93,18 +95,54 @@ std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash
     for (int64_t m = 0; m < n; ++m) {
       std::copy_n(v.data() + members[m] * d.dim, d.dim, gathered.data() + m * d.dim);
     }
-    const std::vector<float> out =
-        RunExpert(d, w.experts[e], gathered.data(), n, member_weights.data(), d.swiglu_limit);
+    const ExpertWeights& expert = w.experts[local];
+    const std::vector<float> out = RunExpert(d, expert, {0, expert.w1.rows}, gathered.data(), n,
+                                             member_weights.data(), d.swiglu_limit);
     for (int64_t m = 0; m < n; ++m) {
-      float* yr = y.data() + members[m] * d.dim;
+      double* yr = y.data() + members[m] * d.dim;
       const float* o = out.data() + m * d.dim;
       for (int64_t i = 0; i < d.dim; ++i) yr[i] += o[i];
     }
   }
-  // The shared expert has no SwiGLU clamp in V4-Flash.
-  const std::vector<float> shared = RunExpert(d, w.shared, v.data(), rows, nullptr, 0.0f);
-  for (int64_t i = 0; i < rows * d.dim; ++i) y[i] += shared[i];
-  return y;
+}
+
+// y += the shared expert's chunks `chunks`, one chunk at a time (the same GEMMs at every TP
+// size). The shared expert has no SwiGLU clamp in V4-Flash.
+void AddSharedExpert(const ModelDims& d, const MoeWeights& w, parallel::Range chunks,
+                     const std::vector<float>& v, std::vector<double>& y) {
+  const int64_t rows = static_cast<int64_t>(v.size()) / d.dim;
+  const int64_t first_row = FixedChunk(d.moe_inter, chunks.begin).begin;
+  for (int64_t c = chunks.begin; c < chunks.end; ++c) {
+    const parallel::Range part = FixedChunk(d.moe_inter, c);
+    if (part.empty()) continue;
+    const std::vector<float> out = RunExpert(
+        d, w.shared, {part.begin - first_row, part.end - first_row}, v.data(), rows, nullptr, 0.0f);
+    for (int64_t i = 0; i < rows * d.dim; ++i) y[i] += out[i];
+  }
+}
+
+}  // namespace
+
+StatusOr<std::vector<float>> MoeForward(const ModelDims& d, const RankContext& ctx,
+                                        const MoeWeights& w, bool hash_gate,
+                                        const std::vector<float>& v,
+                                        const std::vector<int32_t>& token_ids) {
+  const ShardPlan& plan = *ctx.plan;
+  const Routing routing = Route(d, w, hash_gate, v, token_ids);
+  std::vector<double> y(v.size(), 0.0);
+  AddRoutedExperts(d, w, routing, v, y);
+  if (!plan.shared_after_reduce) AddSharedExpert(d, w, plan.shared_chunks, v, y);
+  if (ctx.distributed()) RETURN_IF_ERROR(ctx.comm->AllReduceSum(y.data(), y.size()));
+  if (plan.shared_after_reduce) AddSharedExpert(d, w, plan.shared_chunks, v, y);
+  return std::vector<float>(y.begin(), y.end());
+}
+
+std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
+                              const std::vector<float>& v, const std::vector<int32_t>& token_ids) {
+  const ShardPlan plan = ShardPlan::Full(d);
+  RankContext ctx;
+  ctx.plan = &plan;
+  return MoeForward(d, ctx, w, hash_gate, v, token_ids).value();
 }
 
 }  // namespace pdspark::engine

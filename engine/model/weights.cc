@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -23,54 +24,69 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 class TensorLoader {
  public:
   TensorLoader(const st::Checkpoint& checkpoint, bool show_progress)
-      : checkpoint_(checkpoint), show_progress_(show_progress),
-        total_(checkpoint.Names().size()) {}
+      : checkpoint_(checkpoint), show_progress_(show_progress), total_(checkpoint.Names().size()) {}
   ~TensorLoader() {
-    if (show_progress_) std::fprintf(stderr, "\n");
+    if (!show_progress_) return;
+    // A tensor-parallel rank skips other ranks' experts: its bar ends full all the same.
+    total_ = done_;
+    Draw();
+    std::fprintf(stderr, "\n");
   }
 
   StatusOr<Matrix> LoadMatrix(const std::string& name, int64_t rows, int64_t cols) {
+    return LoadMatrix(name, rows, cols, Rect{0, rows, 0, cols});
+  }
+
+  // Only `rect` of the [rows, cols] tensor (a tensor-parallel slice).
+  StatusOr<Matrix> LoadMatrix(const std::string& name, int64_t rows, int64_t cols,
+                              const Rect& rect) {
     ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
-    Matrix m{rows, cols, {}};
+    Matrix m{rect.rows(), rect.cols(), {}};
     switch (view.dtype) {
       case st::DType::kF8E4M3: {
         RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
         const int64_t block = 128;
-        ASSIGN_OR_RETURN(st::TensorView scale,
-                         FetchScale(name, {(rows + block - 1) / block, (cols + block - 1) / block}));
-        m.data = DequantFp8Blocks(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block);
+        ASSIGN_OR_RETURN(st::TensorView scale, FetchScale(name, {(rows + block - 1) / block,
+                                                                 (cols + block - 1) / block}));
+        m.data = DequantFp8Blocks(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect);
         break;
       }
       case st::DType::kI8: {  // packed FP4 E2M1, two values per byte
         RETURN_IF_ERROR(CheckShape(view, {rows, cols / 2}));
         const int64_t block = 32;
         ASSIGN_OR_RETURN(st::TensorView scale, FetchScale(name, {rows, cols / block}));
-        m.data = DequantFp4Packed(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block);
+        m.data = DequantFp4Packed(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect);
         break;
       }
       case st::DType::kBF16:
       case st::DType::kF32: {
         RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
-        m.data = ToFloat(view);
+        m.data = ToFloat(view, cols, rect);
         break;
       }
       default:
         return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": unsupported dtype ",
                                                        std::string(st::DTypeName(view.dtype))));
     }
-    parameters_ += rows * cols;
+    CountParameters(name, rows * cols);
     return m;
   }
 
   StatusOr<std::vector<float>> LoadVector(const std::string& name, int64_t n) {
     ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
     if (view.dtype != st::DType::kBF16 && view.dtype != st::DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": expected BF16 or F32, got ",
-                                                     std::string(st::DTypeName(view.dtype))));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", name, ": expected BF16 or F32, got ", std::string(st::DTypeName(view.dtype))));
     }
     RETURN_IF_ERROR(CheckShape(view, {n}));
-    parameters_ += n;
-    return ToFloat(view);
+    CountParameters(name, n);
+    return ToFloat(view, n, Rect{0, 1, 0, n});
+  }
+
+  // Elements [begin, end) of a vector.
+  StatusOr<std::vector<float>> LoadVector(const std::string& name, int64_t n, parallel::Range r) {
+    ASSIGN_OR_RETURN(std::vector<float> all, LoadVector(name, n));
+    return std::vector<float>(all.begin() + r.begin, all.begin() + r.end);
   }
 
   // A float matrix flattened (hc_* parameters, ape).
@@ -79,8 +95,8 @@ class TensorLoader {
     return std::move(m.data);
   }
 
-  StatusOr<std::vector<int32_t>> LoadIndexTable(const std::string& name, int64_t rows,
-                                                int64_t cols, int64_t max_value) {
+  StatusOr<std::vector<int32_t>> LoadIndexTable(const std::string& name, int64_t rows, int64_t cols,
+                                                int64_t max_value) {
     ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
     RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
     std::vector<int32_t> out(rows * cols);
@@ -103,17 +119,30 @@ class TensorLoader {
     return out;
   }
 
+  // Checks that a tensor another rank loads exists, and counts it.
+  Status Skip(const std::string& name, int64_t parameters) {
+    RETURN_IF_ERROR(Fetch(name).status());
+    CountParameters(name, parameters);
+    return absl::OkStatus();
+  }
+
   int64_t parameters() const { return parameters_; }
 
  private:
   StatusOr<st::TensorView> Fetch(const std::string& name) {
     if (!checkpoint_.Contains(name)) {
-      return absl::NotFoundError(absl::StrCat("checkpoint ", checkpoint_.directory(),
-                                              " lacks tensor ", name));
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint ", checkpoint_.directory(), " lacks tensor ", name));
     }
     ASSIGN_OR_RETURN(st::TensorView view, checkpoint_.Get(name));
-    Tick();
+    // A sharded tensor may be read in several pieces; it is one tick of the progress bar.
+    if (fetched_.insert(name).second) Tick();
     return view;
+  }
+
+  // The whole model's parameter count, however much of a tensor this rank keeps.
+  void CountParameters(const std::string& name, int64_t n) {
+    if (counted_.insert(name).second) parameters_ += n;
   }
 
   StatusOr<st::TensorView> FetchScale(const std::string& weight_name,
@@ -142,23 +171,39 @@ class TensorLoader {
     return absl::OkStatus();
   }
 
-  static std::vector<float> ToFloat(const st::TensorView& view) {
-    if (view.dtype == st::DType::kBF16) return Bf16ToFloatVector(view.As<uint16_t>());
-    auto src = view.As<float>();
-    return {src.begin(), src.end()};
+  // `rect` of a BF16/F32 tensor with `cols` columns.
+  static std::vector<float> ToFloat(const st::TensorView& view, int64_t cols, const Rect& rect) {
+    std::vector<float> out;
+    out.reserve(rect.rows() * rect.cols());
+    for (int64_t i = rect.row_begin; i < rect.row_end; ++i) {
+      const int64_t first = i * cols + rect.col_begin;
+      if (view.dtype == st::DType::kBF16) {
+        const std::vector<float> row =
+            Bf16ToFloatVector(view.As<uint16_t>().subspan(first, rect.cols()));
+        out.insert(out.end(), row.begin(), row.end());
+      } else {
+        auto row = view.As<float>().subspan(first, rect.cols());
+        out.insert(out.end(), row.begin(), row.end());
+      }
+    }
+    return out;
   }
 
   void Tick() {
     ++done_;
     if (!show_progress_) return;
-    const int width = 40;
     // Redraw every 1% on a terminal; into a log file only the final state.
     const size_t step = isatty(STDERR_FILENO) ? total_ / 100 + 1 : total_ + 1;
     if (done_ % step != 0 && done_ != total_) return;
+    Draw();
+  }
+
+  void Draw() const {
+    const int width = 40;
     const int filled = total_ ? static_cast<int>(width * done_ / total_) : width;
     std::fprintf(stderr, "\rloading weights [%s%s] %zu/%zu tensors",
-                 std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(),
-                 done_, total_);
+                 std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(), done_,
+                 total_);
   }
 
   const st::Checkpoint& checkpoint_;
@@ -166,6 +211,7 @@ class TensorLoader {
   size_t total_;
   size_t done_ = 0;
   int64_t parameters_ = 0;
+  std::set<std::string> fetched_, counted_;
 };
 
 StatusOr<HyperConnectionWeights> LoadHc(TensorLoader& loader, const std::string& prefix,
@@ -191,48 +237,79 @@ StatusOr<CompressorWeights> LoadCompressor(TensorLoader& loader, const std::stri
   return c;
 }
 
+// A whole expert, or the intermediate rows `inter` of w1/w3 and columns of w2 (shared expert).
 StatusOr<ExpertWeights> LoadExpert(TensorLoader& loader, const std::string& prefix, int64_t dim,
-                                   int64_t inter) {
+                                   int64_t inter, parallel::Range part) {
   ExpertWeights e;
-  ASSIGN_OR_RETURN(e.w1, loader.LoadMatrix(prefix + ".w1.weight", inter, dim));
-  ASSIGN_OR_RETURN(e.w2, loader.LoadMatrix(prefix + ".w2.weight", dim, inter));
-  ASSIGN_OR_RETURN(e.w3, loader.LoadMatrix(prefix + ".w3.weight", inter, dim));
+  const Rect rows{part.begin, part.end, 0, dim};
+  ASSIGN_OR_RETURN(e.w1, loader.LoadMatrix(prefix + ".w1.weight", inter, dim, rows));
+  ASSIGN_OR_RETURN(e.w2, loader.LoadMatrix(prefix + ".w2.weight", dim, inter,
+                                           Rect{0, dim, part.begin, part.end}));
+  ASSIGN_OR_RETURN(e.w3, loader.LoadMatrix(prefix + ".w3.weight", inter, dim, rows));
   return e;
 }
 
+// The plan's output-projection units: for each, the o_lora rows of its group and the columns
+// of its heads within the group, stacked; and the wo_b columns of plan.out_groups.
+Status LoadOutputProjection(TensorLoader& loader, const config::ModelConfig& c,
+                            const ShardPlan& plan, const std::string& prefix, AttentionWeights& a) {
+  const int64_t dim = c.hidden_size, hd = c.head_dim, o_lora = c.o_lora_rank;
+  const int64_t group_heads = c.num_attention_heads / c.o_groups, group_in = group_heads * hd;
+  const int64_t wo_a_rows = c.o_groups * o_lora;
+  a.wo_a = Matrix{plan.units.size() * o_lora, plan.unit_heads * hd, {}};
+  a.wo_a.data.reserve(a.wo_a.rows * a.wo_a.cols);
+  for (int64_t u = plan.units.begin; u < plan.units.end; ++u) {
+    const int64_t head = u * plan.unit_heads, group = head / group_heads;
+    const int64_t col = (head - group * group_heads) * hd;
+    ASSIGN_OR_RETURN(Matrix block, loader.LoadMatrix(prefix + ".wo_a.weight", wo_a_rows, group_in,
+                                                     Rect{group * o_lora, (group + 1) * o_lora, col,
+                                                          col + plan.unit_heads * hd}));
+    a.wo_a.data.insert(a.wo_a.data.end(), block.data.begin(), block.data.end());
+  }
+  if (plan.units.empty())
+    RETURN_IF_ERROR(loader.Skip(prefix + ".wo_a.weight", wo_a_rows * group_in));
+  const parallel::Range groups = plan.out_groups;
+  ASSIGN_OR_RETURN(a.wo_b,
+                   loader.LoadMatrix(prefix + ".wo_b.weight", dim, c.o_groups * o_lora,
+                                     Rect{0, dim, groups.begin * o_lora, groups.end * o_lora}));
+  return absl::OkStatus();
+}
+
 StatusOr<AttentionWeights> LoadAttention(TensorLoader& loader, const config::ModelConfig& c,
-                                         const std::string& prefix, int64_t ratio) {
+                                         const ShardPlan& plan, const std::string& prefix,
+                                         int64_t ratio) {
   AttentionWeights a;
   const int64_t dim = c.hidden_size, heads = c.num_attention_heads, hd = c.head_dim;
-  ASSIGN_OR_RETURN(a.attn_sink, loader.LoadVector(prefix + ".attn_sink", heads));
+  ASSIGN_OR_RETURN(a.attn_sink, loader.LoadVector(prefix + ".attn_sink", heads, plan.heads));
   ASSIGN_OR_RETURN(a.wq_a, loader.LoadMatrix(prefix + ".wq_a.weight", c.q_lora_rank, dim));
   ASSIGN_OR_RETURN(a.q_norm, loader.LoadVector(prefix + ".q_norm.weight", c.q_lora_rank));
-  ASSIGN_OR_RETURN(a.wq_b, loader.LoadMatrix(prefix + ".wq_b.weight", heads * hd, c.q_lora_rank));
+  ASSIGN_OR_RETURN(a.wq_b, loader.LoadMatrix(
+                               prefix + ".wq_b.weight", heads * hd, c.q_lora_rank,
+                               Rect{plan.heads.begin * hd, plan.heads.end * hd, 0, c.q_lora_rank}));
   ASSIGN_OR_RETURN(a.wkv, loader.LoadMatrix(prefix + ".wkv.weight", hd, dim));
   ASSIGN_OR_RETURN(a.kv_norm, loader.LoadVector(prefix + ".kv_norm.weight", hd));
-  ASSIGN_OR_RETURN(a.wo_a, loader.LoadMatrix(prefix + ".wo_a.weight", c.o_groups * c.o_lora_rank,
-                                             heads * hd / c.o_groups));
-  ASSIGN_OR_RETURN(a.wo_b, loader.LoadMatrix(prefix + ".wo_b.weight", dim,
-                                             c.o_groups * c.o_lora_rank));
+  RETURN_IF_ERROR(LoadOutputProjection(loader, c, plan, prefix, a));
   if (ratio > 0) {
     ASSIGN_OR_RETURN(a.compressor, LoadCompressor(loader, prefix + ".compressor", ratio, hd, dim));
   }
   if (ratio == 4) {
     IndexerWeights idx;
     const std::string ip = prefix + ".indexer";
-    ASSIGN_OR_RETURN(idx.wq_b, loader.LoadMatrix(ip + ".wq_b.weight",
-                                                 c.index_n_heads * c.index_head_dim, c.q_lora_rank));
+    const int64_t id = c.index_head_dim;
+    ASSIGN_OR_RETURN(
+        idx.wq_b, loader.LoadMatrix(ip + ".wq_b.weight", c.index_n_heads * id, c.q_lora_rank,
+                                    Rect{plan.index_heads.begin * id, plan.index_heads.end * id, 0,
+                                         c.q_lora_rank}));
     ASSIGN_OR_RETURN(idx.weights_proj,
                      loader.LoadMatrix(ip + ".weights_proj.weight", c.index_n_heads, dim));
-    ASSIGN_OR_RETURN(idx.compressor,
-                     LoadCompressor(loader, ip + ".compressor", ratio, c.index_head_dim, dim));
+    ASSIGN_OR_RETURN(idx.compressor, LoadCompressor(loader, ip + ".compressor", ratio, id, dim));
     a.indexer = std::move(idx);
   }
   return a;
 }
 
 StatusOr<MoeWeights> LoadMoe(TensorLoader& loader, const config::ModelConfig& c,
-                             const std::string& prefix, bool hash_gate) {
+                             const ShardPlan& plan, const std::string& prefix, bool hash_gate) {
   MoeWeights m;
   const int64_t dim = c.hidden_size, experts = c.n_routed_experts, inter = c.moe_intermediate_size;
   ASSIGN_OR_RETURN(m.gate, loader.LoadMatrix(prefix + ".gate.weight", experts, dim));
@@ -242,18 +319,27 @@ StatusOr<MoeWeights> LoadMoe(TensorLoader& loader, const config::ModelConfig& c,
   } else {
     ASSIGN_OR_RETURN(m.gate_bias, loader.LoadVector(prefix + ".gate.bias", experts));
   }
-  m.experts.reserve(experts);
+  m.first_expert = plan.experts.begin;
+  m.experts.reserve(plan.experts.size());
   for (int64_t e = 0; e < experts; ++e) {
-    ASSIGN_OR_RETURN(ExpertWeights ew,
-                     LoadExpert(loader, absl::StrCat(prefix, ".experts.", e), dim, inter));
+    const std::string name = absl::StrCat(prefix, ".experts.", e);
+    if (e < plan.experts.begin || e >= plan.experts.end) {
+      for (const char* w : {".w1.weight", ".w2.weight", ".w3.weight"}) {
+        RETURN_IF_ERROR(loader.Skip(name + w, dim * inter));
+      }
+      continue;
+    }
+    ASSIGN_OR_RETURN(ExpertWeights ew, LoadExpert(loader, name, dim, inter, {0, inter}));
     m.experts.push_back(std::move(ew));
   }
-  ASSIGN_OR_RETURN(m.shared, LoadExpert(loader, prefix + ".shared_experts", dim,
-                                        inter * c.n_shared_experts));
+  const int64_t shared_inter = inter * c.n_shared_experts;
+  ASSIGN_OR_RETURN(m.shared, LoadExpert(loader, prefix + ".shared_experts", dim, shared_inter,
+                                        FixedChunks(shared_inter, plan.shared_chunks)));
   return m;
 }
 
-StatusOr<BlockWeights> LoadBlock(TensorLoader& loader, const config::ModelConfig& c, int64_t layer) {
+StatusOr<BlockWeights> LoadBlock(TensorLoader& loader, const config::ModelConfig& c,
+                                 const ShardPlan& plan, int64_t layer) {
   BlockWeights b;
   const std::string p = absl::StrCat("layers.", layer);
   const int64_t hc = c.hc_mult, mix = (2 + hc) * hc, hc_dim = hc * c.hidden_size;
@@ -263,8 +349,8 @@ StatusOr<BlockWeights> LoadBlock(TensorLoader& loader, const config::ModelConfig
   ASSIGN_OR_RETURN(b.hc_ffn, LoadHc(loader, p + ".hc_ffn", mix, hc_dim, 3));
   ASSIGN_OR_RETURN(b.attn_norm, loader.LoadVector(p + ".attn_norm.weight", c.hidden_size));
   ASSIGN_OR_RETURN(b.ffn_norm, loader.LoadVector(p + ".ffn_norm.weight", c.hidden_size));
-  ASSIGN_OR_RETURN(b.attn, LoadAttention(loader, c, p + ".attn", b.compress_ratio));
-  ASSIGN_OR_RETURN(b.ffn, LoadMoe(loader, c, p + ".ffn", b.hash_gate));
+  ASSIGN_OR_RETURN(b.attn, LoadAttention(loader, c, plan, p + ".attn", b.compress_ratio));
+  ASSIGN_OR_RETURN(b.ffn, LoadMoe(loader, c, plan, p + ".ffn", b.hash_gate));
   return b;
 }
 
@@ -282,7 +368,8 @@ Status CheckSupportedConfig(const config::ModelConfig& c) {
     return absl::InvalidArgumentError("config: num_attention_heads not divisible by o_groups");
   }
   if (c.nope_head_dim() % 64 != 0) {
-    return absl::InvalidArgumentError("config: head_dim - qk_rope_head_dim must be a multiple of 64");
+    return absl::InvalidArgumentError(
+        "config: head_dim - qk_rope_head_dim must be a multiple of 64");
   }
   if (c.index_head_dim % 32 != 0 || (c.index_head_dim & (c.index_head_dim - 1)) != 0) {
     return absl::InvalidArgumentError("config: index_head_dim must be a power of two >= 32");
@@ -296,17 +383,25 @@ StatusOr<ModelWeights> LoadModelWeights(const std::string& dir, const config::Mo
                                         const LoadOptions& options) {
   RETURN_IF_ERROR(CheckSupportedConfig(c));
   ASSIGN_OR_RETURN(std::unique_ptr<st::Checkpoint> checkpoint, st::Checkpoint::Open(dir));
-  TensorLoader loader(*checkpoint, options.show_progress);
+  return LoadModelWeights(*checkpoint, c, options);
+}
+
+StatusOr<ModelWeights> LoadModelWeights(const st::Checkpoint& checkpoint,
+                                        const config::ModelConfig& c, const LoadOptions& options) {
+  RETURN_IF_ERROR(CheckSupportedConfig(c));
+  const ShardPlan plan = options.plan ? *options.plan : ShardPlan::Full(ModelDims::FromConfig(c));
+  TensorLoader loader(checkpoint, options.show_progress);
   ModelWeights w;
   const int64_t dim = c.hidden_size;
   ASSIGN_OR_RETURN(w.embed, loader.LoadMatrix("embed.weight", c.vocab_size, dim));
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    ASSIGN_OR_RETURN(BlockWeights block, LoadBlock(loader, c, layer));
+    ASSIGN_OR_RETURN(BlockWeights block, LoadBlock(loader, c, plan, layer));
     w.layers.push_back(std::move(block));
   }
   ASSIGN_OR_RETURN(w.hc_head, LoadHc(loader, "hc_head", c.hc_mult, c.hc_mult * dim, 1));
   ASSIGN_OR_RETURN(w.norm, loader.LoadVector("norm.weight", dim));
-  ASSIGN_OR_RETURN(w.head, loader.LoadMatrix("head.weight", c.vocab_size, dim));
+  ASSIGN_OR_RETURN(w.head, loader.LoadMatrix("head.weight", c.vocab_size, dim,
+                                             Rect{plan.vocab.begin, plan.vocab.end, 0, dim}));
   w.total_parameters = loader.parameters();
   return w;
 }

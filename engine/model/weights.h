@@ -1,7 +1,8 @@
 // Dequantised fp32 weights of the DeepSeek-V4-Flash target model, one struct per module so the
 // forward code reads like the architecture. Every matrix is row-major [out, in] (the
-// checkpoint's layout); a tensor-parallel rank would hold a slice of the head / expert axis of
-// the attention and MoE structs (the split points are noted on each field).
+// checkpoint's layout). A tensor-parallel rank holds the slices its ShardPlan names (noted on
+// each field as "TP:"); everything else is replicated. The DSpark drafter loads the same structs
+// whole (ShardPlan::Full), in which case every field has the checkpoint's shape.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,11 @@
 
 #include "common/base/status.h"
 #include "common/config/model_config.h"
+#include "engine/model/shard_plan.h"
+
+namespace pdspark::safetensors {
+class Checkpoint;
+}
 
 namespace pdspark::engine {
 
@@ -22,8 +28,8 @@ struct Matrix {
 };
 
 struct HyperConnectionWeights {
-  Matrix fn;                // [(2+hc)*hc or hc, hc*dim]
-  std::vector<float> base;  // [(2+hc)*hc or hc]
+  Matrix fn;                 // [(2+hc)*hc or hc, hc*dim]
+  std::vector<float> base;   // [(2+hc)*hc or hc]
   std::vector<float> scale;  // [3] or [1]
 };
 
@@ -39,20 +45,23 @@ struct CompressorWeights {
 };
 
 struct IndexerWeights {
-  Matrix wq_b;          // [index_heads*index_head_dim, q_lora]   (TP: split over index heads)
-  Matrix weights_proj;  // [index_heads, dim]                     (TP: split over index heads)
+  Matrix wq_b;          // [index_heads*index_head_dim, q_lora]   (TP: rows of plan.index_heads)
+  Matrix weights_proj;  // [index_heads, dim]  (replicated: tiny, and the same GEMM at every TP)
   CompressorWeights compressor;
 };
 
 struct AttentionWeights {
-  std::vector<float> attn_sink;  // [heads]                        (TP: split over heads)
+  std::vector<float> attn_sink;  // [heads]                        (TP: plan.heads)
   Matrix wq_a;                   // [q_lora, dim]
   std::vector<float> q_norm;     // [q_lora]
-  Matrix wq_b;                   // [heads*head_dim, q_lora]       (TP: split over heads)
+  Matrix wq_b;                   // [heads*head_dim, q_lora]       (TP: rows of plan.heads)
   Matrix wkv;                    // [head_dim, dim]
   std::vector<float> kv_norm;    // [head_dim]
-  Matrix wo_a;                   // [groups*o_lora, heads*head_dim/groups] (TP: split groups)
-  Matrix wo_b;                   // [dim, groups*o_lora]           (TP: split input, all-reduce)
+  // [units*o_lora, unit_heads*head_dim]: per output-projection unit, the rows of its group and
+  // the columns of its heads (the checkpoint's [groups*o_lora, heads*head_dim/groups] when units
+  // are groups).                                                  (TP: plan.units)
+  Matrix wo_a;
+  Matrix wo_b;  // [dim, groups*o_lora]                          (TP: columns of plan.out_groups)
   std::optional<CompressorWeights> compressor;  // ratio > 0
   std::optional<IndexerWeights> indexer;        // ratio == 4
 };
@@ -64,10 +73,12 @@ struct ExpertWeights {
 };
 
 struct MoeWeights {
-  Matrix gate;                     // [experts, dim]
-  std::vector<float> gate_bias;    // [experts], score layers only
-  std::vector<int32_t> tid2eid;    // [vocab, top_k], hash layers only
-  std::vector<ExpertWeights> experts;  // (TP: split over experts, all-reduce the sum)
+  Matrix gate;                         // [experts, dim]
+  std::vector<float> gate_bias;        // [experts], score layers only
+  std::vector<int32_t> tid2eid;        // [vocab, top_k], hash layers only
+  std::vector<ExpertWeights> experts;  // (TP: plan.experts, the first being expert first_expert)
+  int64_t first_expert = 0;
+  // inter = moe_inter                 (TP: the intermediate rows/columns of plan.shared_chunks)
   ExpertWeights shared;
 };
 
@@ -84,22 +95,29 @@ struct BlockWeights {
 
 struct ModelWeights {
   Matrix embed;  // [vocab, dim]
-  Matrix head;   // [vocab, dim]
+  Matrix head;   // [vocab, dim]  (TP: rows of plan.vocab)
   std::vector<float> norm;
   HyperConnectionWeights hc_head;
   std::vector<BlockWeights> layers;
-  int64_t total_parameters = 0;
+  int64_t total_parameters = 0;  // of the whole model, whatever the slice
 };
 
 struct LoadOptions {
   bool show_progress = true;  // a progress bar on stderr
+  // The slice to load; the whole model when unset.
+  std::optional<ShardPlan> plan;
 };
 
-// Loads and dequantises every target-model tensor of the Hugging Face checkpoint in `dir`
+// Loads and dequantises the target-model tensors of the Hugging Face checkpoint in `dir`
 // (FP8 E4M3 with 128x128 E8M0 block scales, FP4 E2M1 experts packed in I8 with per-32 E8M0
-// scales, BF16/F32 elsewhere). Each tensor's presence, dtype and shape is checked against what
-// `config` implies; errors name the tensor.
+// scales, BF16/F32 elsewhere); of a sharded tensor only the plan's rows and columns are
+// dequantised. Each tensor's presence, dtype and shape is checked against what `config`
+// implies; errors name the tensor.
 StatusOr<ModelWeights> LoadModelWeights(const std::string& dir, const config::ModelConfig& config,
+                                        const LoadOptions& options = {});
+// The same from an open checkpoint; safe to call from several threads at once (one per rank).
+StatusOr<ModelWeights> LoadModelWeights(const safetensors::Checkpoint& checkpoint,
+                                        const config::ModelConfig& config,
                                         const LoadOptions& options = {});
 
 }  // namespace pdspark::engine

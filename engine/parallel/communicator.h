@@ -7,8 +7,9 @@
 // float buffers, which must stay valid and untouched by the caller until the call returns.
 // Results are bitwise identical on every rank and from run to run.
 //
-// Buffers are host memory for the in-process backend. A NCCL backend (CUDA builds) will take
-// device pointers and enqueue on the stream it was created with; the calls keep their shape.
+// Buffers are host memory for the in-process backend. The NCCL backend (CUDA builds,
+// nccl_communicator.h) takes device pointers and enqueues on the stream it was created with;
+// the calls keep their shape.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,9 @@ class Communicator {
 
   // data[i] = sum over ranks r = 0..world_size-1, added in rank order, of rank r's data[i].
   virtual Status AllReduceSum(float* data, size_t n) = 0;
+  // The same in double. The model reduces its partial sums in double so that rounding to float
+  // once afterwards gives the same value whatever the number of ranks (docs/tensor_parallel.md).
+  virtual Status AllReduceSum(double* data, size_t n) = 0;
 
   // out[r * n + i] = rank r's in[i]; `out` holds world_size * n floats. `in` may be
   // out + rank() * n (in-place gather).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
@@ -10,7 +11,7 @@ namespace pdspark::parallel {
 namespace {
 
 // AllReduce slices are multiples of a cache line so two ranks never write the same line.
-constexpr size_t kSliceAlignment = 64 / sizeof(float);
+constexpr size_t kCacheLine = 64;
 // Elements summed per block: partial sums stay in a stack buffer (L1) while the ranks' buffers
 // stream past, and the loops vectorise.
 constexpr size_t kBlock = 512;
@@ -37,11 +38,18 @@ Status InProcessGroup::Run(int rank, const Slot& mine, Work work) {
 
 int InProcessCommunicator::world_size() const { return group_->world_size(); }
 
-Status InProcessCommunicator::AllReduceSum(float* data, size_t n) {
-  InProcessGroup::Slot mine{.op = InProcessGroup::Op::kAllReduceSum, .n = n, .out = data};
+template <typename T>
+Status InProcessCommunicator::AllReduce(T* data, size_t n) {
+  constexpr auto type =
+      std::is_same_v<T, double> ? InProcessGroup::Type::kDouble : InProcessGroup::Type::kFloat;
+  InProcessGroup::Slot mine{
+      .op = InProcessGroup::Op::kAllReduceSum, .type = type, .n = n, .out = data};
   if (data == nullptr && n > 0) mine.argument_error = "AllReduceSum: null data with n > 0";
-  return group_->Run(rank_, mine, [&] { ReduceMySlice(n); });
+  return group_->Run(rank_, mine, [&] { ReduceMySlice<T>(n); });
 }
+
+Status InProcessCommunicator::AllReduceSum(float* data, size_t n) { return AllReduce(data, n); }
+Status InProcessCommunicator::AllReduceSum(double* data, size_t n) { return AllReduce(data, n); }
 
 Status InProcessCommunicator::AllGather(const float* in, size_t n, float* out) {
   InProcessGroup::Slot mine{.op = InProcessGroup::Op::kAllGather, .n = n, .in = in, .out = out};
@@ -66,22 +74,25 @@ Status InProcessCommunicator::Barrier() {
   return group_->Run(rank_, InProcessGroup::Slot{.op = InProcessGroup::Op::kBarrier}, [] {});
 }
 
+template <typename T>
 void InProcessCommunicator::ReduceMySlice(size_t n) {
+  constexpr size_t kAlignment = kCacheLine / sizeof(T);
   const int world = world_size();
   const size_t per_rank = (n + world - 1) / world;
-  const size_t slice = (per_rank + kSliceAlignment - 1) / kSliceAlignment * kSliceAlignment;
+  const size_t slice = (per_rank + kAlignment - 1) / kAlignment * kAlignment;
   const size_t begin = std::min(n, slice * rank_);
   const size_t end = std::min(n, begin + slice);
   const std::vector<InProcessGroup::Slot>& slots = group_->slots_;
-  float sum[kBlock];
+  auto buffer = [&](int r) { return static_cast<T*>(slots[r].out); };
+  T sum[kBlock];
   for (size_t block = begin; block < end; block += kBlock) {
     const size_t len = std::min(kBlock, end - block);
-    std::memcpy(sum, slots[0].out + block, len * sizeof(float));
+    std::memcpy(sum, buffer(0) + block, len * sizeof(T));
     for (int r = 1; r < world; ++r) {
-      const float* src = slots[r].out + block;
+      const T* src = buffer(r) + block;
       for (size_t i = 0; i < len; ++i) sum[i] += src[i];
     }
-    for (int r = 0; r < world; ++r) std::memcpy(slots[r].out + block, sum, len * sizeof(float));
+    for (int r = 0; r < world; ++r) std::memcpy(buffer(r) + block, sum, len * sizeof(T));
   }
 }
 
@@ -95,7 +106,7 @@ void InProcessCommunicator::GatherAll(size_t n, float* out) {
 }
 
 void InProcessCommunicator::CopyFromRoot(float* data, size_t n, int root) {
-  const float* src = group_->slots_[root].out;
+  const float* src = static_cast<const float*>(group_->slots_[root].out);
   if (rank_ != root && src != data && n > 0) std::memcpy(data, src, n * sizeof(float));
 }
 
@@ -132,11 +143,16 @@ Status InProcessGroup::CheckAgreement() const {
     if (slot.argument_error != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("rank ", r, ": ", slot.argument_error));
     }
-    if (slot.op != first.op || slot.n != first.n || slot.root != first.root) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "collective mismatch: rank 0 called ", OpName(static_cast<int>(first.op)), "(n=", first.n,
-          ", root=", first.root, ") but rank ", r, " called ", OpName(static_cast<int>(slot.op)),
-          "(n=", slot.n, ", root=", slot.root, ")"));
+    if (slot.op != first.op || slot.type != first.type || slot.n != first.n ||
+        slot.root != first.root) {
+      auto describe = [](const Slot& s) {
+        return absl::StrCat(OpName(static_cast<int>(s.op)),
+                            s.type == Type::kDouble ? "<double>" : "", "(n=", s.n,
+                            ", root=", s.root, ")");
+      };
+      return absl::InvalidArgumentError(absl::StrCat("collective mismatch: rank 0 called ",
+                                                     describe(first), " but rank ", r, " called ",
+                                                     describe(slot)));
     }
   }
   return absl::OkStatus();

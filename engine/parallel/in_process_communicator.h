@@ -47,6 +47,7 @@ class InProcessCommunicator final : public Communicator {
   int world_size() const override;
 
   Status AllReduceSum(float* data, size_t n) override;
+  Status AllReduceSum(double* data, size_t n) override;
   Status AllGather(const float* in, size_t n, float* out) override;
   Status Broadcast(float* data, size_t n, int root) override;
   Status Barrier() override;
@@ -55,6 +56,9 @@ class InProcessCommunicator final : public Communicator {
   friend class InProcessGroup;
   InProcessCommunicator(InProcessGroup* group, int rank) : group_(group), rank_(rank) {}
 
+  template <typename T>
+  Status AllReduce(T* data, size_t n);
+  template <typename T>
   void ReduceMySlice(size_t n);
   void GatherAll(size_t n, float* out);
   void CopyFromRoot(float* data, size_t n, int root);
@@ -88,15 +92,17 @@ class InProcessGroup {
   friend class InProcessCommunicator;
 
   enum class Op { kAllReduceSum, kAllGather, kBroadcast, kBarrier };
+  enum class Type { kFloat, kDouble };
 
   // What one rank published for the current collective. Cache-line aligned so ranks writing
   // their own slot do not invalidate each other's lines.
   struct alignas(64) Slot {
     Op op = Op::kBarrier;
+    Type type = Type::kFloat;
     size_t n = 0;
     int root = 0;
     const float* in = nullptr;
-    float* out = nullptr;
+    void* out = nullptr;                   // float*, or double* for a kDouble reduction
     const char* argument_error = nullptr;  // Static string when this rank's arguments are bad.
   };
 

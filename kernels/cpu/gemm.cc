@@ -14,4 +14,6 @@ void MatMulTransB(const float* x, int64_t m, int64_t k, int64_t ldx, const float
               static_cast<blasint>(ldy));
 }
 
+void SetGemmThreads(int threads) { openblas_set_num_threads(threads); }
+
 }  // namespace pdspark::kernels::cpu

@@ -32,6 +32,9 @@ void Fp4QuantDequant(float* data, int64_t rows, int64_t cols, int64_t row_stride
 // y[m, n] = sum_k x[m, k] * w[n, k]   (x row stride ldx, w row stride ldw, y row stride ldy).
 void MatMulTransB(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
                   int64_t ldw, float* y, int64_t ldy);
+// Threads each GEMM may use (process-wide). Tensor-parallel CPU ranks are themselves threads,
+// so the engine gives each rank its share of the cores; results do not depend on this.
+void SetGemmThreads(int threads);
 // Contiguous convenience form.
 inline void Linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) {
   MatMulTransB(x, m, k, k, w, n, k, y, n);

@@ -1,7 +1,8 @@
 """The bundled tiny model through the whole system with DSpark on: prompts prefilled on a
-prefill worker, KV over UCX, speculative decoding on the decode worker. Greedy output must equal
-a plain (no speculation, colocated) decode worker's, and the drafter's acceptance must show in
-the decode worker's Prometheus counters."""
+prefill worker (tensor-parallel size 2), KV over UCX, speculative decoding on the decode worker
+(tensor-parallel size 8, as deployed). Greedy output must equal a plain (no speculation,
+colocated, TP=1) decode worker's, and the drafter's acceptance must show in the decode worker's
+Prometheus counters."""
 
 import argparse
 import sys
@@ -29,8 +30,10 @@ class DSparkClusterTest(unittest.TestCase):
         cls.r_spec = c.start_router("router-spec", ["--disagg-min-prompt-tokens", "1"])
         cls.r_plain = c.start_router("router-plain")
         cls.decode_spec = c.start_worker("decode-spec", "decode", [cls.r_spec],
-                                         ["--spec-method", "dspark", "--spec-tokens", "5"])
-        cls.prefill = c.start_worker("prefill", "prefill", [cls.r_spec])
+                                         ["--spec-method", "dspark", "--spec-tokens", "5",
+                                          "--tensor-parallel-size", "8"])
+        cls.prefill = c.start_worker("prefill", "prefill", [cls.r_spec],
+                                     ["--tensor-parallel-size", "2"])
         cls.decode_plain = c.start_worker("decode-plain", "decode", [cls.r_plain])
         c.wait_ready((lambda: health(cls.r_spec).get("decode_workers") == 1 and
                       health(cls.r_spec).get("prefill_workers") == 1, "spec cluster"),

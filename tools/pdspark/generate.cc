@@ -32,7 +32,9 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   }
   if (result.prompt_ids.empty()) return absl::InvalidArgumentError("empty prompt");
   auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(auto model, engine::Model::Load(options.model_dir));
+  engine::ModelOptions model_options;
+  model_options.tensor_parallel_size = options.tensor_parallel_size;
+  ASSIGN_OR_RETURN(auto model, engine::Model::Load(options.model_dir, model_options));
   result.load_seconds = SecondsSince(t0);
   result.prompt_tokens = static_cast<int64_t>(result.prompt_ids.size());
   serving::ServingOptions serving_options;

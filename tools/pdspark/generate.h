@@ -23,6 +23,7 @@ struct GenerateOptions {
   bool stop_at_eos = true;
   std::string spec_method = "none";  // none | dspark
   std::string spec_tokens = "auto";  // N | auto
+  int tensor_parallel_size = 1;      // ranks of the target model (threads of this process)
 };
 
 struct GenerateResult {

@@ -280,6 +280,7 @@ static double ReferenceNoise(const std::string& dir, const std::string& run) {
 StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& options) {
   engine::ModelOptions model_options;
   model_options.show_progress = false;
+  model_options.tensor_parallel_size = options.tensor_parallel_size;
   ASSIGN_OR_RETURN(auto model, Model::Load(options.dir, model_options));
   ASSIGN_OR_RETURN(Golden golden, Golden::Open(options.dir));
   g_dump_dir = options.dump_dir;

@@ -39,6 +39,7 @@ struct GoldenCheckOptions {
   double tolerance = 1e-4;
   bool verbose = false;  // per-step, per-row and per-block diagnostics
   std::vector<std::string> runs;
+  int tensor_parallel_size = 1;  // engine ranks (threads); the results do not depend on it
   std::string dump_dir;  // when set: our compared logits per run as raw fp32 <dir>/<run>.f32  // empty: every recorded run (prompt0, prompt1, lockstep)
 };
 

@@ -74,6 +74,7 @@ int RunGenerateCommand(pdspark::tools::GenerateOptions options, const std::strin
     j["accepted_per_position"] = spec.accepted_per_position;
     j["acceptance_length"] =
         spec.drafts > 0 ? 1.0 + static_cast<double>(spec.accepted_tokens) / spec.drafts : 0.0;
+    j["tensor_parallel_size"] = options.tensor_parallel_size;
     j["timing"] = {{"load_s", result->load_seconds},
                    {"prefill_s", result->prefill_seconds},
                    {"decode_s", result->decode_seconds},
@@ -104,6 +105,10 @@ int main(int argc, char** argv) {
   golden_cmd->add_flag("--verbose", golden.verbose, "per-step and per-block diagnostics");
   golden_cmd->add_option("--dump", golden.dump_dir, "write our logits per run to DIR/<run>.f32");
   golden_cmd->add_option("--runs", golden.runs, "runs to replay (default: all)")->delimiter(',');
+  golden_cmd->add_option("--tensor-parallel-size", golden.tensor_parallel_size,
+                         "tensor-parallel ranks (threads), 1..8")
+      ->check(CLI::Range(1, 8))
+      ->capture_default_str();
 
   pdspark::tools::GenerateOptions gen;
   std::string ids_text;
@@ -124,6 +129,10 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--spec-method", gen.spec_method, "speculative decoding: none | dspark")
       ->capture_default_str();
   gen_cmd->add_option("--spec-tokens", gen.spec_tokens, "draft tokens per round: N | auto")
+      ->capture_default_str();
+  gen_cmd->add_option("--tensor-parallel-size", gen.tensor_parallel_size,
+                      "tensor-parallel ranks (threads of this process), 1..8")
+      ->check(CLI::Range(1, 8))
       ->capture_default_str();
   gen_cmd->add_flag("--json", json, "print one JSON object");
 

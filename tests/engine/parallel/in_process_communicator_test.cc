@@ -1,6 +1,7 @@
 #include "engine/parallel/in_process_communicator.h"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <thread>
@@ -206,6 +207,45 @@ TEST(InProcessCommunicatorTest, AllReduceIsBitwiseDeterministicInRankOrder) {
   }
 }
 
+// The double reduction (what the model uses) sums in rank order too, with slices aligned to
+// cache lines of doubles, and gives every rank the same bits.
+TEST(InProcessCommunicatorTest, DoubleAllReduceIsBitwiseRankOrder) {
+  for (int world : {1, 2, 3, 8}) {
+    for (size_t n : kSizes) {
+      std::vector<std::vector<double>> inputs;
+      for (int r = 0; r < world; ++r) {
+        const std::vector<float> f = NonAssociativeData(r, n);
+        inputs.emplace_back(f.begin(), f.end());
+        for (double& x : inputs.back()) x *= 1.0 + 1e-9 * r;  // bits below float precision
+      }
+      std::vector<double> expected = inputs[0];
+      for (size_t i = 0; i < n; ++i) {
+        for (int r = 1; r < world; ++r) expected[i] += inputs[r][i];
+      }
+      auto group = MakeGroup(world);
+      RunRanks(*group, [&](Communicator& comm) {
+        std::vector<double> data = inputs[comm.rank()];
+        ASSERT_TRUE(comm.AllReduceSum(data.data(), n).ok());
+        ASSERT_EQ(std::memcmp(data.data(), expected.data(), n * sizeof(double)), 0)
+            << "world " << world << " n " << n << " rank " << comm.rank();
+      });
+    }
+  }
+}
+
+TEST(InProcessCommunicatorTest, FloatAndDoubleReductionsDoNotMix) {
+  auto group = MakeGroup(2);
+  RunRanks(*group, [&](Communicator& comm) {
+    std::vector<float> f(8, 1.0f);
+    std::vector<double> d(8, 1.0);
+    const Status st =
+        comm.rank() == 0 ? comm.AllReduceSum(f.data(), 8) : comm.AllReduceSum(d.data(), 8);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_THAT(st.message(), ::testing::HasSubstr("AllReduceSum<double>"));
+    EXPECT_THAT(f, ::testing::Each(1.0f));
+  });
+}
+
 TEST(InProcessCommunicatorTest, TimesOutWhenOneRankNeverArrives) {
   constexpr int kWorld = 3;
   auto group = MakeGroup(kWorld, milliseconds(200));
@@ -278,10 +318,12 @@ TEST(InProcessCommunicatorTest, MismatchedCallsFailOnEveryRankAndGroupStaysUsabl
 TEST(InProcessCommunicatorTest, NullBufferWithZeroSizeIsFine) {
   auto group = MakeGroup(2);
   RunRanks(*group, [&](Communicator& comm) {
-    EXPECT_TRUE(comm.AllReduceSum(nullptr, 0).ok());
+    EXPECT_TRUE(comm.AllReduceSum(static_cast<float*>(nullptr), 0).ok());
+    EXPECT_TRUE(comm.AllReduceSum(static_cast<double*>(nullptr), 0).ok());
     EXPECT_TRUE(comm.AllGather(nullptr, 0, nullptr).ok());
     EXPECT_TRUE(comm.Broadcast(nullptr, 0, 1).ok());
-    EXPECT_EQ(comm.AllReduceSum(nullptr, 4).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(comm.AllReduceSum(static_cast<float*>(nullptr), 4).code(),
+              absl::StatusCode::kInvalidArgument);
   });
 }
 

@@ -1,0 +1,129 @@
+// Tensor-parallel scaling of the CPU engine: prefill and decode tokens/s at each TP size and
+// shared-expert placement, measured in one process with the rounds interleaved, as ratios to the
+// first configuration (the best round of each is reported).
+//   pdspark_tp_bench --model models/tiny-dsv4-dspark --tp 1,2,4,8 --shared split,replicated
+//                    --batch 8 --prefill-len 64 --decode-steps 32 --repeats 3
+// Ranks are threads: on a machine with fewer cores than ranks they time-share the cores, and the
+// replicated work (hyper-connections, norms, the latent KV, routing) is done once per rank.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "engine/model/model.h"
+
+namespace {
+
+namespace engine = ::pdspark::engine;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct Rates {
+  double prefill = 0;  // tokens/s
+  double decode = 0;
+};
+
+// One round: `batch` fresh sequences prefilled in one step, then `steps` batched decode steps.
+bool RunRound(engine::Model& model, int64_t batch, int64_t prefill_len, int64_t steps,
+              std::mt19937& rng, Rates& best) {
+  std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(model.dims().vocab) - 1);
+  engine::StepOptions options;
+  options.logits = engine::LogitsMode::kLastTokenPerSequence;
+  std::vector<std::unique_ptr<engine::SequenceState>> seqs;
+  std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prefill_len));
+  std::vector<engine::StepInput> inputs(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    seqs.push_back(model.NewSequence());
+    for (int32_t& t : prompts[b]) t = token(rng);
+    inputs[b] = {seqs[b].get(), prompts[b]};
+  }
+  auto t0 = Clock::now();
+  if (!model.Step(inputs, options).ok()) return false;
+  best.prefill = std::max(best.prefill, batch * prefill_len / Seconds(t0));
+  std::vector<int32_t> next(batch);
+  t0 = Clock::now();
+  for (int64_t step = 0; step < steps; ++step) {
+    for (int64_t b = 0; b < batch; ++b) {
+      next[b] = token(rng);
+      inputs[b] = {seqs[b].get(), std::span<const int32_t>(&next[b], 1)};
+    }
+    if (!model.Step(inputs, options).ok()) return false;
+  }
+  best.decode = std::max(best.decode, batch * steps / Seconds(t0));
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pdspark tensor-parallel benchmark"};
+  std::string model_dir;
+  std::vector<int> sizes = {1, 2, 4, 8};
+  std::vector<std::string> shared_modes = {"split", "replicated"};
+  int64_t batch = 8, prefill_len = 64, decode_steps = 32, repeats = 3;
+  app.add_option("--model", model_dir, "checkpoint directory")->required();
+  app.add_option("--tp", sizes,
+                 "tensor-parallel sizes, in order (TP=1 first: a TP>1 model "
+                 "sets the process's GEMM threads)")
+      ->delimiter(',');
+  app.add_option("--shared", shared_modes, "shared-expert placements: split, replicated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"split", "replicated"}));
+  app.add_option("--batch", batch, "sequences per step");
+  app.add_option("--prefill-len", prefill_len, "prompt tokens per sequence");
+  app.add_option("--decode-steps", decode_steps, "decode steps per round");
+  app.add_option("--repeats", repeats, "rounds per configuration (the best is reported)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::printf("model=%s hardware_threads=%u batch=%ld prefill_len=%ld decode_steps=%ld\n",
+              model_dir.c_str(), std::thread::hardware_concurrency(), static_cast<long>(batch),
+              static_cast<long>(prefill_len), static_cast<long>(decode_steps));
+  std::printf("%3s %-10s %14s %14s %10s %10s\n", "tp", "shared", "prefill_tok/s", "decode_tok/s",
+              "prefill_x", "decode_x");
+  // Every configuration is loaded first, then the rounds go round-robin over them, so that load
+  // from other processes on a shared machine hits all of them alike.
+  struct Config {
+    int tp;
+    std::string shared;
+    std::unique_ptr<engine::Model> model;
+    Rates best;
+  };
+  std::vector<Config> configs;
+  for (int tp : sizes) {
+    for (const std::string& mode : shared_modes) {
+      engine::ModelOptions options;
+      options.show_progress = false;
+      options.tensor_parallel_size = tp;
+      options.shared_expert =
+          mode == "split" ? engine::SharedExpertMode::kSplit : engine::SharedExpertMode::kReplicated;
+      auto model = engine::Model::Load(model_dir, options);
+      if (!model.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
+        return 1;
+      }
+      configs.push_back({tp, mode, std::move(model).value(), {}});
+    }
+  }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  std::mt19937 rng(1);
+  for (int64_t round = 0; round < repeats; ++round) {
+    for (Config& c : configs) {
+      // What Model does for its ranks (process-wide, so set again before each configuration).
+      pdspark::kernels::cpu::SetGemmThreads(std::max(1, cores / c.tp));
+      if (!RunRound(*c.model, batch, prefill_len, decode_steps, rng, c.best)) return 1;
+    }
+  }
+  for (const Config& c : configs) {
+    const Rates& first = configs.front().best;
+    std::printf("%3d %-10s %14.1f %14.1f %10.2f %10.2f\n", c.tp, c.shared.c_str(), c.best.prefill,
+                c.best.decode, c.best.prefill / first.prefill, c.best.decode / first.decode);
+  }
+  return 0;
+}

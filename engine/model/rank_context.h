@@ -1,0 +1,32 @@
+// The tensor-parallel rank a sub-layer runs on: its slice of the model and its communicator.
+// Internal to the engine.
+#pragma once
+
+#include <vector>
+
+#include "common/base/status.h"
+#include "engine/model/shard_plan.h"
+#include "engine/parallel/communicator.h"
+
+namespace pdspark::engine {
+
+// The tensor-parallel rank running a sub-layer. Every rank of a step calls the same sub-layers
+// in the same order, and each sub-layer makes the same collectives on every rank.
+struct RankContext {
+  const ShardPlan* plan = nullptr;
+  parallel::Communicator* comm = nullptr;  // null: one rank, nothing to reduce
+  // Rank 0 appends the step's tokens to the sequence states, which all ranks share (they are
+  // replicated state: docs/tensor_parallel.md); the others read them after a barrier.
+  bool writes_cache = true;
+  // Every rank computes the cache projections and compares them bitwise with rank 0's; the first
+  // difference is stored in *replica_mismatch (the step itself goes on).
+  bool check_replicas = false;
+  Status* replica_mismatch = nullptr;
+
+  bool distributed() const { return comm != nullptr && comm->world_size() > 1; }
+};
+
+// Sums per-rank partial results over the ranks (in double: see shard_plan.h) and rounds to float.
+Status ReduceToFloat(const RankContext& ctx, std::vector<double>& partial, std::vector<float>& out);
+
+}  // namespace pdspark::engine

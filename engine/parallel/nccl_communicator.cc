@@ -1,0 +1,128 @@
+#include "engine/parallel/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdspark::parallel {
+namespace {
+
+Status NcclStatus(ncclResult_t result, const char* what) {
+  if (result == ncclSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, " failed: ", ncclGetErrorString(result)));
+}
+
+Status CudaStatus(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, " failed: ", cudaGetErrorString(error)));
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> NcclCommunicator::CreateAll(
+    int world_size) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
+  if (world_size < 1 || world_size > devices) {
+    return absl::FailedPreconditionError(absl::StrCat("NCCL tensor parallelism over ", world_size,
+                                                      " ranks needs as many GPUs; ", devices,
+                                                      " visible (check CUDA_VISIBLE_DEVICES)"));
+  }
+  std::vector<ncclComm_t> comms(world_size);
+  std::vector<int> device_ids(world_size);
+  for (int r = 0; r < world_size; ++r) device_ids[r] = r;
+  RETURN_IF_ERROR(
+      NcclStatus(ncclCommInitAll(comms.data(), world_size, device_ids.data()), "ncclCommInitAll"));
+  std::vector<std::unique_ptr<NcclCommunicator>> out;
+  for (int r = 0; r < world_size; ++r) {
+    out.push_back(
+        std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comms[r], r, world_size, r)));
+    if (out.back()->stream_ == nullptr) {
+      return absl::InternalError(absl::StrCat("cannot create a CUDA stream on GPU ", r));
+    }
+  }
+  return out;
+}
+
+StatusOr<std::string> NcclCommunicator::NewUniqueId() {
+  ncclUniqueId id;
+  RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+  return std::string(id.internal, sizeof(id.internal));
+}
+
+StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const std::string& unique_id,
+                                                                     int rank, int world_size,
+                                                                     int device) {
+  ncclUniqueId id;
+  if (unique_id.size() != sizeof(id.internal)) {
+    return absl::InvalidArgumentError(absl::StrCat("NCCL unique id must be ", sizeof(id.internal),
+                                                   " bytes, got ", unique_id.size()));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " outside [0, ", world_size, ")"));
+  }
+  std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  ncclComm_t comm;
+  RETURN_IF_ERROR(NcclStatus(ncclCommInitRank(&comm, world_size, id, rank), "ncclCommInitRank"));
+  auto out =
+      std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comm, rank, world_size, device));
+  if (out->stream_ == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot create a CUDA stream on GPU ", device));
+  }
+  return out;
+}
+
+NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int world_size, int device)
+    : comm_(comm), rank_(rank), world_size_(world_size), device_(device) {
+  cudaSetDevice(device_);
+  cudaStream_t stream;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess) stream_ = stream;
+  if (cudaMalloc(&barrier_word_, sizeof(float)) != cudaSuccess) barrier_word_ = nullptr;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  cudaSetDevice(device_);
+  if (barrier_word_) cudaFree(barrier_word_);
+  if (stream_) cudaStreamDestroy(stream_);
+  ncclCommDestroy(comm_);
+}
+
+Status NcclCommunicator::Finish(int result, const char* what) {
+  RETURN_IF_ERROR(NcclStatus(static_cast<ncclResult_t>(result), what));
+  return CudaStatus(cudaStreamSynchronize(stream_), what);
+}
+
+Status NcclCommunicator::AllReduceSum(float* data, size_t n) {
+  return Finish(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_),
+                "ncclAllReduce(float)");
+}
+
+Status NcclCommunicator::AllReduceSum(double* data, size_t n) {
+  return Finish(ncclAllReduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_),
+                "ncclAllReduce(double)");
+}
+
+Status NcclCommunicator::AllGather(const float* in, size_t n, float* out) {
+  return Finish(ncclAllGather(in, out, n, ncclFloat32, comm_, stream_), "ncclAllGather");
+}
+
+Status NcclCommunicator::Broadcast(float* data, size_t n, int root) {
+  if (root < 0 || root >= world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("Broadcast: root ", root, " out of range"));
+  }
+  return Finish(ncclBroadcast(data, data, n, ncclFloat32, root, comm_, stream_), "ncclBroadcast");
+}
+
+Status NcclCommunicator::Barrier() {
+  if (barrier_word_ == nullptr) return absl::InternalError("NCCL barrier buffer not allocated");
+  return Finish(
+      ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_),
+      "ncclAllReduce(barrier)");
+}
+
+}  // namespace pdspark::parallel
