@@ -133,16 +133,24 @@ def table(args, gamma, runs):
     return "\n".join(lines + notes) + "\n"
 
 
+def lines(args, runs):
+    """One plotted line per setting actually run: [(label, first config)], e.g. "spec 5 (= 7)"."""
+    by_setting = {}
+    for config in args.configs:
+        by_setting.setdefault(runs[(config, args.concurrency[0])][0], []).append(config)
+    return [("spec " + ran + ("".join(" (= %s)" % c for c in configs if c != ran)), configs[0])
+            for ran, configs in by_setting.items()]
+
+
 def plot(args, runs, out_dir):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for config in args.configs:
-        ran = runs[(config, args.concurrency[0])][0]
+    for label, config in lines(args, runs):
         ax.plot(args.concurrency, [runs[(config, c)][1]["output_throughput"] for c in args.concurrency],
-                marker="o", label="spec " + row_label(config, ran))
+                marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_xticks(args.concurrency, [str(c) for c in args.concurrency])
     ax.set_xlabel("client concurrency")
@@ -154,22 +162,22 @@ def plot(args, runs, out_dir):
     fig.savefig(os.path.join(out_dir, "throughput.png"), dpi=110)
     plt.close(fig)
 
-    spec = [c for c in args.configs if c != "off"]
+    spec = [(label, config) for label, config in lines(args, runs) if config != "off"]
     fig, axes = plt.subplots(1, len(args.concurrency), figsize=(4.5 * len(args.concurrency), 4),
                              squeeze=False, sharey=True)
     for ax, c in zip(axes[0], args.concurrency):
-        for config in spec:
-            ran, r = runs[(config, c)]
-            rates = r.get("spec_decode_per_position_acceptance_rates") or []
-            ax.plot(range(1, len(rates) + 1), rates, marker="o", label="spec " + row_label(config, ran))
+        for label, config in spec:
+            rates = runs[(config, c)][1].get("spec_decode_per_position_acceptance_rates") or []
+            ax.plot(range(1, len(rates) + 1), rates, marker="o", label=label)
         ax.set_title("concurrency %d" % c)
         ax.set_xlabel("draft position")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_ylim(0, 1)
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("accepted / drafts")
     if spec:
         axes[0][0].legend()
-    fig.suptitle("DSpark acceptance per draft position")
+    fig.suptitle("DSpark acceptance per draft position (accepted at k / all rounds)")
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "acceptance_per_position.png"), dpi=110)
     plt.close(fig)
