@@ -1,5 +1,7 @@
 #include "engine/serving/engine_metrics.h"
 
+#include <algorithm>
+
 #include "common/metrics/metrics.h"
 
 namespace pdspark::serving {
@@ -145,7 +147,9 @@ void EngineMetrics::SampleSpec(const SpecStats& spec) {
     increments[std::min<size_t>(n, kVerifyLengthBuckets + 1)] += static_cast<double>(rounds);
     sum += static_cast<double>(n * rounds);
   }
-  if (sum > 0 || increments[0] > 0) verify_length_->ObserveMultiple(increments, sum);
+  if (std::any_of(increments.begin(), increments.end(), [](double x) { return x != 0; })) {
+    verify_length_->ObserveMultiple(increments, sum);
+  }
 }
 
 }  // namespace pdspark::serving

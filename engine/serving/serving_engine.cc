@@ -86,10 +86,11 @@ Status ServingEngine::Submit(RequestSpec spec, RequestSink sink) {
   if (!spec.prefilled_state.empty() && spec.generated.empty()) {
     return absl::InvalidArgumentError("a prefilled request needs its first token");
   }
-  if (options_.cache_budget_bytes > 0 && CacheReservation(spec) > options_.cache_budget_bytes) {
+  if (const int64_t need = CacheReservation(spec);
+      options_.cache_budget_bytes > 0 && need > options_.cache_budget_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "request needs up to ", CacheReservation(spec), " bytes of cache, more than the whole ",
-        "cache budget of ", options_.cache_budget_bytes, " bytes (--kv-cache-memory-bytes)"));
+        "request needs up to ", need, " bytes of cache, more than the whole cache budget of ",
+        options_.cache_budget_bytes, " bytes (--kv-cache-memory-bytes)"));
   }
   auto request = std::make_unique<Active>();
   request->spec = std::move(spec);
