@@ -12,8 +12,8 @@
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_process.h"
 #include "decode_worker/decode_service.h"
-#include "decode_worker/engine_metrics.h"
 #include "absl/strings/str_cat.h"
+#include "engine/serving/engine_metrics.h"
 #include "engine/serving/proto_conversions.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/spec_settings.h"
@@ -76,6 +76,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   options.max_num_seqs = f.common.max_num_seqs;
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
+  options.cache_budget_bytes = f.common.kv_cache_memory_bytes;
   if (Status st = serving::ApplySpecSettings(f.spec_method, f.spec_tokens, f.common.model,
                                               **model, options);
       !st.ok()) {
@@ -84,6 +85,10 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   }
   serving::ServingEngine engine(std::move(model).value(), options);
   identity.max_model_len = engine.max_model_len();
+  if (Status st = engine.CheckCacheBudget(); !st.ok()) {
+    LOG_ERROR("{}", st.ToString());
+    return 2;
+  }
 
   auto metrics = std::make_shared<prometheus::Registry>();
   std::unique_ptr<transport::UcxAgent> agent;
@@ -109,7 +114,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
     receiver = std::move(made).value();
   }
   DecodeService service(&engine, receiver.get());
-  EngineMetrics engine_metrics(*metrics, &engine);
+  serving::EngineMetrics engine_metrics(*metrics, &engine, "decode");
   auto load = [&engine] { return serving::ToWorkerLoad(engine.Stats()); };
   return worker::ServeUntilSignal(f.common, identity, {&service}, load, metrics, signals);
 }

@@ -11,6 +11,7 @@
 #include "common/worker/shutdown_signal.h"
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_process.h"
+#include "engine/serving/engine_metrics.h"
 #include "engine/serving/proto_conversions.h"
 #include "engine/serving/serving_engine.h"
 #include "prefill_worker/prefill_service.h"
@@ -41,8 +42,13 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   options.max_num_seqs = f.common.max_num_seqs;
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
+  options.cache_budget_bytes = f.common.kv_cache_memory_bytes;
   serving::ServingEngine engine(std::move(model).value(), options);
   identity.max_model_len = engine.max_model_len();
+  if (Status st = engine.CheckCacheBudget(); !st.ok()) {
+    LOG_ERROR("{}", st.ToString());
+    return 2;
+  }
 
   auto agent = transport::UcxAgent::Create({f.common.ucx_tls, f.common.ucx_net_devices});
   if (!agent.ok()) {
@@ -53,6 +59,7 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   worker::KvTransferMetrics transfer_metrics(*metrics, (*agent)->TransportName());
   PrefillService service(&engine, agent->get(), identity.config_fingerprint,
                          std::chrono::milliseconds(f.transfer_timeout_ms), &transfer_metrics);
+  serving::EngineMetrics engine_metrics(*metrics, &engine, "prefill");
   auto load = [&engine] { return serving::ToWorkerLoad(engine.Stats()); };
   return worker::ServeUntilSignal(f.common, identity, {&service}, load, metrics, signals);
 }

@@ -46,6 +46,12 @@ RouterMetrics::RouterMetrics(std::string model)
                         .Labels(base).Register(*registry_).Add({});
   generation_tokens_ = &BuildCounter().Name("pdspark_generation_tokens_total")
                             .Help("generated tokens").Labels(base).Register(*registry_).Add({});
+  // Known label values start at 0, so rate() sees the series before the first event.
+  for (const char* reason :
+       {"queue_full", "too_long", "invalid", "no_worker", "unauthenticated", "rate_limited"}) {
+    rejections_->Add({{"reason", reason}});
+  }
+  for (const char* stage : {"prefill", "decode"}) retries_->Add({{"stage", stage}});
 }
 
 void RouterMetrics::RequestFinished(std::string_view status, std::string_view finish) {

@@ -10,7 +10,7 @@ packages=(
   libopenblas-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format clang-tidy
-  python3-torch python3-numpy python3-tqdm python3-grpcio python3-protobuf
+  python3-torch python3-numpy python3-tqdm python3-grpcio python3-protobuf python3-matplotlib
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
   iproute2 curl
 )

@@ -275,7 +275,8 @@ def metrics(args, outputs, dur):
     return r
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """The options of `vllm bench serve` this client supports (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backend", default="openai", choices=["openai", "vllm"])
     ap.add_argument("--base-url")
@@ -312,6 +313,11 @@ def main(argv=None):
             ap.error("--goodput wants ttft:MS tpot:MS e2el:MS, got %r" % g)
     if not os.path.isfile(args.dataset_path):
         ap.error("--dataset-path %s: no such file" % args.dataset_path)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     model = args.model
     if not model:
         with urllib.request.urlopen(args.base_url + "/v1/models", timeout=10) as r:

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/metrics/cumulative_histogram.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -15,13 +16,14 @@
 
 namespace pdspark::metrics {
 
-// Latency buckets from 1 ms to ~160 s (x2 steps): fine enough for GPU decode steps and wide
-// enough for a CPU prefill of a long prompt.
-std::vector<double> LatencyBuckets();
-// Token-count buckets 1 .. 32768 (x2 steps).
-std::vector<double> CountBuckets();
-
 // The text exposition format of everything in `registry` (for an existing HTTP handler).
-std::string Serialize(const prometheus::Registry& registry);
+// `process_labels` (e.g. model, role, worker) are added to every sample that does not carry a
+// label of the same name, so the code that registers a metric need not know whose it is.
+std::string Serialize(const prometheus::Registry& registry,
+                      const prometheus::Labels& process_labels = {});
+
+// Adds what `now` counted since `before` to `out` (created with the same bounds).
+void ExportGrowth(const CumulativeHistogram& now, const CumulativeHistogram& before,
+                  prometheus::Histogram& out);
 
 }  // namespace pdspark::metrics

@@ -45,6 +45,11 @@ KvTransferMetrics::KvTransferMetrics(prometheus::Registry& registry, const std::
       .Register(registry)
       .Add({{"transport", transport}})
       .Set(1);
+  // Every reason and outcome starts at 0, so rate() sees the series before the first event.
+  for (const char* reason : {"deadline", "peer_failed", "refused", "invalid"}) {
+    failures_.Add({{"reason", reason}});
+  }
+  for (const char* outcome : {"ok", "refused"}) handshakes_.Add({{"outcome", outcome}});
 }
 
 void KvTransferMetrics::Sent(uint64_t bytes, double seconds) {

@@ -19,6 +19,12 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
   app.add_option("--max-model-len", f.max_model_len, "0 = the config's max_position_embeddings");
   app.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens per engine step")
       ->capture_default_str();
+  app.add_option("--kv-cache-memory-bytes", f.kv_cache_memory_bytes,
+                 "cache memory budget in bytes, e.g. 512M or 2G (powers of 1024; 0 = "
+                 "unlimited): admitted requests reserve their worst case, the rest wait")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--ucx-tls", f.ucx_tls, "UCX transports for KV transfer (UCX_TLS)")
       ->capture_default_str();
   app.add_option("--ucx-net-devices", f.ucx_net_devices, "UCX_NET_DEVICES");

@@ -9,12 +9,13 @@ namespace pdspark::worker {
 
 StatusOr<std::unique_ptr<WorkerHttpServer>> WorkerHttpServer::Start(
     const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
-    std::function<bool()> ready) {
+    prometheus::Labels process_labels, std::function<bool()> ready) {
   std::unique_ptr<WorkerHttpServer> server(new WorkerHttpServer);
   server->server_ = std::make_unique<httplib::Server>();
   httplib::Server& http = *server->server_;
-  http.Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics::Serialize(*registry), "text/plain; version=0.0.4");
+  http.Get("/metrics", [registry, labels = std::move(process_labels)](const httplib::Request&,
+                                                                      httplib::Response& res) {
+    res.set_content(metrics::Serialize(*registry, labels), "text/plain; version=0.0.4");
   });
   http.Get("/live", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");

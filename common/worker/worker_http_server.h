@@ -1,6 +1,7 @@
 // The small HTTP side of a worker, on --metrics-port: GET /metrics (Prometheus text),
 // GET /live (the process is up) and GET /ready (200 only when `ready()` says so: registered
-// with a router and transport validated). Kubernetes probes and Prometheus use it.
+// with a router and transport validated). Kubernetes probes and Prometheus use it. Every
+// sample carries `process_labels` (model, role, worker).
 #pragma once
 
 #include <functional>
@@ -21,7 +22,7 @@ class WorkerHttpServer {
  public:
   static StatusOr<std::unique_ptr<WorkerHttpServer>> Start(
       const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
-      std::function<bool()> ready);
+      prometheus::Labels process_labels, std::function<bool()> ready);
   ~WorkerHttpServer();
   int port() const { return port_; }
 

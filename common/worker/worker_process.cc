@@ -47,13 +47,14 @@ int ServeUntilSignal(const WorkerFlags& f, const WorkerIdentity& identity,
   RegistryClient registry(routers, registration, std::move(load), f.tls);
   registry.Start();
 
+  const char* role = identity.role == v1::WORKER_ROLE_PREFILL ? "prefill" : "decode";
   auto http = WorkerHttpServer::Start(f.host, f.metrics_port, metrics,
+                                      {{"model", f.model}, {"role", role}, {"worker", address}},
                                       [&] { return routers.empty() || registry.registered(); });
   if (!http.ok()) {
     LOG_ERROR("{}", http.status().ToString());
     return 1;
   }
-  const char* role = identity.role == v1::WORKER_ROLE_PREFILL ? "prefill" : "decode";
   LOG_INFO("{} worker listening grpc={} metrics={}:{} incarnation={}", role, address, f.host,
            (*http)->port(), identity.incarnation_id);
 

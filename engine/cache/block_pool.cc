@@ -38,9 +38,9 @@ int64_t BlockPool::blocks_reserved() const {
   return in_use_ + static_cast<int64_t>(free_.size());
 }
 
-BlockPool& CachePools::ForWidth(int64_t width) {
+BlockPool& CachePools::ForGroup(const std::string& group, int64_t width) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto& pool = pools_[width];
+  auto& pool = pools_[{group, width}];
   if (!pool) pool = std::make_unique<BlockPool>(width, block_rows_);
   return *pool;
 }
@@ -57,6 +57,13 @@ int64_t CachePools::blocks_in_use() const {
   int64_t total = 0;
   for (const auto& [width, pool] : pools_) total += pool->blocks_in_use();
   return total;
+}
+
+std::map<std::string, int64_t> CachePools::BytesInUseByGroup() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<std::string, int64_t> bytes;
+  for (const auto& [key, pool] : pools_) bytes[key.first] += pool->bytes_in_use();
+  return bytes;
 }
 
 }  // namespace pdspark::engine

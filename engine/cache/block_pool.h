@@ -6,6 +6,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace pdspark::engine {
@@ -35,20 +37,23 @@ class BlockPool {
   int64_t in_use_ = 0;
 };
 
-// The pools of one model, keyed by row width; `block_rows` rows per block (default 256: a
-// block of a per-token group covers 256 tokens, one of a ratio-r group 256 compressed entries).
+// The pools of one model, one per cache group (CacheGroupSpec::name) and row width, so memory
+// is accounted per group; `block_rows` rows per block (default 256: a block of a per-token
+// group covers 256 tokens, one of a ratio-r group 256 compressed entries).
 class CachePools {
  public:
   explicit CachePools(int64_t block_rows = 256) : block_rows_(block_rows) {}
-  BlockPool& ForWidth(int64_t width);
+  BlockPool& ForGroup(const std::string& group, int64_t width);
   int64_t block_rows() const { return block_rows_; }
   int64_t bytes_in_use() const;
   int64_t blocks_in_use() const;
+  // Bytes in use per group name.
+  std::map<std::string, int64_t> BytesInUseByGroup() const;
 
  private:
   const int64_t block_rows_;
   mutable std::mutex mutex_;
-  std::map<int64_t, std::unique_ptr<BlockPool>> pools_;
+  std::map<std::pair<std::string, int64_t>, std::unique_ptr<BlockPool>> pools_;
 };
 
 }  // namespace pdspark::engine

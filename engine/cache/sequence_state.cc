@@ -24,7 +24,7 @@ SequenceState::SequenceState(const CacheLayout* layout, CachePools* pools) : lay
   groups_.resize(layout->layers.size());
   for (size_t l = 0; l < layout->layers.size(); ++l) {
     for (const auto& spec : layout->layers[l].groups) {
-      groups_[l].emplace_back(&pools->ForWidth(spec.width));
+      groups_[l].emplace_back(&pools->ForGroup(spec.name, spec.width));
     }
   }
 }

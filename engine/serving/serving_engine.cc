@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "engine/cache/cache_budget.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/speculative_acceptance.h"
 
@@ -23,6 +24,8 @@ struct ServingEngine::Active {
   int64_t generated = 0;
   bool started = false;
   bool done = false;
+  Clock::time_point submitted = Clock::now();
+  int64_t reserved_bytes = 0;  // of the cache budget, from admission to MarkDone
   SpecStats spec_stats;
   // DSpark: the drafter context of the first drafter_state->num_positions() tokens, and this
   // round's drafts with the distributions they were drawn from (empty rows when greedy).
@@ -42,6 +45,8 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
   for (int64_t id : model_->config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
   if (eos_ids_.empty()) eos_ids_.push_back(static_cast<int32_t>(model_->config().eos_token_id));
   if (SpecEnabled() && options_.spec_auto && options_.spec_auto_profile) ProfileSteps();
+  if (SpecEnabled()) drafter_state_bytes_ = options_.drafter->NewState()->bytes();
+  stats_.cache_capacity_bytes = options_.cache_budget_bytes;
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -80,6 +85,12 @@ Status ServingEngine::Submit(RequestSpec spec, RequestSink sink) {
   }
   if (!spec.prefilled_state.empty() && spec.generated.empty()) {
     return absl::InvalidArgumentError("a prefilled request needs its first token");
+  }
+  if (const int64_t need = CacheReservation(spec);
+      options_.cache_budget_bytes > 0 && need > options_.cache_budget_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request needs up to ", need, " bytes of cache, more than the whole cache budget of ",
+        options_.cache_budget_bytes, " bytes (--kv-cache-memory-bytes)"));
   }
   auto request = std::make_unique<Active>();
   request->spec = std::move(spec);
@@ -134,6 +145,15 @@ void ServingEngine::Loop() {
         running_.push_back(std::move(*it));  // finished below like a running one
         waiting_.erase(it);
       }
+      // A request waiting for cache still ends by its deadline (failed below).
+      for (auto it = waiting_.begin(); it != waiting_.end();) {
+        if (Clock::now() < (*it)->spec.deadline) {
+          ++it;
+          continue;
+        }
+        running_.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      }
       AdmitLocked();
     }
     const auto now = Clock::now();
@@ -162,6 +182,15 @@ void ServingEngine::AdmitLocked() {
   int64_t active = 0;
   for (const auto& r : running_) active += r->done ? 0 : 1;
   while (!waiting_.empty() && active < options_.max_num_seqs) {
+    Active& next = *waiting_.front();
+    const int64_t need = CacheReservation(next.spec);
+    // First come, first served: the head of the queue waits for cache, nobody overtakes it.
+    if (options_.cache_budget_bytes > 0 &&
+        stats_.cache_bytes_reserved + need > options_.cache_budget_bytes) {
+      break;
+    }
+    next.reserved_bytes = need;
+    stats_.cache_bytes_reserved += need;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     ++active;
@@ -189,6 +218,7 @@ Status ServingEngine::StartRequest(Active& request) {
   }
   if (SpecEnabled() && !spec.prefill_only) {
     request.drafter_state = options_.drafter->NewState();
+    ++live_drafter_states_;
     if (!spec.prefilled_state.empty()) RETURN_IF_ERROR(RebuildDrafterContext(request));
   }
   request.tokens = spec.prompt;
@@ -405,6 +435,7 @@ std::vector<ServingEngine::Active*> ServingEngine::PlanStep(
 }
 
 void ServingEngine::RunStep() {
+  const auto step_start = Clock::now();
   std::vector<engine::StepInput> inputs;
   std::vector<std::vector<int32_t>> chunks;
   chunks.reserve(running_.size());
@@ -449,6 +480,8 @@ void ServingEngine::RunStep() {
   }
   std::lock_guard lock(mu_);
   ++stats_.steps;
+  stats_.step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
+  stats_.batch_size.Observe(static_cast<double>(planned.size()));
 }
 
 void ServingEngine::AfterStep(Active& request, const float* logits_row, bool /*logits_valid*/) {
@@ -473,11 +506,20 @@ void ServingEngine::Emit(Active& request, std::vector<int32_t> emitted,
   RequestEvent event;
   event.tokens = emitted;
   if (request.spec.prefill_only) event.state = request.state->Serialize();
+  const bool first_token_here =
+      request.spec.prefilled_state.empty() &&
+      request.generated == static_cast<int64_t>(request.spec.generated.size());
   request.tokens.insert(request.tokens.end(), emitted.begin(), emitted.end());
   request.generated += static_cast<int64_t>(emitted.size());
   {
     std::lock_guard lock(mu_);
     stats_.generated_tokens += static_cast<int64_t>(emitted.size());
+    if (first_token_here) {  // this engine computed the prompt (and any replayed tokens)
+      stats_.prefill_seconds.Observe(
+          std::chrono::duration<double>(Clock::now() - request.submitted).count());
+      stats_.prompt_tokens +=
+          static_cast<int64_t>(request.spec.prompt.size() + request.spec.generated.size());
+    }
   }
   if (reason == sampling::FinishReason::kNone && !request.spec.prefill_only) {
     request.sink(event);
@@ -558,13 +600,15 @@ void ServingEngine::AfterVerify(Active& r, const float* logits) {
 void ServingEngine::MarkDone(Active& request) {
   request.done = true;
   request.state.reset();  // frees its cache blocks before the sink learns it is done
+  if (request.drafter_state) --live_drafter_states_;
   request.drafter_state.reset();
   std::lock_guard lock(mu_);
   known_ids_.erase(request.spec.id);  // Cancel() of a finished request now answers false
+  stats_.cache_bytes_reserved -= request.reserved_bytes;
+  request.reserved_bytes = 0;
   // Stats() must show the freed cache by the time the sink hears the request is done (a
   // caller that checks cache usage right after its final event would otherwise race the loop).
-  stats_.cache_bytes_in_use = model_->pools().bytes_in_use();
-  stats_.cache_blocks_in_use = model_->pools().blocks_in_use();
+  UpdateCacheStatsLocked();
 }
 
 void ServingEngine::Finish(Active& request, Outcome outcome, sampling::FinishReason reason,
@@ -585,8 +629,46 @@ void ServingEngine::ReapFinished() {
   std::lock_guard lock(mu_);
   std::erase_if(running_, [](const auto& r) { return r->done; });
   stats_.running = static_cast<int64_t>(running_.size());
+  UpdateCacheStatsLocked();
+}
+
+void ServingEngine::UpdateCacheStatsLocked() {
   stats_.cache_bytes_in_use = model_->pools().bytes_in_use();
   stats_.cache_blocks_in_use = model_->pools().blocks_in_use();
+  stats_.cache_bytes_by_group = model_->pools().BytesInUseByGroup();
+  if (drafter_state_bytes_ > 0) {
+    stats_.cache_bytes_by_group["drafter"] = live_drafter_states_ * drafter_state_bytes_;
+  }
+}
+
+int64_t ServingEngine::CacheBytesFor(int64_t tokens, bool drafting) const {
+  // A verify round feeds block_size + 1 tokens even when that exceeds max_batch_tokens.
+  const int64_t step_tokens = std::max<int64_t>(
+      options_.max_batch_tokens, options_.drafter ? options_.drafter->block_size() + 1 : 1);
+  const int64_t pools = engine::TotalBytes(engine::SequenceBytesBound(
+      model_->cache_layout(), model_->pools().block_rows(), tokens, step_tokens));
+  return pools + (drafting ? drafter_state_bytes_ : 0);
+}
+
+Status ServingEngine::CheckCacheBudget() const {
+  const int64_t need = CacheBytesFor(max_model_len_, SpecEnabled());
+  if (options_.cache_budget_bytes == 0 || need <= options_.cache_budget_bytes) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kv-cache-memory-bytes ", options_.cache_budget_bytes,
+                   " cannot hold one sequence of ", "--max-model-len ", max_model_len_,
+                   " tokens (needs ", need, " bytes): raise the budget or lower --max-model-len"));
+}
+
+// The most tokens the request's state can hold: the prompt alone for a prefill, else the
+// prompt plus max_tokens (drafts are clamped to both limits), capped by the model length.
+int64_t ServingEngine::CacheReservation(const RequestSpec& spec) const {
+  const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
+  if (spec.prefill_only) return CacheBytesFor(prompt, false);
+  const int64_t generated =
+      std::max<int64_t>(spec.sampling.max_tokens, static_cast<int64_t>(spec.generated.size()));
+  return CacheBytesFor(std::min(prompt + generated, max_model_len_), SpecEnabled());
 }
 
 }  // namespace pdspark::serving

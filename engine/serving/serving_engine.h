@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/metrics/cumulative_histogram.h"
 #include "engine/dspark/drafter.h"
 #include "engine/model/model.h"
 #include "engine/serving/request.h"
@@ -42,6 +43,10 @@ struct ServingOptions {
   // false: no startup profile, every step costs the same (verify whatever clears the survival
   // floor); tests use it to exercise the schedule independently of machine timing.
   bool spec_auto_profile = true;
+  // Cache memory budget in bytes (--kv-cache-memory-bytes; 0 = unlimited). A request is
+  // admitted only when its worst-case cache (CacheBytesFor its prompt + max_tokens) fits next to
+  // the reservations of the requests already admitted; until then it waits in the queue.
+  int64_t cache_budget_bytes = 0;
 };
 
 struct ServingStats {
@@ -52,6 +57,19 @@ struct ServingStats {
   int64_t steps = 0;
   int64_t generated_tokens = 0;
   SpecStats spec;  // all requests' speculative rounds since start
+
+  // Cache accounting for the metrics (docs/metrics.md): bytes held per cache group (the DSpark
+  // context rings as "drafter"), the budget (0 = unlimited) and the worst-case bytes reserved
+  // by admitted requests, which is what makes new requests wait.
+  std::map<std::string, int64_t> cache_bytes_by_group;
+  int64_t cache_capacity_bytes = 0;
+  int64_t cache_bytes_reserved = 0;
+  // Every step (drafting, the forward, sampling): its wall time and the sequences in it.
+  metrics::CumulativeHistogram step_seconds{metrics::LatencyBuckets()};
+  metrics::CumulativeHistogram batch_size{metrics::CountBuckets()};
+  // Requests whose prompt this engine computed: submission to first token, and the tokens.
+  metrics::CumulativeHistogram prefill_seconds{metrics::LatencyBuckets()};
+  int64_t prompt_tokens = 0;
 };
 
 class ServingEngine {
@@ -65,6 +83,12 @@ class ServingEngine {
   // Cancels a queued or running request; its sink gets a final kCancelled event.
   bool Cancel(const std::string& id);
   ServingStats Stats() const;
+  // Worst-case cache bytes of a sequence of `tokens` tokens (a drafting one also holds a DSpark
+  // context ring): what admission reserves against ServingOptions::cache_budget_bytes.
+  int64_t CacheBytesFor(int64_t tokens, bool drafting) const;
+  // Fails (naming the flags) when the cache budget cannot hold one request of the maximum
+  // model length, which would otherwise be refused at Submit; workers check it at startup.
+  Status CheckCacheBudget() const;
 
   const engine::Model& model() const { return *model_; }
   int64_t max_model_len() const { return max_model_len_; }
@@ -93,6 +117,8 @@ class ServingEngine {
               std::string error);
   void MarkDone(Active& request);
   void ReapFinished();
+  int64_t CacheReservation(const RequestSpec& spec) const;
+  void UpdateCacheStatsLocked();
   Status StartRequest(Active& request);
 
   std::unique_ptr<engine::Model> model_;
@@ -113,6 +139,8 @@ class ServingEngine {
   std::vector<std::pair<int64_t, double>> step_profile_;  // (batch rows, seconds), ascending
   int64_t auto_skip_steps_ = 0;  // auto: steps left without drafting after an all-zero choice
   int64_t auto_backoff_ = 0;     // auto: current skip length (0 after a useful round)
+  int64_t drafter_state_bytes_ = 0;  // one request's DSpark context ring
+  int64_t live_drafter_states_ = 0;
   std::thread loop_;
 };
 

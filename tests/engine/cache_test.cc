@@ -10,7 +10,7 @@ namespace {
 TEST(PagedRows, AppendTruncateRelease) {
   CachePools pools(4);
   {
-    PagedRows rows(&pools.ForWidth(2));
+    PagedRows rows(&pools.ForGroup("g", 2));
     for (int i = 0; i < 10; ++i) {
       float* r = rows.Append();
       r[0] = i;
@@ -33,12 +33,12 @@ TEST(PagedRows, AppendTruncateRelease) {
 
 TEST(PagedRows, SerialiseRoundTripKeepsLogicalIndices) {
   CachePools pools(4);
-  PagedRows rows(&pools.ForWidth(3));
+  PagedRows rows(&pools.ForGroup("g", 3));
   for (int i = 0; i < 11; ++i) rows.Append()[2] = static_cast<float>(i);
   rows.ReleaseBelow(5);
   std::string bytes;
   rows.AppendTo(bytes);
-  PagedRows copy(&pools.ForWidth(3));
+  PagedRows copy(&pools.ForGroup("g", 3));
   size_t offset = 0;
   ASSERT_TRUE(copy.ReadFrom(bytes, offset).ok());
   EXPECT_EQ(offset, bytes.size());

@@ -203,6 +203,11 @@ func checkDashboard(p *problems, dashboardPath, metricsDoc, rulesPath string) {
 		"pdspark_cache_usage_ratio", "pdspark_kv_transfer_bytes_total", "pdspark_kv_transfer_seconds_bucket",
 		"pdspark_kv_transfer_failures_total", "pdspark_kv_transfer_stalls_total", "pdspark_workers",
 		"pdspark_queue_depth", "pdspark_rejections_total",
+		"pdspark_decode_step_seconds_bucket", "pdspark_decode_batch_size_sum",
+		"pdspark_prefill_seconds_bucket", "pdspark_prefill_prompt_tokens_total",
+		"pdspark_prefill_waiting_requests", "pdspark_decode_waiting_requests",
+		"pdspark_cache_reserved_bytes", "pdspark_kv_active_reservations",
+		"pdspark_kv_expired_leases_total", "pdspark_kv_link_handshakes_total", "pdspark_transport_info",
 	} {
 		if !strings.Contains(all2, need) {
 			p.add("dashboard has no panel using %s", need)

@@ -10,39 +10,11 @@
 #include "engine/sampling/sampler.h"
 #include "engine/serving/state_size.h"
 #include "gtest/gtest.h"
+#include "tests/engine/serving/golden_requests.h"
 #include "tests/engine/serving/request_collector.h"
 
 namespace pdspark::serving {
 namespace {
-
-const std::string kModelDir = std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a";
-
-std::unique_ptr<engine::Model> LoadModel() {
-  engine::ModelOptions options;
-  options.show_progress = false;
-  auto model = engine::Model::Load(kModelDir, options);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return std::move(model).value();
-}
-
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back((i * 37 + salt * 101 + 5) % 1024);
-  return ids;
-}
-
-RequestSpec Spec(std::string id, std::vector<int32_t> prompt, int max_tokens,
-                 float temperature = 0.f, std::optional<uint64_t> seed = std::nullopt) {
-  RequestSpec spec;
-  spec.id = std::move(id);
-  spec.prompt = std::move(prompt);
-  spec.sampling.temperature = temperature;
-  spec.sampling.max_tokens = max_tokens;
-  spec.sampling.ignore_eos = true;
-  spec.sampling.seed = seed;
-  return spec;
-}
 
 std::vector<int32_t> RunOne(ServingEngine& engine, RequestSpec spec) {
   RequestCollector c;
