@@ -83,6 +83,17 @@ int main(int argc, char** argv) {
   app.add_option("--reservation-lease-ms", lease_ms,
                  "decode-side reservation lease while the prefill worker delivers")
       ->capture_default_str();
+  int64_t prefill_attempt_timeout_ms = 30000;
+  app.add_option("--max-attempts", options.max_attempts,
+                 "prefill workers and decode workers tried per request before it fails "
+                 "(retries and migrations, docs/reliability.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  app.add_option("--prefill-attempt-timeout-ms", prefill_attempt_timeout_ms,
+                 "stall timer of one prefill call (prefill + KV transfer); past it another "
+                 "prefill worker is tried")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86'400'000));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   // Security: docs/reliability.md "Security".
@@ -133,6 +144,7 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   options.default_timeout = std::chrono::seconds(timeout_s);
   options.reservation_lease = std::chrono::milliseconds(lease_ms);
+  options.prefill_attempt_timeout = std::chrono::milliseconds(prefill_attempt_timeout_ms);
   options.model_path = model_dir;
   options.model_name = served_name.empty() ? model_dir : served_name;
   if (max_model_len > 0) {

@@ -20,8 +20,8 @@ ApiError TooLong(const std::string& param, uint32_t max_model_len, uint32_t prom
                  uint32_t completion) {
   return ApiError{400,
                   absl::StrCat("This model's maximum context length is ", max_model_len,
-                               " tokens. However, you requested ", prompt + completion,
-                               " tokens (", prompt, " in the prompt, ", completion,
+                               " tokens. However, you requested ", prompt + completion, " tokens (",
+                               prompt, " in the prompt, ", completion,
                                " for the completion). Please reduce the length of the prompt "
                                "or completion."),
                   "invalid_request_error", param, "context_length_exceeded"};
@@ -65,6 +65,11 @@ std::string_view OutcomeStatus(const GenerateOutcome& outcome) {
   return "ok";
 }
 
+ApiError DeadlineError() {
+  return ApiError{504, "the request did not finish before its deadline", "timeout", "",
+                  "deadline_exceeded"};
+}
+
 int64_t UnixMicros(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
 }
@@ -94,8 +99,9 @@ struct RequestHandler::Attempt {
   std::unique_ptr<StreamDetokenizer> detokenizer;
   std::unique_ptr<StopMatcher> stops;
   uint32_t generated = 0;
-  uint32_t attempts = 0;  // decode calls made, for RequestContext.attempt
+  uint32_t attempts = 0;      // decode calls made, for RequestContext.attempt
   std::vector<uint32_t> ids;  // every token delivered so far
+  RequestLifecycle life{{}};  // docs/reliability.md
   bool first_sent = false;
   double ttft_s = 0;
   Steady::time_point last_chunk;
@@ -129,8 +135,7 @@ std::variant<std::unique_ptr<AdmittedRequest>, ApiError> RequestHandler::Admit(
     GenerateInput input) {
   if (draining_.load()) {
     metrics_->RequestFinished("rejected", "");
-    return ApiError{503, "the router is shutting down", "service_unavailable", "",
-                    "shutting_down"};
+    return ApiError{503, "the router is shutting down", "service_unavailable", "", "shutting_down"};
   }
   auto ticket = admission_->TryAdmit();
   if (ticket == nullptr) {
@@ -224,6 +229,7 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
   metrics_->prompt_tokens().Increment(request.prompt_tokens());
 
   Attempt state;
+  state.life = RequestLifecycle(request.deadline_);
   state.detokenizer = codec_->NewDetokenizer(request.input_.sampling.skip_special_tokens);
   state.stops = std::make_unique<StopMatcher>(request.input_.sampling.stop,
                                               request.input_.sampling.include_stop_str_in_output);
@@ -232,34 +238,85 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
   WorkerSnapshot worker = request.assignment_.decode;
   std::string reservation;
   bool done = false;
-  if (request.assignment_.prefill &&
-      request.prompt_tokens() >= options_.disagg_min_prompt_tokens) {
-    switch (RunPrefill(request, *request.assignment_.prefill, worker, *live, observer, state,
-                       outcome, &reservation)) {
-      case PrefillResult::kReady:
-        break;
-      case PrefillResult::kFallback:
-        reservation.clear();
-        break;
-      case PrefillResult::kDone:
+  // Prefill stage: bounded attempts on distinct prefill workers; each failed or stalled one
+  // released its reservation first, so nothing is held on the decode side between attempts.
+  if (request.assignment_.prefill && request.prompt_tokens() >= options_.disagg_min_prompt_tokens) {
+    WorkerSnapshot prefill = *request.assignment_.prefill;
+    std::vector<std::string> failed_prefill;
+    for (uint32_t attempt = 0; !done; ++attempt) {
+      const PrefillResult result =
+          RunPrefill(request, prefill, worker, *live, observer, state, outcome, &reservation);
+      if (result == PrefillResult::kReady) break;
+      if (result == PrefillResult::kDone) {
         done = true;
         break;
+      }
+      reservation.clear();
+      if (result == PrefillResult::kFallback) break;
+      // kRetry: another prefill worker, else the decode worker prefills itself.
+      metrics_->Retried("prefill");
+      failed_prefill.push_back(prefill.worker_id);
+      if (attempt + 1 >= options_.max_attempts) break;
+      std::optional<WorkerSnapshot> next =
+          scheduler_->PickPrefill(request.input_.prompt_ids, failed_prefill);
+      if (!next) break;
+      LOG_WARN("prefill retried request={} failed_worker={} new_worker={}", request.request_id_,
+               prefill.worker_id, next->worker_id);
+      prefill = std::move(*next);
     }
   }
-  // One retry on another worker, only when the first failed before producing any token (so the
-  // client has seen nothing and the retry is invisible).
-  if (!done && !RunAttempt(request, worker, reservation, *live, observer, state, outcome)) {
-    StatusOr<Assignment> other =
-        scheduler_->Pick(request.input_.prompt_ids, worker.worker_id);
-    if (other.ok() && !live->IsCancelled()) {
+  // Decode stage: a worker that fails before any token is retried on another one; one that
+  // fails mid-stream is replaced by migration: the new worker prefills prompt + the tokens the
+  // client has already seen (replaying their sampler draws, so a seeded stream stays the same)
+  // and continues from there. Bounded by max_attempts decode workers in all.
+  std::vector<std::string> failed_decode;
+  while (!done) {
+    if (state.life.Expired()) {
+      if (!reservation.empty()) SendRelease(worker, reservation);
+      outcome.finish = ApiFinishReason::kError;
+      outcome.error = DeadlineError();
+      break;
+    }
+    if (RunAttempt(request, worker, reservation, *live, observer, state, outcome)) break;
+    reservation.clear();  // taken (or dropped) by the failed worker
+    failed_decode.push_back(worker.worker_id);
+    StatusOr<Assignment> other = absl::UnavailableError("attempts exhausted");
+    if (failed_decode.size() < options_.max_attempts && !live->IsCancelled()) {
+      other = scheduler_->Pick(request.input_.prompt_ids, worker.worker_id);
+      // Pick skips only the last failed worker; a worker that failed earlier is not reused.
+      if (other.ok() && std::find(failed_decode.begin(), failed_decode.end(),
+                                  other->decode.worker_id) != failed_decode.end()) {
+        other = absl::UnavailableError("no other healthy decode worker");
+      }
+    }
+    if (!other.ok()) {
+      LOG_WARN("request failed request={} decode_attempts={} reason={}", request.request_id_,
+               failed_decode.size(), std::string(other.status().message()));
+      outcome.finish = ApiFinishReason::kError;  // outcome.error: the last worker's failure
+      if (failed_decode.size() > 1 && outcome.error) {
+        outcome.error->message = absl::StrCat(outcome.error->message, " (after ",
+                                              failed_decode.size(), " decode workers)");
+      }
+      break;
+    }
+    if (state.generated > 0) {
+      LOG_WARN("request migrated request={} failed_worker={} new_worker={} replayed_tokens={}",
+               request.request_id_, worker.worker_id, other->decode.worker_id, state.generated);
+      metrics_->Migrated();
+    } else {
       LOG_WARN("request retried request={} failed_worker={} new_worker={}", request.request_id_,
                worker.worker_id, other->decode.worker_id);
       metrics_->Retried("decode");
-      worker = other->decode;
-      outcome.error.reset();
-      RunAttempt(request, worker, "", *live, observer, state, outcome);
     }
+    state.life.Enter(RequestState::kQueued);
+    worker = other->decode;
+    outcome.error.reset();
+    outcome.finish = ApiFinishReason::kNone;
   }
+  state.life.Enter(outcome.finish == ApiFinishReason::kAbort ? RequestState::kCancelled
+                   : outcome.error || outcome.finish == ApiFinishReason::kError
+                       ? RequestState::kFailed
+                       : RequestState::kDone);
   outcome.decode_worker = worker.worker_id;
 
   // The text held back for a possible stop string (or a partial character) goes out at the end.
@@ -297,11 +354,11 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   call.mutable_prompt_token_ids()->Assign(request.input_.prompt_ids.begin(),
                                           request.input_.prompt_ids.end());
   *call.mutable_sampling() = ToProto(request.input_.sampling, request.max_tokens_);
-  if (!reservation.empty()) {
-    // Continue from the state the prefill worker pushed; the first token already went out.
-    call.set_reservation_id(reservation);
-    call.mutable_generated_token_ids()->Assign(state.ids.begin(), state.ids.end());
-  }
+  // Continue from the state the prefill worker pushed (the first token already went out), or
+  // after a migration from the tokens the client has seen, which this worker prefills again.
+  if (!reservation.empty()) call.set_reservation_id(reservation);
+  call.mutable_generated_token_ids()->Assign(state.ids.begin(), state.ids.end());
+  state.life.Enter(RequestState::kDecoding);
   {
     std::lock_guard<std::mutex> lock(live.mu);
     if (live.cancelled) {
@@ -325,8 +382,8 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
       break;
     }
     bool stopped = false;
-    if (!Deliver(response.token_ids().data(), response.token_ids_size(), request, state,
-                 observer, outcome, &stopped)) {
+    if (!Deliver(response.token_ids().data(), response.token_ids_size(), request, state, observer,
+                 outcome, &stopped)) {
       live.Cancel();
       break;
     }
@@ -359,8 +416,8 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
       (!status.ok() && std::chrono::system_clock::now() >= request.deadline_)) {
     outcome.finish = ApiFinishReason::kError;
-    outcome.error = ApiError{504, "the request did not finish before its deadline", "timeout",
-                             "", "deadline_exceeded"};
+    outcome.error = ApiError{504, "the request did not finish before its deadline", "timeout", "",
+                             "deadline_exceeded"};
     SendCancel(worker, request.request_id_);
     return true;
   }
@@ -372,11 +429,11 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   LOG_WARN("decode call failed request={} worker={} code={} message={}", request.request_id_,
            worker.worker_id, static_cast<int>(status.error_code()), status.error_message());
   outcome.finish = ApiFinishReason::kError;
-  outcome.error = ApiError{502, absl::StrCat("decode worker ", worker.worker_id,
-                                             " failed: ", status.error_message()),
-                           "server_error", "", "worker_failed"};
-  if (state.generated != 0) return true;
-  outcome.finish = ApiFinishReason::kNone;  // nothing reached the client: retryable
+  outcome.error = ApiError{
+      502, absl::StrCat("decode worker ", worker.worker_id, " failed: ", status.error_message()),
+      "server_error", "", "worker_failed"};
+  // Retryable (nothing reached the client) or migratable (the rest continues elsewhere).
+  outcome.finish = ApiFinishReason::kNone;
   return false;
 }
 
@@ -414,15 +471,22 @@ bool RequestHandler::Deliver(const uint32_t* ids, size_t n, AdmittedRequest& req
   return observer.OnChunk(chunk);
 }
 
-RequestHandler::PrefillResult RequestHandler::RunPrefill(
-    AdmittedRequest& request, const WorkerSnapshot& prefill, const WorkerSnapshot& decode,
-    Live& live, StreamObserver& observer, Attempt& state, GenerateOutcome& outcome,
-    std::string* reservation) {
+RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& request,
+                                                         const WorkerSnapshot& prefill,
+                                                         const WorkerSnapshot& decode, Live& live,
+                                                         StreamObserver& observer, Attempt& state,
+                                                         GenerateOutcome& outcome,
+                                                         std::string* reservation) {
   const std::string policy(SchedulingPolicyName(scheduler_->prefill_policy()));
   metrics_->SchedulingDecision(policy, "prefill", "chosen");
   v1::RequestContext context;
   context.set_request_id(request.request_id_);
   context.set_deadline_unix_us(UnixMicros(request.deadline_));
+  if (state.life.Expired()) {
+    outcome.finish = ApiFinishReason::kError;
+    outcome.error = DeadlineError();
+    return PrefillResult::kDone;
+  }
 
   // 1. Cache on the decode worker, leased until the prefill side delivers.
   v1::ReserveRequest reserve;
@@ -433,8 +497,8 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(
   v1::ReserveResponse reserved;
   {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::min(request.deadline_,
-                              std::chrono::system_clock::now() + options_.reservation_lease));
+    ctx.set_deadline(
+        std::min(request.deadline_, std::chrono::system_clock::now() + options_.reservation_lease));
     grpc::Status status = v1::DecodeWorker::NewStub(channels_->Get(decode.address))
                               ->Reserve(&ctx, reserve, &reserved);
     if (!status.ok()) {
@@ -444,6 +508,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(
     }
   }
   *reservation = reserved.reservation_id();
+  state.life.Enter(RequestState::kReserved);
 
   // 2. Prefill: the worker pushes the state into the reservation and samples the first token.
   v1::PrefillRequest call;
@@ -454,8 +519,12 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(
   call.set_decode_address(decode.address);
   call.set_reservation_id(*reservation);
   call.set_transfer_descriptor(reserved.transfer_descriptor());
+  // The stall timer: a prefill worker that is stopped, partitioned or wedged mid-transfer
+  // never ends the stream by itself.
+  const auto attempt_deadline = std::chrono::system_clock::now() + options_.prefill_attempt_timeout;
   grpc::ClientContext ctx;
-  ctx.set_deadline(request.deadline_);
+  ctx.set_deadline(std::min(request.deadline_, attempt_deadline));
+  state.life.Enter(RequestState::kPrefilling);
   {
     std::lock_guard<std::mutex> lock(live.mu);
     live.downstream = live.cancelled ? nullptr : &ctx;
@@ -473,6 +542,10 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(
     if (progress.stage() == v1::PrefillProgress::STAGE_FAILED) {
       failure = progress.error().empty() ? "STAGE_FAILED" : progress.error();
       break;
+    }
+    if (progress.stage() == v1::PrefillProgress::STAGE_LAYER_SENT &&
+        state.life.state() == RequestState::kPrefilling) {
+      state.life.Enter(RequestState::kTransferring);
     }
   }
   if (!completed) ctx.TryCancel();
@@ -497,17 +570,21 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(
   }
   if (!completed) {
     give_up();
-    if (std::chrono::system_clock::now() >= request.deadline_) {
+    if (state.life.Expired()) {
       outcome.finish = ApiFinishReason::kError;
-      outcome.error = ApiError{504, "the request did not finish before its deadline", "timeout",
-                               "", "deadline_exceeded"};
+      outcome.error = DeadlineError();
       return PrefillResult::kDone;
     }
-    LOG_WARN("prefill failed, prefilling on the decode worker request={} worker={} error={}",
-             request.request_id_, prefill.worker_id, failure);
-    metrics_->Retried("prefill");
-    return PrefillResult::kFallback;
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      failure = absl::StrCat("stalled for ", options_.prefill_attempt_timeout.count(),
+                             " ms in stage ", std::string(RequestStateName(state.life.state())));
+    }
+    LOG_WARN("prefill attempt failed request={} worker={} error={}", request.request_id_,
+             prefill.worker_id, failure);
+    state.life.Enter(RequestState::kQueued);
+    return PrefillResult::kRetry;
   }
+  state.life.Enter(RequestState::kTransferring);  // completed: the state is on the decode side
 
   // 3. The first token goes to the client now; decode continues after it.
   const uint32_t first = progress.first_token_id();

@@ -24,6 +24,7 @@
 #include "pdspark/v1/worker.grpc.pb.h"
 #include "router/admission_control.h"
 #include "router/openai_protocol.h"
+#include "router/request_state.h"
 #include "router/router_metrics.h"
 #include "router/scheduler.h"
 #include "router/text_codec.h"
@@ -102,6 +103,13 @@ class RequestHandler {
     uint32_t disagg_min_prompt_tokens = 0;
     // Lease of a decode-side reservation the prefill worker has not delivered into yet.
     std::chrono::milliseconds reservation_lease{30'000};
+    // Calls per stage before the request fails (docs/reliability.md): prefill attempts on
+    // distinct prefill workers, decode attempts (retries and migrations) on distinct decode
+    // workers.
+    uint32_t max_attempts = 3;
+    // Stall timer of one prefill call (prefill + KV transfer + first token): past it the
+    // prefill worker is presumed stuck, the reservation is released and another one is tried.
+    std::chrono::milliseconds prefill_attempt_timeout{30'000};
   };
 
   RequestHandler(Options options, Scheduler* scheduler, AdmissionController* admission,
@@ -127,7 +135,10 @@ class RequestHandler {
   struct Live;  // a request between Admit and its end: what cancellation needs
   struct Attempt;
 
-  enum class PrefillResult { kReady, kFallback, kDone };
+  // kReady: decode continues from the reservation; kFallback: prefill on the decode worker
+  // (reserve failed); kRetry: the prefill worker failed or stalled, the reservation is
+  // released, another prefill worker may be tried; kDone: the request ended.
+  enum class PrefillResult { kReady, kFallback, kRetry, kDone };
 
   // Disaggregated prefill: Reserve on the decode worker, Prefill on the prefill worker (which
   // pushes the state into the reservation), then the first token to the client. kFallback:
@@ -136,8 +147,10 @@ class RequestHandler {
   PrefillResult RunPrefill(AdmittedRequest& request, const WorkerSnapshot& prefill,
                            const WorkerSnapshot& decode, Live& live, StreamObserver& observer,
                            Attempt& state, GenerateOutcome& outcome, std::string* reservation);
-  // One call to a decode worker (colocated when `reservation` is empty); returns false when
-  // it failed before any token reached the client, so a retry on another worker is safe.
+  // One call to a decode worker (colocated when `reservation` is empty; tokens the client has
+  // already seen are replayed as generated_token_ids). Returns false when the worker failed
+  // (outcome.error says how) and the request may move to another decode worker: before any
+  // token that is a plain retry, after some a migration.
   bool RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
                   const std::string& reservation, Live& live, StreamObserver& observer,
                   Attempt& state, GenerateOutcome& outcome);

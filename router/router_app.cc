@@ -25,6 +25,8 @@ RouterApp::RouterApp(RouterOptions options, const TextCodec* codec, const Clock*
   handler_options.default_timeout = options_.default_timeout;
   handler_options.disagg_min_prompt_tokens = options_.disagg_min_prompt_tokens;
   handler_options.reservation_lease = options_.reservation_lease;
+  handler_options.max_attempts = options_.max_attempts;
+  handler_options.prefill_attempt_timeout = options_.prefill_attempt_timeout;
   handler_ = std::make_unique<RequestHandler>(handler_options, &scheduler_, &admission_, codec,
                                               &channels_, &metrics_);
   inference_service_ =

@@ -10,9 +10,8 @@ StatusOr<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name) {
   if (name == "round_robin") return SchedulingPolicy::kRoundRobin;
   if (name == "least_loaded") return SchedulingPolicy::kLeastLoaded;
   if (name == "kv_aware") return SchedulingPolicy::kKvAware;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown scheduling policy '", std::string(name),
-                   "' (round_robin, least_loaded, kv_aware)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown scheduling policy '", std::string(name),
+                                                 "' (round_robin, least_loaded, kv_aware)"));
 }
 
 std::string_view SchedulingPolicyName(SchedulingPolicy policy) {
@@ -63,6 +62,18 @@ StatusOr<Assignment> Scheduler::Pick(const std::vector<uint32_t>& prompt,
     }
   }
   return a;
+}
+
+std::optional<WorkerSnapshot> Scheduler::PickPrefill(const std::vector<uint32_t>& prompt,
+                                                     const std::vector<std::string>& exclude) {
+  std::vector<WorkerSnapshot> prefills = registry_->Healthy(v1::WORKER_ROLE_PREFILL);
+  std::erase_if(prefills, [&](const WorkerSnapshot& w) {
+    return std::find(exclude.begin(), exclude.end(), w.worker_id) != exclude.end();
+  });
+  std::optional<WorkerSnapshot> chosen =
+      Choose(std::move(prefills), prefill_policy_, &prefill_cursor_, prompt);
+  if (chosen) registry_->NoteAssigned(chosen->worker_id);
+  return chosen;
 }
 
 template <typename Cost>

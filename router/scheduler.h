@@ -48,6 +48,11 @@ class Scheduler {
   StatusOr<Assignment> Pick(const std::vector<uint32_t>& prompt = {},
                             const std::string& exclude_decode = "");
 
+  // Another prefill worker for a retry, skipping the ones that already failed this request;
+  // empty when none is left.
+  std::optional<WorkerSnapshot> PickPrefill(const std::vector<uint32_t>& prompt,
+                                            const std::vector<std::string>& exclude);
+
   const PrefixIndex& prefix_index() const { return index_; }
 
   SchedulingPolicy decode_policy() const { return decode_policy_; }
