@@ -8,9 +8,7 @@
 namespace pdspark::router {
 namespace {
 
-grpc::Status ToGrpc(const ApiError& e) {
-  return grpc::Status(GrpcCodeFor(e), e.message);
-}
+grpc::Status ToGrpc(const ApiError& e) { return grpc::Status(GrpcCodeFor(e), e.message); }
 
 v1::FinishReason ToProto(ApiFinishReason r) {
   switch (r) {
@@ -55,10 +53,9 @@ grpc::Status GrpcInferenceService::CheckAccess(const grpc::ServerContext& contex
                                                bool generate) const {
   if (!api_key_.empty()) {
     auto it = context.client_metadata().find("authorization");
-    const std::string_view value =
-        it == context.client_metadata().end()
-            ? std::string_view()
-            : std::string_view(it->second.data(), it->second.size());
+    const std::string_view value = it == context.client_metadata().end()
+                                       ? std::string_view()
+                                       : std::string_view(it->second.data(), it->second.size());
     if (!security::AuthorizationMatches(value, api_key_)) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           it == context.client_metadata().end()
@@ -67,8 +64,7 @@ grpc::Status GrpcInferenceService::CheckAccess(const grpc::ServerContext& contex
     }
   }
   if (generate && limiter_ != nullptr &&
-      limiter_->Acquire(RateLimiter::ClientKey(context.peer())) !=
-          RateLimiter::Verdict::kAllowed) {
+      limiter_->Acquire(RateLimiter::ClientKey(context.peer())) != RateLimiter::Verdict::kAllowed) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "rate limit reached; retry later");
   }
   return grpc::Status::OK;
@@ -111,6 +107,10 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
   s.min_tokens = p.min_tokens();
   s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
   s.stop.assign(p.stop().begin(), p.stop().end());
+  if (auto error = CheckSamplingLimits(s, ParseLimits{})) {
+    error->param = "sampling.stop";
+    return *error;
+  }
   if (p.has_seed()) s.seed = p.seed();
   s.ignore_eos = p.ignore_eos();
   s.skip_special_tokens = request.skip_special_tokens();

@@ -6,6 +6,10 @@
 // Cancellation: `Abort(request_id)`, a front end reporting its client gone, a stop string, or
 // the deadline all cancel the downstream call (and send `DecodeWorker.Cancel`), so the worker
 // frees the request's cache.
+// Failures (docs/reliability.md): a prefill worker that fails or stalls is replaced by another
+// one (or the decode worker prefills); a decode worker that fails, stalls or stops heartbeating
+// is replaced by another one, which continues after the tokens the client has seen. Both are
+// bounded by `max_attempts`, and every stage checks the request's one absolute deadline.
 #pragma once
 
 #include <atomic>
@@ -110,6 +114,9 @@ class RequestHandler {
     // Stall timer of one prefill call (prefill + KV transfer + first token): past it the
     // prefill worker is presumed stuck, the reservation is released and another one is tried.
     std::chrono::milliseconds prefill_attempt_timeout{30'000};
+    // Stall timer of a decode stream: no message for this long and the worker is presumed
+    // stuck; the request moves to another decode worker. 0: off (heartbeats still count).
+    std::chrono::milliseconds decode_stall_timeout{60'000};
   };
 
   RequestHandler(Options options, Scheduler* scheduler, AdmissionController* admission,
@@ -140,6 +147,14 @@ class RequestHandler {
   // released, another prefill worker may be tried; kDone: the request ended.
   enum class PrefillResult { kReady, kFallback, kRetry, kDone };
 
+  // The prefill stage: RunPrefill on up to max_attempts prefill workers (replacing the decode
+  // worker too when it went unhealthy). True when the request ended there; false when the
+  // decode stage goes on, from `*reservation` or colocated when it is empty.
+  bool PrefillStage(AdmittedRequest& request, Live& live, StreamObserver& observer, Attempt& state,
+                    GenerateOutcome& outcome, WorkerSnapshot* decode, std::string* reservation);
+  // The decode stage: RunAttempt on up to max_attempts decode workers (retries, migrations).
+  void DecodeStage(AdmittedRequest& request, Live& live, StreamObserver& observer, Attempt& state,
+                   GenerateOutcome& outcome, WorkerSnapshot* worker, std::string reservation);
   // Disaggregated prefill: Reserve on the decode worker, Prefill on the prefill worker (which
   // pushes the state into the reservation), then the first token to the client. kFallback:
   // prefill locally on the decode worker instead; kDone: the request ended (first token

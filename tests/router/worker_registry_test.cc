@@ -161,7 +161,12 @@ TEST_F(SchedulerTest, PicksPrefillWhenPresentAndExcludes) {
   auto a = s.Pick();
   ASSERT_TRUE(a->prefill.has_value());
   EXPECT_EQ(a->prefill->worker_id, p);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.Pick({}, d1)->decode.worker_id, d2);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(s.PickReplacement(v1::WORKER_ROLE_DECODE, {}, {d1})->worker_id, d2);
+  }
+  EXPECT_FALSE(s.PickReplacement(v1::WORKER_ROLE_DECODE, {}, {d1, d2}).has_value());
+  EXPECT_FALSE(s.PickReplacement(v1::WORKER_ROLE_PREFILL, {}, {p}).has_value());
+  EXPECT_EQ(s.PickReplacement(v1::WORKER_ROLE_PREFILL, {}, {d1})->worker_id, p);
 }
 
 std::vector<uint32_t> Prompt(uint32_t seed, size_t n) {
