@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
                  "prefill workers and decode workers tried per request before it fails "
                  "(retries and migrations, docs/reliability.md)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 16));
+      ->check(CLI::Range(1, 8));  // workers cancel attempts 0..7 by request id
   app.add_option("--prefill-attempt-timeout-ms", prefill_attempt_timeout_ms,
                  "stall timer of one prefill call (prefill + KV transfer); past it another "
                  "prefill worker is tried")
