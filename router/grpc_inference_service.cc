@@ -1,6 +1,9 @@
 #include "router/grpc_inference_service.h"
 
 #include <chrono>
+#include <limits>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/security/api_key.h"
@@ -47,6 +50,17 @@ class GrpcObserver : public StreamObserver {
   std::string request_id_;
 };
 
+// Token ids travel as int32 downstream (the HTTP API refuses larger ones while parsing).
+std::optional<ApiError> CheckTokenIds(const std::vector<uint32_t>& ids, const std::string& param) {
+  for (uint32_t id : ids) {
+    if (id > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+      return ApiError{400, absl::StrCat("token id ", id, " is out of range"),
+                      "invalid_request_error", param, "invalid_value"};
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 grpc::Status GrpcInferenceService::CheckAccess(const grpc::ServerContext& context,
@@ -81,6 +95,7 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
   }
   if (request.has_token_ids()) {
     input.prompt_ids.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
+    if (auto error = CheckTokenIds(input.prompt_ids, "token_ids")) return *error;
   } else {
     StatusOr<std::vector<uint32_t>> ids = handler_->codec().Encode(request.text(), true);
     if (!ids.ok()) {
@@ -106,6 +121,7 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
   if (p.max_tokens() > 0) s.max_tokens = p.max_tokens();
   s.min_tokens = p.min_tokens();
   s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  if (auto error = CheckTokenIds(s.stop_token_ids, "sampling.stop_token_ids")) return *error;
   s.stop.assign(p.stop().begin(), p.stop().end());
   if (auto error = CheckSamplingLimits(s, ParseLimits{})) {
     error->param = "sampling.stop";
