@@ -150,18 +150,22 @@ def assert_nothing_held(test, source_dir, workers, timeout=30):
     test.assertEqual(last, {}, "memory still held after the requests ended")
 
 
-def rss_kib(pid):
+def _status_field(pid, field):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def rss_kib(pid):
+    return _status_field(pid, "VmRSS")
+
+
+def threads(pid):
+    return _status_field(pid, "Threads")
 
 
 def open_fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
-
-def within(deadline_s, started):
-    """Seconds left before `deadline_s` after `started` (negative once past)."""
-    return deadline_s - (time.time() - started)
