@@ -450,7 +450,7 @@ ParseResult ParseOpenAiRequest(std::string_view body, ApiKind kind, const ParseL
   json parsed;
   try {
     parsed = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
     std::string what = e.what();
     if (what.find("UTF-8") != std::string::npos) {
       return BadRequest("the request body is not valid UTF-8", "", "invalid_utf8");

@@ -54,6 +54,8 @@ HTTP_CASES = [
     ("json_array", "/v1/completions", b"[1, 2]", 400, None, None),
     ("deep_nesting", "/v1/completions", b"[" * 10000 + b"]" * 10000, 400, None, "invalid_json"),
     ("invalid_utf8", "/v1/completions", b'{"prompt": "\xff\xfe\xfd"}', 400, None, "invalid_utf8"),
+    ("number_overflow", "/v1/completions", b'{"prompt": "x", "temperature": 1e999}', 400, None,
+     "invalid_json"),
     ("prompt_wrong_type", "/v1/completions", with_(prompt=5), 400, "prompt", None),
     ("prompt_object", "/v1/completions", with_(prompt={"a": 1}), 400, "prompt", None),
     ("max_tokens_string", "/v1/completions", with_(max_tokens="5"), 400, "max_tokens", None),

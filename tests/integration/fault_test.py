@@ -168,6 +168,7 @@ class FaultTest(unittest.TestCase):
     def test_prefill_stopped_is_given_up_and_frees_everything_on_resume(self):
         references = [completion(self.router.http, body(p, 32)) for p in PROMPTS[:2]] * 2
         victim = self.prefill[1]
+        sent = self.sent_bytes(victim)
         victim.proc.send_signal(signal.SIGSTOP)
         started = time.time()
         threads, results = self.concurrent([r for r in PROMPTS[:2]] * 2, 32)
@@ -181,6 +182,13 @@ class FaultTest(unittest.TestCase):
         self.figures["retried"] = 2
         victim.proc.send_signal(signal.SIGCONT)
         assert_nothing_held(self, ARGS.source_dir, self.live_workers())
+        # Resumed, it must not push the abandoned requests' state into the leases the router
+        # released (by now another request's memory).
+        time.sleep(1)
+        self.assertEqual(self.sent_bytes(victim), sent, "a given-up prefill wrote its KV")
+
+    def sent_bytes(self, worker):
+        return metric(worker.metrics, "pdspark_kv_transfer_bytes_total", 'direction="send"')
 
     def test_abort_storm_frees_everything(self):
         reference = completion(self.router.http, body(PROMPTS[2], 64))

@@ -130,6 +130,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"malformed", kC, R"({"prompt": "x",)", 400, ""},
         BadCase{"not_object", kC, R"([1,2])", 400, ""},
         BadCase{"invalid_utf8", kC, "{\"prompt\": \"\xff\xfe\"}", 400, ""},
+        // The JSON parser throws out_of_range (not parse_error) on overflow (fuzz finding).
+        BadCase{"number_overflow", kC, R"({"prompt": "x", "temperature": 1e999})", 400, ""},
         BadCase{"too_large", kC, "{\"prompt\": \"" + std::string(5000, 'a') + "\"}", 413, ""},
         BadCase{"too_deep", kC, std::string(100, '[') + std::string(100, ']'), 400, ""},
         BadCase{"missing_prompt", kC, R"({"model": "m"})", 400, "prompt"},
