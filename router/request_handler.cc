@@ -371,8 +371,13 @@ void RequestHandler::DecodeStage(AdmittedRequest& request, Live& live, StreamObs
       outcome.error = state.DeadlineError();
       return;
     }
-    if (RunAttempt(request, *worker, reservation, live, observer, state, outcome)) return;
-    SendRelease(*worker, reservation);  // usually taken already; a no-op then
+    const bool ended = RunAttempt(request, *worker, reservation, live, observer, state, outcome);
+    // Unless the request finished, free the lease: a call cancelled before its message was
+    // sent never reaches the worker, whose Take would have freed it (a no-op if taken).
+    if (outcome.finish != ApiFinishReason::kStop && outcome.finish != ApiFinishReason::kLength) {
+      SendRelease(*worker, reservation);
+    }
+    if (ended) return;
     reservation.clear();
     failed.push_back(worker->worker_id);
     std::optional<WorkerSnapshot> other;
@@ -424,7 +429,6 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   call.mutable_generated_token_ids()->Assign(state.ids.begin(), state.ids.end());
   state.life.Enter(RequestState::kDecoding);
   if (!live.Watch(&ctx, worker.worker_id, options_.decode_stall_timeout)) {
-    SendRelease(worker, reservation);
     outcome.finish = ApiFinishReason::kAbort;
     return true;
   }

@@ -8,15 +8,12 @@ outside the vocabulary).
 
 Prints `bad-input-figures {json}` with the number of inputs tried."""
 
-import argparse
 import http.client
 import json
-import os
-import sys
 import unittest
 
 from cluster import Cluster, health, http_json
-from reliability_support import assert_nothing_held, completion, stubs
+from reliability_support import assert_nothing_held, completion, parse_args, stubs
 
 ARGS = None
 MAX_BODY = 65536
@@ -209,12 +206,8 @@ class BadInputTest(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin-dir", required=True)
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--source-dir", default=os.path.join(os.path.dirname(__file__), "..", ".."))
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    ARGS, argv = parse_args()
+    unittest.main(argv=argv, verbosity=2)
 
 
 if __name__ == "__main__":

@@ -7,18 +7,16 @@ process holds any request, cache block or lease (worker Stats and /metrics gauge
 
 Prints one `fault-figures {json}` line per test with what it sent and how each request ended."""
 
-import argparse
 import json
-import os
 import random
 import signal
-import sys
 import threading
 import time
 import unittest
 
-from cluster import Cluster, health, http_json, metric, wait_for
-from reliability_support import Stream, assert_nothing_held, completion, stubs, worker_stats
+from cluster import Cluster, health, metric, wait_for
+from reliability_support import (Stream, assert_nothing_held, completion, parse_args, stubs,
+                                 worker_stats)
 
 ARGS = None
 PROMPTS = ["ROMEO:", "First Citizen:\nWe are accounted poor citizens",
@@ -277,12 +275,8 @@ class FaultTest(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin-dir", required=True)
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--source-dir", default=os.path.join(os.path.dirname(__file__), "..", ".."))
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    ARGS, argv = parse_args()
+    unittest.main(argv=argv, verbosity=2)
 
 
 if __name__ == "__main__":

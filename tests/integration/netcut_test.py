@@ -12,7 +12,6 @@ back up, requests take the disaggregated path again.
 Needs root and permission to create namespaces and veth pairs; exits 77 (CTest: skipped)
 where that is refused. The test body runs inside namespace R (re-executed there)."""
 
-import argparse
 import json
 import os
 import subprocess
@@ -21,7 +20,7 @@ import time
 import unittest
 
 from cluster import Cluster, free_port, health, metric
-from reliability_support import assert_nothing_held, completion, stubs, worker_metric
+from reliability_support import assert_nothing_held, completion, parse_args, stubs, worker_metric
 
 ARGS = None
 SKIP = 77
@@ -46,8 +45,9 @@ class Namespaces:
             ip("netns", "add", ns)
             self.made.append(ns)
             ip("-n", ns, "link", "set", "lo", "up")
-        for a, b, net, ifa, ifb in ((self.r, self.p, 1, "rp", "pr"), (self.r, self.d, 2, "rd", "dr"),
-                                    (self.p, self.d, 3, "pd", "dp")):
+        pairs = ((self.r, self.p, 1, "rp", "pr"), (self.r, self.d, 2, "rd", "dr"),
+                 (self.p, self.d, 3, "pd", "dp"))
+        for a, b, net, ifa, ifb in pairs:
             ip("-n", a, "link", "add", ifa, "type", "veth", "peer", "name", ifb, "netns", b)
             ip("-n", a, "addr", "add", "%s.%d.1/24" % (NET, net), "dev", ifa)
             ip("-n", b, "addr", "add", "%s.%d.2/24" % (NET, net), "dev", ifb)
@@ -186,16 +186,12 @@ class NetCutTest(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin-dir", required=True)
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--source-dir", default=os.path.join(os.path.dirname(__file__), "..", ".."))
-    parser.add_argument("--inner", nargs=2, metavar=("P", "D"))
-    ARGS, rest = parser.parse_known_args()
+    ARGS, argv = parse_args(
+        lambda parser: parser.add_argument("--inner", nargs=2, metavar=("P", "D")))
     if not ARGS.inner:
         sys.exit(outer())
     ARGS.p, ARGS.d = ARGS.inner
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    unittest.main(argv=argv, verbosity=2)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 record what they saw, worker Stats over gRPC, the "nothing is held" check, and process
 resource readings from /proc. Standard library plus Debian's python3-grpcio."""
 
+import argparse
 import http.client
 import json
 import os
-import time
+import sys
 import urllib.request
 
 from cluster import grpc_modules, wait_for
@@ -169,3 +170,18 @@ def threads(pid):
 def open_fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
+
+
+
+def parse_args(add_arguments=None):
+    """The reliability tests' command line: --bin-dir, --model-dir, --source-dir, plus what
+    `add_arguments(parser)` adds. Returns (arguments, argv for unittest.main)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--source-dir",
+                        default=os.path.join(os.path.dirname(__file__), "..", ".."))
+    if add_arguments:
+        add_arguments(parser)
+    args, rest = parser.parse_known_args()
+    return args, [sys.argv[0]] + rest

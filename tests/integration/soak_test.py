@@ -11,18 +11,15 @@ block and lease is free when idle after each phase, and no process's idle RSS cl
 
 Prints `soak-figures {json}` (requests, tokens, errors, RSS and fd readings)."""
 
-import argparse
 import json
-import os
 import random
-import sys
 import threading
 import time
 import unittest
 
 from cluster import Cluster, health, http_json, metric
-from reliability_support import (assert_nothing_held, completion, open_fds, rss_kib, stubs,
-                                 threads)
+from reliability_support import (assert_nothing_held, completion, open_fds, parse_args, rss_kib,
+                                 stubs, threads)
 
 ARGS = None
 CONCURRENCY = 64
@@ -159,15 +156,14 @@ class SoakTest(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin-dir", required=True)
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--duration-s", type=float, default=160)
-    parser.add_argument("--phases", type=int, default=3,
-                        help="identical load phases after the warm-up")
-    parser.add_argument("--source-dir", default=os.path.join(os.path.dirname(__file__), "..", ".."))
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+    def soak_arguments(parser):
+        parser.add_argument("--duration-s", type=float, default=160)
+        parser.add_argument("--phases", type=int, default=3,
+                            help="identical load phases after the warm-up")
+
+    ARGS, argv = parse_args(soak_arguments)
+    unittest.main(argv=argv, verbosity=2)
 
 
 if __name__ == "__main__":
