@@ -119,15 +119,19 @@ struct RequestHandler::Live {
     worker_id.clear();
     return std::exchange(stalled, {});
   }
-  // The watchdog: cancels the call when it made no progress for its stall timeout or when its
-  // worker stopped heartbeating (stopped, partitioned, dead without a connection reset).
-  void CheckStall(Steady::time_point now, const std::set<std::string>& unhealthy) {
+  // The watchdog: cancels the call when it made no progress for its stall timeout, or for
+  // `silence` while its worker has not heartbeated for as long (stopped, partitioned, dead
+  // without a connection reset). A busy worker that misses heartbeats but still streams is
+  // left alone.
+  void CheckStall(Steady::time_point now, const std::set<std::string>& silent_workers,
+                  std::chrono::milliseconds silence) {
     std::lock_guard<std::mutex> lock(mu);
     if (cancelled || downstream == nullptr || !stalled.empty()) return;
     if (stall_timeout.count() > 0 && now - progress_at > stall_timeout) {
       stalled = absl::StrCat("no progress for ", stall_timeout.count(), " ms");
-    } else if (unhealthy.contains(worker_id)) {
-      stalled = "the worker stopped heartbeating";
+    } else if (silent_workers.contains(worker_id) && now - progress_at > silence) {
+      stalled =
+          absl::StrCat("the worker sent no heartbeat and no progress for ", silence.count(), " ms");
     } else {
       return;
     }
@@ -776,11 +780,11 @@ void RequestHandler::PollCancellations() {
     std::vector<std::shared_ptr<Live>> live;
     for (const auto& [id, l] : live_) live.push_back(l);
     lock.unlock();
-    std::set<std::string> unhealthy;
+    const auto silence =
+        scheduler_->registry().heartbeat_interval() * options_.give_up_missed_heartbeats;
+    std::set<std::string> silent;
     if (!live.empty()) {
-      for (const WorkerSnapshot& w : scheduler_->registry().All()) {
-        if (w.state == WorkerState::kUnhealthy) unhealthy.insert(w.worker_id);
-      }
+      for (std::string& id : scheduler_->registry().Silent(silence)) silent.insert(std::move(id));
     }
     const auto now = Steady::now();
     for (const auto& l : live) {
@@ -792,7 +796,7 @@ void RequestHandler::PollCancellations() {
       if (gone) {
         l->Cancel();
       } else {
-        l->CheckStall(now, unhealthy);
+        l->CheckStall(now, silent, silence);
       }
     }
     lock.lock();

@@ -117,6 +117,10 @@ class RequestHandler {
     // Stall timer of a decode stream: no message for this long and the worker is presumed
     // stuck; the request moves to another decode worker. 0: off (heartbeats still count).
     std::chrono::milliseconds decode_stall_timeout{60'000};
+    // A call whose worker has missed this many heartbeat intervals, and which has made no
+    // progress for as long, is given up. More than the registry's 3 (which only stops new
+    // work): an overloaded worker can miss a few heartbeats and still be serving.
+    int give_up_missed_heartbeats = 10;
   };
 
   RequestHandler(Options options, Scheduler* scheduler, AdmissionController* admission,

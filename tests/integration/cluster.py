@@ -59,13 +59,13 @@ class Cluster:
         self.procs.append(p)
         return p
 
-    def start_router(self, name, extra=(), http=None, grpc=None):
+    def start_router(self, name, extra=(), http=None, grpc=None, heartbeat_ms=200):
         """`http`/`grpc`: fixed ports (a restarted router), else free ones."""
         http, grpc = http or free_port(), grpc or free_port()
         p = self._start(name, "pdspark-router",
                         ["--model", self.model_dir, "--http-port", str(http), "--grpc-port",
-                         str(grpc), "--heartbeat-interval-ms", "200", "--served-model-name", "m",
-                         *extra])
+                         str(grpc), "--heartbeat-interval-ms", str(heartbeat_ms),
+                         "--served-model-name", "m", *extra])
         p.http, p.grpc = http, grpc
         return p
 

@@ -11,6 +11,7 @@ block and lease is free when idle after each phase, and no process's idle RSS cl
 
 Prints `soak-figures {json}` (requests, tokens, errors, RSS and fd readings)."""
 
+import collections
 import json
 import random
 import threading
@@ -34,6 +35,19 @@ def prompt_ids(rng, length):
     return [0] + [rng.randrange(2, VOCAB - 1) for _ in range(length - 1)]
 
 
+def retry_reasons(router):
+    """How many retries and migrations the router logged, by the failure it logged, and how
+    often a worker came back after missing heartbeats."""
+    reasons = collections.Counter()
+    with open(router.log_path) as log:
+        for line in log:
+            if "attempt failed" in line or "decode call failed" in line:
+                reasons[line.split("error=", 1)[-1].strip()[:80]] += 1
+            elif "worker healthy again" in line:  # it had missed 3 heartbeats
+                reasons["missed heartbeats"] += 1
+    return dict(reasons)
+
+
 class SoakTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -41,9 +55,13 @@ class SoakTest(unittest.TestCase):
             raise unittest.SkipTest("python3-grpcio / protoc / grpc_python_plugin not installed")
         c = cls.cluster = Cluster(ARGS.bin_dir, ARGS.model_dir)
         # The router keeps one HTTP thread per admitted request (--max-queue + 8): sized for
-        # the 64 clients, every thread is warm after the first phase.
+        # the 64 clients (plus a few whose slot is freed just after their answer went out),
+        # every thread is warm after the first phase.
+        # Heartbeats every second, as deployed (the other tests' 200 ms, 600 ms to unhealthy,
+        # is too tight for a saturated two-core machine).
         cls.router = c.start_router("router", ["--disagg-min-prompt-tokens", "32",
-                                               "--max-queue", str(CONCURRENCY)])
+                                               "--max-queue", str(CONCURRENCY + 8)],
+                                    heartbeat_ms=1000)
         cls.prefill = c.start_worker("prefill", "prefill", [cls.router], ["--ucx-tls", "tcp"])
         cls.decode = c.start_worker("decode", "decode", [cls.router],
                                     ["--ucx-tls", "tcp", "--spec-method", "dspark",
@@ -105,6 +123,24 @@ class SoakTest(unittest.TestCase):
         for t in threads:
             t.join()
 
+    def burst(self, results):
+        length, max_tokens = max(SHAPES, key=lambda shape: shape[0] + shape[1])
+        rng = random.Random(3)
+        bodies = [{"model": "m", "prompt": prompt_ids(rng, length), "max_tokens": max_tokens,
+                   "ignore_eos": True, "temperature": 0} for _ in range(CONCURRENCY)]
+        out = [None] * CONCURRENCY
+
+        def one(k):
+            out[k] = completion(self.router.http, bodies[k])
+
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(CONCURRENCY)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        results += [(("burst", None), s.error is None and s.exception is None,
+                     (s.text, s.usage, s.error or repr(s.exception))) for s in out]
+
     def check(self, results, reference):
         errors = [out[2] for _, ok, out in results if not ok]
         self.assertEqual(errors[:5], [], "%d of %d requests failed" % (len(errors), len(results)))
@@ -119,6 +155,9 @@ class SoakTest(unittest.TestCase):
         phase_s = ARGS.duration_s / (ARGS.phases + 1)
         reference, results, readings = {}, [], []
         started = time.time()
+        # First a burst of the longest requests at full concurrency: the decode cache, the
+        # prefill worker's staged states and the router's threads reach their high-water mark.
+        self.burst(results)
         for phase in range(ARGS.phases + 1):
             done = []
             self.run_load(phase_s, 1, done)
@@ -136,7 +175,7 @@ class SoakTest(unittest.TestCase):
                    "router_migrations": metric(self.router.http, "pdspark_router_migrations_total"),
                    "router_retries": metric(self.router.http, "pdspark_router_retries_total"),
                    "drafts": metric(self.decode.metrics, "pdspark_spec_decode_drafts_total"),
-                   "readings": readings}
+                   "retry_reasons": retry_reasons(self.router), "readings": readings}
         print("soak-figures %s" % json.dumps(figures))
         self.assertGreater(figures["drafts"], 0, "DSpark did not run")
         # The high-water mark of the first two phases is the base: idle RSS moves up and down

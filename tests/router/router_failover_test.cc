@@ -102,6 +102,24 @@ TEST_F(RouterFailoverTest, WorkerThatStopsHeartbeatingIsGivenUpBeforeTheStallTim
   EXPECT_EQ(b->requests(), 1u);
 }
 
+TEST_F(RouterFailoverTest, BusyWorkerMissingHeartbeatsButStreamingIsLeftAlone) {
+  // Under overload heartbeats can be late while tokens still flow: that is no reason to move
+  // the stream (10 missed intervals are 500 ms here; this stream lasts about 1.5 s).
+  StartFailoverRouter();
+  ScriptedDecodeWorker* a = AddWorker(milliseconds(30), std::string(100, 'x'));
+  ScriptedDecodeWorker* b = AddWorker();
+  auto pending = std::async(std::launch::async, [&] {
+    return Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 100})");
+  });
+  ASSERT_TRUE(a->WaitFor([](ScriptedDecodeWorker& w) { return w.active_locked() == 1; }));
+  heartbeaters_[0]->Stop();
+  auto res = pending.get();
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Text(res), std::string(100, 'x'));
+  EXPECT_EQ(b->requests(), 0u);
+  EXPECT_EQ(Metric("pdspark_router_migrations_total"), 0);
+}
+
 TEST_F(RouterFailoverTest, AttemptsAreBoundedAndTheErrorNamesThem) {
   StartFailoverRouter([](RouterOptions& o) { o.max_attempts = 2; });
   std::vector<ScriptedDecodeWorker*> workers;

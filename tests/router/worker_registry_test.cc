@@ -65,6 +65,19 @@ TEST_F(WorkerRegistryTest, NewIncarnationReplacesOld) {
   EXPECT_TRUE(registry_.Heartbeat(new_id, "inc-b", Load(0)));
 }
 
+TEST_F(WorkerRegistryTest, SilentListsWorkersPastTheSilenceExceptDraining) {
+  std::string a = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
+  std::string b = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:2", "inc-b"));
+  clock_.Advance(milliseconds(1000));
+  EXPECT_TRUE(registry_.Silent(milliseconds(1000)).empty());
+  EXPECT_TRUE(registry_.Heartbeat(b, "inc-b", Load(0)));
+  clock_.Advance(milliseconds(1));
+  EXPECT_EQ(registry_.Silent(milliseconds(1000)), std::vector<std::string>{a});
+  // A draining worker stops heartbeating while it finishes its work: not silent.
+  ASSERT_TRUE(registry_.Drain(a));
+  EXPECT_TRUE(registry_.Silent(milliseconds(1000)).empty());
+}
+
 TEST_F(WorkerRegistryTest, UnknownHeartbeatAnswersUnknown) {
   EXPECT_FALSE(registry_.Heartbeat("decode-42", "whatever", Load(0)));
   std::string id = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
