@@ -38,7 +38,7 @@ lint: build
 	@git diff --name-only --diff-filter=AM HEAD~1 -- '*.cc' | xargs -r clang-tidy -p $(BUILD_DIR) --quiet
 
 fuzz: bootstrap
-	@scripts/fuzz_safetensors.sh
+	@scripts/fuzz.sh
 
 tiny-model: bootstrap
 	@tools/train/train_all.sh

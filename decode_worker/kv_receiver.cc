@@ -55,6 +55,7 @@ void KvReceiver::ExpireLocked(Clock::time_point now) {
     it = reservations_.erase(it);
     ++expired_total_;
     metrics_->LeaseExpired();
+    metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
   }
 }
 

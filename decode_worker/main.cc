@@ -116,7 +116,13 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   DecodeService service(&engine, receiver.get());
   serving::EngineMetrics engine_metrics(*metrics, &engine, "decode");
   auto load = [&engine] { return serving::ToWorkerLoad(engine.Stats()); };
-  return worker::ServeUntilSignal(f.common, identity, {&service}, load, metrics, signals);
+  // Drained once nothing runs and no lease waits for a prefill worker's delivery.
+  auto idle = [&engine, &receiver] {
+    const serving::ServingStats stats = engine.Stats();
+    return stats.running == 0 && stats.waiting == 0 &&
+           (receiver == nullptr || receiver->Stats().active == 0);
+  };
+  return worker::ServeUntilSignal(f.common, identity, {&service}, load, metrics, signals, idle);
 }
 
 }  // namespace

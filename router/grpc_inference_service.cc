@@ -1,6 +1,9 @@
 #include "router/grpc_inference_service.h"
 
 #include <chrono>
+#include <limits>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/security/api_key.h"
@@ -8,9 +11,7 @@
 namespace pdspark::router {
 namespace {
 
-grpc::Status ToGrpc(const ApiError& e) {
-  return grpc::Status(GrpcCodeFor(e), e.message);
-}
+grpc::Status ToGrpc(const ApiError& e) { return grpc::Status(GrpcCodeFor(e), e.message); }
 
 v1::FinishReason ToProto(ApiFinishReason r) {
   switch (r) {
@@ -49,16 +50,26 @@ class GrpcObserver : public StreamObserver {
   std::string request_id_;
 };
 
+// Token ids travel as int32 downstream (the HTTP API refuses larger ones while parsing).
+std::optional<ApiError> CheckTokenIds(const std::vector<uint32_t>& ids, const std::string& param) {
+  for (uint32_t id : ids) {
+    if (id > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+      return ApiError{400, absl::StrCat("token id ", id, " is out of range"),
+                      "invalid_request_error", param, "invalid_value"};
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 grpc::Status GrpcInferenceService::CheckAccess(const grpc::ServerContext& context,
                                                bool generate) const {
   if (!api_key_.empty()) {
     auto it = context.client_metadata().find("authorization");
-    const std::string_view value =
-        it == context.client_metadata().end()
-            ? std::string_view()
-            : std::string_view(it->second.data(), it->second.size());
+    const std::string_view value = it == context.client_metadata().end()
+                                       ? std::string_view()
+                                       : std::string_view(it->second.data(), it->second.size());
     if (!security::AuthorizationMatches(value, api_key_)) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           it == context.client_metadata().end()
@@ -67,8 +78,7 @@ grpc::Status GrpcInferenceService::CheckAccess(const grpc::ServerContext& contex
     }
   }
   if (generate && limiter_ != nullptr &&
-      limiter_->Acquire(RateLimiter::ClientKey(context.peer())) !=
-          RateLimiter::Verdict::kAllowed) {
+      limiter_->Acquire(RateLimiter::ClientKey(context.peer())) != RateLimiter::Verdict::kAllowed) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "rate limit reached; retry later");
   }
   return grpc::Status::OK;
@@ -85,6 +95,7 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
   }
   if (request.has_token_ids()) {
     input.prompt_ids.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
+    if (auto error = CheckTokenIds(input.prompt_ids, "token_ids")) return *error;
   } else {
     StatusOr<std::vector<uint32_t>> ids = handler_->codec().Encode(request.text(), true);
     if (!ids.ok()) {
@@ -110,7 +121,12 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
   if (p.max_tokens() > 0) s.max_tokens = p.max_tokens();
   s.min_tokens = p.min_tokens();
   s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  if (auto error = CheckTokenIds(s.stop_token_ids, "sampling.stop_token_ids")) return *error;
   s.stop.assign(p.stop().begin(), p.stop().end());
+  if (auto error = CheckSamplingLimits(s, ParseLimits{})) {
+    error->param = "sampling.stop";
+    return *error;
+  }
   if (p.has_seed()) s.seed = p.seed();
   s.ignore_eos = p.ignore_eos();
   s.skip_special_tokens = request.skip_special_tokens();

@@ -83,6 +83,23 @@ int main(int argc, char** argv) {
   app.add_option("--reservation-lease-ms", lease_ms,
                  "decode-side reservation lease while the prefill worker delivers")
       ->capture_default_str();
+  int64_t prefill_attempt_timeout_ms = 30000;
+  app.add_option("--max-attempts", options.max_attempts,
+                 "prefill workers and decode workers tried per request before it fails "
+                 "(retries and migrations, docs/reliability.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8));  // workers cancel attempts 0..7 by request id
+  app.add_option("--prefill-attempt-timeout-ms", prefill_attempt_timeout_ms,
+                 "stall timer of one prefill call (prefill + KV transfer); past it another "
+                 "prefill worker is tried")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86'400'000));
+  int64_t decode_stall_timeout_ms = 60000;
+  app.add_option("--decode-stall-timeout-ms", decode_stall_timeout_ms,
+                 "a decode stream silent this long is moved to another decode worker "
+                 "(0 = off; a worker that misses 3 heartbeats is given up on anyway)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   // Security: docs/reliability.md "Security".
@@ -133,6 +150,8 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   options.default_timeout = std::chrono::seconds(timeout_s);
   options.reservation_lease = std::chrono::milliseconds(lease_ms);
+  options.prefill_attempt_timeout = std::chrono::milliseconds(prefill_attempt_timeout_ms);
+  options.decode_stall_timeout = std::chrono::milliseconds(decode_stall_timeout_ms);
   options.model_path = model_dir;
   options.model_name = served_name.empty() ? model_dir : served_name;
   if (max_model_len > 0) {

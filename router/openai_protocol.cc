@@ -66,8 +66,7 @@ class FieldReader {
     return std::nullopt;
   }
 
-  std::optional<ApiError> Number(const std::string& name, double lo, double hi,
-                                 double* out) const {
+  std::optional<ApiError> Number(const std::string& name, double lo, double hi, double* out) const {
     const json* v = Find(name);
     if (v == nullptr) return std::nullopt;
     if (!v->is_number()) return WrongType(name, "a number");
@@ -118,10 +117,10 @@ class FieldReader {
   const json& object_;
 };
 
-#define RETURN_IF_API_ERROR(expr)                     \
-  do {                                                \
-    std::optional<ApiError> api_error_ = (expr);      \
-    if (api_error_.has_value()) return *api_error_;   \
+#define RETURN_IF_API_ERROR(expr)                   \
+  do {                                              \
+    std::optional<ApiError> api_error_ = (expr);    \
+    if (api_error_.has_value()) return *api_error_; \
   } while (0)
 
 constexpr uint32_t kMaxTokenId = std::numeric_limits<int32_t>::max();
@@ -206,7 +205,8 @@ std::optional<ApiError> ParseContent(const json& content, const std::string& par
                         part_param + ".type", "unsupported_value");
     }
     auto text = part.find("text");
-    if (text == part.end() || !text->is_string()) return WrongType(part_param + ".text", "a string");
+    if (text == part.end() || !text->is_string())
+      return WrongType(part_param + ".text", "a string");
     if (i > 0) out->push_back('\n');
     out->append(text->get<std::string>());
   }
@@ -290,8 +290,7 @@ std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kin
     return BadRequest("echo is not supported by this server", "echo", "unsupported_parameter");
   }
   if (fields.Find("suffix") != nullptr) {
-    return BadRequest("suffix is not supported by this server", "suffix",
-                      "unsupported_parameter");
+    return BadRequest("suffix is not supported by this server", "suffix", "unsupported_parameter");
   }
   if (const json* v = fields.Find("tools"); v != nullptr && !(v->is_array() && v->empty())) {
     return BadRequest("tools are not supported by this server", "tools", "unsupported_parameter");
@@ -314,8 +313,7 @@ std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kin
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseSampling(const FieldReader& fields, ApiKind kind,
-                                      SamplingOptions* s) {
+std::optional<ApiError> ParseSampling(const FieldReader& fields, ApiKind kind, SamplingOptions* s) {
   RETURN_IF_API_ERROR(fields.Number("temperature", 0.0, 2.0, &s->temperature));
   RETURN_IF_API_ERROR(fields.Number("top_p", 0.0, 1.0, &s->top_p));
   if (s->top_p <= 0.0) return BadRequest("'top_p' must be in (0, 1]", "top_p");
@@ -333,8 +331,8 @@ std::optional<ApiError> ParseSampling(const FieldReader& fields, ApiKind kind,
   RETURN_IF_API_ERROR(fields.Int(max_name, 1, std::numeric_limits<uint32_t>::max(), &max_tokens));
   if (max_tokens) s->max_tokens = static_cast<uint32_t>(*max_tokens);
   std::optional<int64_t> min_tokens;
-  RETURN_IF_API_ERROR(fields.Int("min_tokens", 0, std::numeric_limits<uint32_t>::max(),
-                                 &min_tokens));
+  RETURN_IF_API_ERROR(
+      fields.Int("min_tokens", 0, std::numeric_limits<uint32_t>::max(), &min_tokens));
   if (min_tokens) s->min_tokens = static_cast<uint32_t>(*min_tokens);
   if (s->max_tokens && s->min_tokens > *s->max_tokens) {
     return BadRequest("'min_tokens' must not exceed 'max_tokens'", "min_tokens");
@@ -426,15 +424,13 @@ json UsageJson(const UsageCounts& usage) {
 }
 
 json HeaderJson(const ResponseHeader& header, std::string_view object) {
-  return {{"id", header.id}, {"object", object}, {"created", header.created},
-          {"model", header.model}};
+  return {
+      {"id", header.id}, {"object", object}, {"created", header.created}, {"model", header.model}};
 }
 
 // Replaces invalid UTF-8 rather than throwing: text deltas should never be broken, but a
 // formatting failure must not take the server down.
-std::string Dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string Sse(const json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
 
@@ -448,13 +444,13 @@ ParseResult ParseOpenAiRequest(std::string_view body, ApiKind kind, const ParseL
                     "invalid_request_error", "", "request_too_large"};
   }
   if (MaxJsonDepth(body) > limits.max_json_depth) {
-    return BadRequest(absl::StrCat("JSON nesting deeper than ", limits.max_json_depth),
-                      "", "invalid_json");
+    return BadRequest(absl::StrCat("JSON nesting deeper than ", limits.max_json_depth), "",
+                      "invalid_json");
   }
   json parsed;
   try {
     parsed = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
     std::string what = e.what();
     if (what.find("UTF-8") != std::string::npos) {
       return BadRequest("the request body is not valid UTF-8", "", "invalid_utf8");
@@ -463,7 +459,18 @@ ParseResult ParseOpenAiRequest(std::string_view body, ApiKind kind, const ParseL
   }
   OpenAiRequest request;
   if (auto error = ParseFields(parsed, kind, &request)) return *error;
+  if (auto error = CheckSamplingLimits(request.sampling, limits)) return *error;
   return request;
+}
+
+std::optional<ApiError> CheckSamplingLimits(const SamplingOptions& sampling,
+                                            const ParseLimits& limits) {
+  if (sampling.stop.size() > limits.max_stop_strings) {
+    return BadRequest(absl::StrCat("at most ", limits.max_stop_strings, " stop strings, got ",
+                                   sampling.stop.size()),
+                      "stop");
+  }
+  return std::nullopt;
 }
 
 std::string FormatErrorBody(const ApiError& error) {
@@ -525,10 +532,9 @@ std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header, std::s
   return Sse(body);
 }
 
-std::string FormatUsageChunk(ApiKind kind, const ResponseHeader& header,
-                             const UsageCounts& usage) {
-  json body = HeaderJson(header,
-                         kind == ApiKind::kCompletion ? "text_completion" : "chat.completion.chunk");
+std::string FormatUsageChunk(ApiKind kind, const ResponseHeader& header, const UsageCounts& usage) {
+  json body = HeaderJson(
+      header, kind == ApiKind::kCompletion ? "text_completion" : "chat.completion.chunk");
   body["choices"] = json::array();
   body["usage"] = UsageJson(usage);
   return Sse(body);

@@ -59,7 +59,7 @@ struct OpenAiRequest {
   std::optional<std::vector<uint32_t>> prompt_token_ids;
   // Chat.
   std::vector<ChatMessage> messages;
-  bool thinking = false;            // chat_template_kwargs.thinking / enable_thinking
+  bool thinking = false;  // chat_template_kwargs.thinking / enable_thinking
   bool add_generation_prompt = true;
   SamplingOptions sampling;
   bool stream = false;
@@ -72,12 +72,18 @@ struct ParseLimits {
   // JSON nesting beyond this is refused before parsing, so a hostile body cannot exhaust the
   // stack of the recursive parser.
   int max_json_depth = 64;
+  // Each stop string is matched against every text delta: bound the work one request can ask.
+  size_t max_stop_strings = 32;
 };
 
 using ParseResult = std::variant<OpenAiRequest, ApiError>;
 
 // Parses and validates a request body for `kind`.
 ParseResult ParseOpenAiRequest(std::string_view body, ApiKind kind, const ParseLimits& limits);
+
+// The limits on sampling options that every front end (HTTP, gRPC) applies.
+std::optional<ApiError> CheckSamplingLimits(const SamplingOptions& sampling,
+                                            const ParseLimits& limits);
 
 // `{"error":{"message","type","param","code"}}`.
 std::string FormatErrorBody(const ApiError& error);
@@ -93,7 +99,7 @@ struct UsageCounts {
 
 // Identity fields shared by every response and chunk of one request.
 struct ResponseHeader {
-  std::string id;  // "cmpl-..." or "chatcmpl-..."
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
   int64_t created = 0;  // Unix seconds
   std::string model;
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -20,8 +22,8 @@ ApiError TooLong(const std::string& param, uint32_t max_model_len, uint32_t prom
                  uint32_t completion) {
   return ApiError{400,
                   absl::StrCat("This model's maximum context length is ", max_model_len,
-                               " tokens. However, you requested ", prompt + completion,
-                               " tokens (", prompt, " in the prompt, ", completion,
+                               " tokens. However, you requested ", prompt + completion, " tokens (",
+                               prompt, " in the prompt, ", completion,
                                " for the completion). Please reduce the length of the prompt "
                                "or completion."),
                   "invalid_request_error", param, "context_length_exceeded"};
@@ -71,21 +73,69 @@ int64_t UnixMicros(std::chrono::system_clock::time_point t) {
 
 }  // namespace
 
-// A live request, as cancellation sees it.
+// A live request, as cancellation and the watchdog see it.
 struct RequestHandler::Live {
   std::mutex mu;
-  grpc::ClientContext* downstream = nullptr;  // the current attempt's call
-  StreamObserver* observer = nullptr;         // set while Run streams
-  bool cancelled = false;                     // Abort or client gone
+  StreamObserver* observer = nullptr;  // set while Run streams
+  bool cancelled = false;              // Abort or client gone
+  // The worker call in progress, watched for stalls (docs/reliability.md).
+  grpc::ClientContext* downstream = nullptr;
+  bool cancellable = true;  // false: Cancel() lets the call finish (a Reserve, released after)
+  std::string worker_id;
+  Steady::time_point progress_at;              // the call's last message, or its start
+  std::chrono::milliseconds stall_timeout{0};  // 0: only the worker's heartbeats are watched
+  std::string stalled;                         // why the watchdog cancelled the call
 
   void Cancel() {
     std::lock_guard<std::mutex> lock(mu);
     cancelled = true;
-    if (downstream != nullptr) downstream->TryCancel();
+    if (downstream != nullptr && cancellable) downstream->TryCancel();
   }
   bool IsCancelled() {
     std::lock_guard<std::mutex> lock(mu);
     return cancelled;
+  }
+  // Starts watching a call to `worker`; false when the request is already cancelled.
+  bool Watch(grpc::ClientContext* ctx, const std::string& worker, std::chrono::milliseconds stall,
+             bool cancel_on_abort = true) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (cancelled) return false;
+    downstream = ctx;
+    cancellable = cancel_on_abort;
+    worker_id = worker;
+    progress_at = Steady::now();
+    stall_timeout = stall;
+    stalled.clear();
+    return true;
+  }
+  void Progress() {
+    std::lock_guard<std::mutex> lock(mu);
+    progress_at = Steady::now();
+  }
+  // Stops watching; returns why the watchdog cancelled the call (empty when it did not).
+  std::string Unwatch() {
+    std::lock_guard<std::mutex> lock(mu);
+    downstream = nullptr;
+    worker_id.clear();
+    return std::exchange(stalled, {});
+  }
+  // The watchdog: cancels the call when it made no progress for its stall timeout, or for
+  // `silence` while its worker has not heartbeated for as long (stopped, partitioned, dead
+  // without a connection reset). A busy worker that misses heartbeats but still streams is
+  // left alone.
+  void CheckStall(Steady::time_point now, const std::set<std::string>& silent_workers,
+                  std::chrono::milliseconds silence) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (cancelled || downstream == nullptr || !stalled.empty()) return;
+    if (stall_timeout.count() > 0 && now - progress_at > stall_timeout) {
+      stalled = absl::StrCat("no progress for ", stall_timeout.count(), " ms");
+    } else if (silent_workers.contains(worker_id) && now - progress_at > silence) {
+      stalled =
+          absl::StrCat("the worker sent no heartbeat and no progress for ", silence.count(), " ms");
+    } else {
+      return;
+    }
+    downstream->TryCancel();
   }
 };
 
@@ -94,11 +144,19 @@ struct RequestHandler::Attempt {
   std::unique_ptr<StreamDetokenizer> detokenizer;
   std::unique_ptr<StopMatcher> stops;
   uint32_t generated = 0;
-  uint32_t attempts = 0;  // decode calls made, for RequestContext.attempt
+  uint32_t attempts = 0;      // decode calls made, for RequestContext.attempt
   std::vector<uint32_t> ids;  // every token delivered so far
+  RequestLifecycle life{{}};  // docs/reliability.md
   bool first_sent = false;
   double ttft_s = 0;
   Steady::time_point last_chunk;
+
+  ApiError DeadlineError() const {
+    return ApiError{504,
+                    absl::StrCat("the request did not finish before its deadline (it was ",
+                                 std::string(RequestStateName(life.state())), ")"),
+                    "timeout", "", "deadline_exceeded"};
+  }
 };
 
 AdmittedRequest::~AdmittedRequest() {
@@ -129,8 +187,7 @@ std::variant<std::unique_ptr<AdmittedRequest>, ApiError> RequestHandler::Admit(
     GenerateInput input) {
   if (draining_.load()) {
     metrics_->RequestFinished("rejected", "");
-    return ApiError{503, "the router is shutting down", "service_unavailable", "",
-                    "shutting_down"};
+    return ApiError{503, "the router is shutting down", "service_unavailable", "", "shutting_down"};
   }
   auto ticket = admission_->TryAdmit();
   if (ticket == nullptr) {
@@ -224,6 +281,7 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
   metrics_->prompt_tokens().Increment(request.prompt_tokens());
 
   Attempt state;
+  state.life = RequestLifecycle(request.deadline_);
   state.detokenizer = codec_->NewDetokenizer(request.input_.sampling.skip_special_tokens);
   state.stops = std::make_unique<StopMatcher>(request.input_.sampling.stop,
                                               request.input_.sampling.include_stop_str_in_output);
@@ -231,35 +289,16 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
   outcome.usage.prompt_tokens = request.prompt_tokens();
   WorkerSnapshot worker = request.assignment_.decode;
   std::string reservation;
-  bool done = false;
-  if (request.assignment_.prefill &&
-      request.prompt_tokens() >= options_.disagg_min_prompt_tokens) {
-    switch (RunPrefill(request, *request.assignment_.prefill, worker, *live, observer, state,
-                       outcome, &reservation)) {
-      case PrefillResult::kReady:
-        break;
-      case PrefillResult::kFallback:
-        reservation.clear();
-        break;
-      case PrefillResult::kDone:
-        done = true;
-        break;
-    }
+  const bool disaggregated = request.assignment_.prefill.has_value() &&
+                             request.prompt_tokens() >= options_.disagg_min_prompt_tokens;
+  if (!disaggregated ||
+      !PrefillStage(request, *live, observer, state, outcome, &worker, &reservation)) {
+    DecodeStage(request, *live, observer, state, outcome, &worker, std::move(reservation));
   }
-  // One retry on another worker, only when the first failed before producing any token (so the
-  // client has seen nothing and the retry is invisible).
-  if (!done && !RunAttempt(request, worker, reservation, *live, observer, state, outcome)) {
-    StatusOr<Assignment> other =
-        scheduler_->Pick(request.input_.prompt_ids, worker.worker_id);
-    if (other.ok() && !live->IsCancelled()) {
-      LOG_WARN("request retried request={} failed_worker={} new_worker={}", request.request_id_,
-               worker.worker_id, other->decode.worker_id);
-      metrics_->Retried("decode");
-      worker = other->decode;
-      outcome.error.reset();
-      RunAttempt(request, worker, "", *live, observer, state, outcome);
-    }
-  }
+  state.life.Enter(outcome.finish == ApiFinishReason::kAbort ? RequestState::kCancelled
+                   : outcome.error || outcome.finish == ApiFinishReason::kError
+                       ? RequestState::kFailed
+                       : RequestState::kDone);
   outcome.decode_worker = worker.worker_id;
 
   // The text held back for a possible stop string (or a partial character) goes out at the end.
@@ -284,6 +323,97 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
   return outcome;
 }
 
+bool RequestHandler::PrefillStage(AdmittedRequest& request, Live& live, StreamObserver& observer,
+                                  Attempt& state, GenerateOutcome& outcome, WorkerSnapshot* decode,
+                                  std::string* reservation) {
+  // Bounded attempts on distinct prefill workers; a failed or stalled attempt released its
+  // reservation first, so nothing is held on the decode side between attempts. When they are
+  // used up the decode worker prefills itself.
+  WorkerSnapshot prefill = *request.assignment_.prefill;
+  std::vector<std::string> failed;
+  for (uint32_t attempt = 1;; ++attempt) {
+    switch (RunPrefill(request, prefill, *decode, live, observer, state, outcome, reservation)) {
+      case PrefillResult::kReady:
+      case PrefillResult::kFallback:
+        return false;
+      case PrefillResult::kDone:
+        return true;
+      case PrefillResult::kRetry:
+        break;
+    }
+    metrics_->Retried("prefill");
+    failed.push_back(prefill.worker_id);
+    if (attempt >= options_.max_attempts) return false;
+    std::optional<WorkerSnapshot> next =
+        scheduler_->PickReplacement(v1::WORKER_ROLE_PREFILL, request.input_.prompt_ids, failed);
+    if (!next) return false;
+    // The transfer may have failed on the decode side: keep that worker only while healthy.
+    std::optional<WorkerSnapshot> current = scheduler_->registry().Find(decode->worker_id);
+    if (!current || current->state == WorkerState::kUnhealthy) {
+      std::optional<WorkerSnapshot> other = scheduler_->PickReplacement(
+          v1::WORKER_ROLE_DECODE, request.input_.prompt_ids, {decode->worker_id});
+      if (other) *decode = std::move(*other);
+    }
+    LOG_WARN("prefill retried request={} failed_worker={} new_worker={} decode_worker={}",
+             request.request_id_, prefill.worker_id, next->worker_id, decode->worker_id);
+    prefill = std::move(*next);
+  }
+}
+
+void RequestHandler::DecodeStage(AdmittedRequest& request, Live& live, StreamObserver& observer,
+                                 Attempt& state, GenerateOutcome& outcome, WorkerSnapshot* worker,
+                                 std::string reservation) {
+  // A worker that fails before any token reached the client is replaced by a plain retry; one
+  // that fails mid-stream by a migration: the new worker prefills prompt + the tokens the
+  // client has seen (replaying their sampler draws, so a seeded stream stays the same) and
+  // continues after them. At most max_attempts distinct decode workers.
+  std::vector<std::string> failed;
+  while (true) {
+    if (state.life.Expired()) {
+      SendRelease(*worker, reservation);
+      outcome.finish = ApiFinishReason::kError;
+      outcome.error = state.DeadlineError();
+      return;
+    }
+    const bool ended = RunAttempt(request, *worker, reservation, live, observer, state, outcome);
+    // Unless the request finished, free the lease: a call cancelled before its message was
+    // sent never reaches the worker, whose Take would have freed it (a no-op if taken).
+    if (outcome.finish != ApiFinishReason::kStop && outcome.finish != ApiFinishReason::kLength) {
+      SendRelease(*worker, reservation);
+    }
+    if (ended) return;
+    reservation.clear();
+    failed.push_back(worker->worker_id);
+    std::optional<WorkerSnapshot> other;
+    if (failed.size() < options_.max_attempts && !live.IsCancelled()) {
+      other =
+          scheduler_->PickReplacement(v1::WORKER_ROLE_DECODE, request.input_.prompt_ids, failed);
+    }
+    if (!other) {
+      LOG_WARN("request failed request={} decode_workers_tried={} error={}", request.request_id_,
+               failed.size(), outcome.error ? outcome.error->message : "");
+      outcome.finish = ApiFinishReason::kError;  // outcome.error: the last worker's failure
+      if (failed.size() > 1 && outcome.error) {
+        absl::StrAppend(&outcome.error->message, " (after ", failed.size(), " decode workers)");
+      }
+      return;
+    }
+    if (state.generated > 0) {
+      LOG_WARN("request migrated request={} failed_worker={} new_worker={} replayed_tokens={}",
+               request.request_id_, worker->worker_id, other->worker_id, state.generated);
+      metrics_->Migrated();
+    } else {
+      LOG_WARN("request retried request={} failed_worker={} new_worker={}", request.request_id_,
+               worker->worker_id, other->worker_id);
+      metrics_->Retried("decode");
+    }
+    state.life.Enter(RequestState::kQueued);
+    *worker = std::move(*other);
+    outcome.error.reset();
+    outcome.finish = ApiFinishReason::kNone;
+  }
+}
+
 bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
                                 const std::string& reservation, Live& live,
                                 StreamObserver& observer, Attempt& state,
@@ -297,18 +427,14 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   call.mutable_prompt_token_ids()->Assign(request.input_.prompt_ids.begin(),
                                           request.input_.prompt_ids.end());
   *call.mutable_sampling() = ToProto(request.input_.sampling, request.max_tokens_);
-  if (!reservation.empty()) {
-    // Continue from the state the prefill worker pushed; the first token already went out.
-    call.set_reservation_id(reservation);
-    call.mutable_generated_token_ids()->Assign(state.ids.begin(), state.ids.end());
-  }
-  {
-    std::lock_guard<std::mutex> lock(live.mu);
-    if (live.cancelled) {
-      outcome.finish = ApiFinishReason::kAbort;
-      return true;
-    }
-    live.downstream = &ctx;
+  // Continue from the state the prefill worker pushed (the first token already went out), or
+  // after a migration from the tokens the client has seen, which this worker prefills again.
+  if (!reservation.empty()) call.set_reservation_id(reservation);
+  call.mutable_generated_token_ids()->Assign(state.ids.begin(), state.ids.end());
+  state.life.Enter(RequestState::kDecoding);
+  if (!live.Watch(&ctx, worker.worker_id, options_.decode_stall_timeout)) {
+    outcome.finish = ApiFinishReason::kAbort;
+    return true;
   }
   auto stub = v1::DecodeWorker::NewStub(channels_->Get(worker.address));
   std::unique_ptr<grpc::ClientReader<v1::WorkerGenerateResponse>> reader =
@@ -316,17 +442,22 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   // The router ended the request (stop string, its own max_tokens count) while the worker
   // would go on: cancel the stream and tell the worker to free the cache.
   bool cancel_downstream = false;
+  std::string worker_error;   // the worker reported a failure in the stream
+  bool stream_ended = false;  // the worker ended the stream (its status tells how)
   v1::WorkerGenerateResponse response;
-  while (outcome.finish == ApiFinishReason::kNone && reader->Read(&response)) {
+  while (outcome.finish == ApiFinishReason::kNone) {
+    if (!reader->Read(&response)) {
+      stream_ended = true;
+      break;
+    }
+    live.Progress();
     if (!response.error().empty()) {
-      outcome.finish = ApiFinishReason::kError;
-      outcome.error = ApiError{500, absl::StrCat("decode worker error: ", response.error()),
-                               "server_error", "", "worker_error"};
+      worker_error = response.error();
       break;
     }
     bool stopped = false;
-    if (!Deliver(response.token_ids().data(), response.token_ids_size(), request, state,
-                 observer, outcome, &stopped)) {
+    if (!Deliver(response.token_ids().data(), response.token_ids_size(), request, state, observer,
+                 outcome, &stopped)) {
       live.Cancel();
       break;
     }
@@ -337,15 +468,12 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
     }
     if (outcome.finish == ApiFinishReason::kNone) outcome.finish = worker_finish;
   }
-  // Ending early: cancel so Finish() does not wait for the worker to end the stream.
-  if (outcome.finish == ApiFinishReason::kNone || cancel_downstream ||
-      outcome.finish == ApiFinishReason::kError) {
+  // Ending early: cancel so Finish() does not wait for the worker to end the stream. (Not
+  // after the stream ended: the cancellation would replace the worker's status.)
+  if (!stream_ended && (outcome.finish == ApiFinishReason::kNone || cancel_downstream)) {
     ctx.TryCancel();
   }
-  {
-    std::lock_guard<std::mutex> lock(live.mu);
-    live.downstream = nullptr;
-  }
+  const std::string stalled = live.Unwatch();
   const grpc::Status status = reader->Finish();
   if (live.IsCancelled()) {
     outcome.finish = ApiFinishReason::kAbort;
@@ -354,29 +482,40 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   if (cancel_downstream) SendCancel(worker, request.request_id_);
   if (outcome.finish != ApiFinishReason::kNone) return true;
 
-  // Past the deadline the worker may end the call first (CANCELLED) or the client timer may
-  // (DEADLINE_EXCEEDED); either way it is a timeout.
+  // Past the deadline the worker may end the call first (CANCELLED, or an error in the
+  // stream) or the client timer may (DEADLINE_EXCEEDED); either way it is a timeout.
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-      (!status.ok() && std::chrono::system_clock::now() >= request.deadline_)) {
+      ((!status.ok() || !worker_error.empty()) && state.life.Expired())) {
     outcome.finish = ApiFinishReason::kError;
-    outcome.error = ApiError{504, "the request did not finish before its deadline", "timeout",
-                             "", "deadline_exceeded"};
+    outcome.error = state.DeadlineError();
     SendCancel(worker, request.request_id_);
     return true;
   }
-  if (status.ok()) {
+  if (status.ok() && worker_error.empty()) {
     // A stream that ends cleanly without a finish reason: treat as a stop.
     outcome.finish = ApiFinishReason::kStop;
     return true;
   }
-  LOG_WARN("decode call failed request={} worker={} code={} message={}", request.request_id_,
-           worker.worker_id, static_cast<int>(status.error_code()), status.error_message());
-  outcome.finish = ApiFinishReason::kError;
-  outcome.error = ApiError{502, absl::StrCat("decode worker ", worker.worker_id,
-                                             " failed: ", status.error_message()),
+  if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+      status.error_code() == grpc::StatusCode::OUT_OF_RANGE) {
+    // The request itself is wrong (a token id outside the vocabulary): no worker would take it.
+    outcome.finish = ApiFinishReason::kError;
+    outcome.error = ApiError{
+        400, absl::StrCat("the decode worker refused the request: ", status.error_message()),
+        "invalid_request_error", "", "invalid_value"};
+    return true;
+  }
+  std::string why = !worker_error.empty() ? worker_error
+                    : !stalled.empty()    ? stalled
+                                          : status.error_message();
+  // A stalled worker that comes back must still free the request.
+  if (!stalled.empty() || !worker_error.empty()) SendCancel(worker, request.request_id_);
+  LOG_WARN("decode call failed request={} worker={} code={} error={}", request.request_id_,
+           worker.worker_id, static_cast<int>(status.error_code()), why);
+  // Retryable (nothing reached the client) or migratable (the rest continues elsewhere); the
+  // error is what the client gets when no other worker can take it.
+  outcome.error = ApiError{502, absl::StrCat("decode worker ", worker.worker_id, " failed: ", why),
                            "server_error", "", "worker_failed"};
-  if (state.generated != 0) return true;
-  outcome.finish = ApiFinishReason::kNone;  // nothing reached the client: retryable
   return false;
 }
 
@@ -414,15 +553,22 @@ bool RequestHandler::Deliver(const uint32_t* ids, size_t n, AdmittedRequest& req
   return observer.OnChunk(chunk);
 }
 
-RequestHandler::PrefillResult RequestHandler::RunPrefill(
-    AdmittedRequest& request, const WorkerSnapshot& prefill, const WorkerSnapshot& decode,
-    Live& live, StreamObserver& observer, Attempt& state, GenerateOutcome& outcome,
-    std::string* reservation) {
+RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& request,
+                                                         const WorkerSnapshot& prefill,
+                                                         const WorkerSnapshot& decode, Live& live,
+                                                         StreamObserver& observer, Attempt& state,
+                                                         GenerateOutcome& outcome,
+                                                         std::string* reservation) {
   const std::string policy(SchedulingPolicyName(scheduler_->prefill_policy()));
   metrics_->SchedulingDecision(policy, "prefill", "chosen");
   v1::RequestContext context;
   context.set_request_id(request.request_id_);
   context.set_deadline_unix_us(UnixMicros(request.deadline_));
+  if (state.life.Expired()) {
+    outcome.finish = ApiFinishReason::kError;
+    outcome.error = state.DeadlineError();
+    return PrefillResult::kDone;
+  }
 
   // 1. Cache on the decode worker, leased until the prefill side delivers.
   v1::ReserveRequest reserve;
@@ -433,17 +579,27 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(
   v1::ReserveResponse reserved;
   {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::min(request.deadline_,
-                              std::chrono::system_clock::now() + options_.reservation_lease));
+    ctx.set_deadline(
+        std::min(request.deadline_, std::chrono::system_clock::now() + options_.reservation_lease));
+    // A client that leaves now does not cancel the call: cancelled, the worker could still
+    // make the reservation and the router would not know its id to release it.
+    if (!live.Watch(&ctx, decode.worker_id, std::chrono::milliseconds(0),
+                    /*cancel_on_abort=*/false)) {
+      outcome.finish = ApiFinishReason::kAbort;
+      return PrefillResult::kDone;
+    }
     grpc::Status status = v1::DecodeWorker::NewStub(channels_->Get(decode.address))
                               ->Reserve(&ctx, reserve, &reserved);
+    const std::string stalled = live.Unwatch();
     if (!status.ok()) {
       LOG_WARN("reserve failed, prefilling on the decode worker request={} worker={} error={}",
-               request.request_id_, decode.worker_id, status.error_message());
+               request.request_id_, decode.worker_id,
+               stalled.empty() ? status.error_message() : stalled);
       return PrefillResult::kFallback;
     }
   }
   *reservation = reserved.reservation_id();
+  state.life.Enter(RequestState::kReserved);
 
   // 2. Prefill: the worker pushes the state into the reservation and samples the first token.
   v1::PrefillRequest call;
@@ -454,13 +610,13 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(
   call.set_decode_address(decode.address);
   call.set_reservation_id(*reservation);
   call.set_transfer_descriptor(reserved.transfer_descriptor());
+  // The stall timer: a prefill worker that is stopped, partitioned or wedged mid-transfer
+  // never ends the stream by itself (the watchdog also ends it once it misses heartbeats).
   grpc::ClientContext ctx;
-  ctx.set_deadline(request.deadline_);
-  {
-    std::lock_guard<std::mutex> lock(live.mu);
-    live.downstream = live.cancelled ? nullptr : &ctx;
-    if (live.cancelled) ctx.TryCancel();
-  }
+  ctx.set_deadline(std::min(request.deadline_,
+                            std::chrono::system_clock::now() + options_.prefill_attempt_timeout));
+  state.life.Enter(RequestState::kPrefilling);
+  if (!live.Watch(&ctx, prefill.worker_id, std::chrono::milliseconds(0))) ctx.TryCancel();
   auto reader = v1::PrefillWorker::NewStub(channels_->Get(prefill.address))->Prefill(&ctx, call);
   v1::PrefillProgress progress;
   bool completed = false;
@@ -471,19 +627,16 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(
       break;
     }
     if (progress.stage() == v1::PrefillProgress::STAGE_FAILED) {
+      // The worker ends the call right after, with the status that says why.
       failure = progress.error().empty() ? "STAGE_FAILED" : progress.error();
-      break;
+    }
+    if (progress.stage() == v1::PrefillProgress::STAGE_LAYER_SENT &&
+        state.life.state() == RequestState::kPrefilling) {
+      state.life.Enter(RequestState::kTransferring);
     }
   }
-  if (!completed) ctx.TryCancel();
-  {
-    std::lock_guard<std::mutex> lock(live.mu);
-    live.downstream = nullptr;
-  }
+  const std::string stalled = live.Unwatch();
   grpc::Status status = reader->Finish();
-  if (!completed && failure.empty()) {
-    failure = status.ok() ? "stream ended before STAGE_COMPLETED" : status.error_message();
-  }
 
   auto give_up = [&] {
     SendPrefillCancel(prefill, request.request_id_);
@@ -497,16 +650,35 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(
   }
   if (!completed) {
     give_up();
-    if (std::chrono::system_clock::now() >= request.deadline_) {
+    if (state.life.Expired()) {
       outcome.finish = ApiFinishReason::kError;
-      outcome.error = ApiError{504, "the request did not finish before its deadline", "timeout",
-                               "", "deadline_exceeded"};
+      outcome.error = state.DeadlineError();
       return PrefillResult::kDone;
     }
-    LOG_WARN("prefill failed, prefilling on the decode worker request={} worker={} error={}",
-             request.request_id_, prefill.worker_id, failure);
-    metrics_->Retried("prefill");
-    return PrefillResult::kFallback;
+    if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      // The prompt itself is wrong (a token id outside the vocabulary): no retry helps.
+      outcome.finish = ApiFinishReason::kError;
+      outcome.error = ApiError{
+          400, absl::StrCat("the prefill worker refused the request: ", status.error_message()),
+          "invalid_request_error", "", "invalid_value"};
+      return PrefillResult::kDone;
+    }
+    if (!stalled.empty()) {
+      failure = stalled;
+    } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      failure = absl::StrCat("no answer within ", options_.prefill_attempt_timeout.count(),
+                             " ms (--prefill-attempt-timeout-ms)");
+    } else if (failure.empty()) {
+      failure = status.ok() ? "stream ended before STAGE_COMPLETED" : status.error_message();
+    }
+    LOG_WARN("prefill attempt failed request={} worker={} stage={} error={}", request.request_id_,
+             prefill.worker_id, RequestStateName(state.life.state()), failure);
+    state.life.Enter(RequestState::kQueued);
+    return PrefillResult::kRetry;
+  }
+  // Completed: the state is on the decode side.
+  if (state.life.state() == RequestState::kPrefilling) {
+    state.life.Enter(RequestState::kTransferring);
   }
 
   // 3. The first token goes to the client now; decode continues after it.
@@ -608,13 +780,24 @@ void RequestHandler::PollCancellations() {
     std::vector<std::shared_ptr<Live>> live;
     for (const auto& [id, l] : live_) live.push_back(l);
     lock.unlock();
+    const auto silence =
+        scheduler_->registry().heartbeat_interval() * options_.give_up_missed_heartbeats;
+    std::set<std::string> silent;
+    if (!live.empty()) {
+      for (std::string& id : scheduler_->registry().Silent(silence)) silent.insert(std::move(id));
+    }
+    const auto now = Steady::now();
     for (const auto& l : live) {
       bool gone = false;
       {
         std::lock_guard<std::mutex> guard(l->mu);
         gone = !l->cancelled && l->observer != nullptr && l->observer->ClientGone();
       }
-      if (gone) l->Cancel();
+      if (gone) {
+        l->Cancel();
+      } else {
+        l->CheckStall(now, silent, silence);
+      }
     }
     lock.lock();
   }
@@ -625,8 +808,14 @@ grpc::StatusCode GrpcCodeFor(const ApiError& error) {
     case 400:
     case 413:
       return grpc::StatusCode::INVALID_ARGUMENT;
+    case 401:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case 404:
+      return grpc::StatusCode::NOT_FOUND;
     case 429:
       return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case 502:
+      return grpc::StatusCode::UNAVAILABLE;
     case 503:
       return grpc::StatusCode::UNAVAILABLE;
     case 504:

@@ -6,6 +6,10 @@
 // Cancellation: `Abort(request_id)`, a front end reporting its client gone, a stop string, or
 // the deadline all cancel the downstream call (and send `DecodeWorker.Cancel`), so the worker
 // frees the request's cache.
+// Failures (docs/reliability.md): a prefill worker that fails or stalls is replaced by another
+// one (or the decode worker prefills); a decode worker that fails, stalls or stops heartbeating
+// is replaced by another one, which continues after the tokens the client has seen. Both are
+// bounded by `max_attempts`, and every stage checks the request's one absolute deadline.
 #pragma once
 
 #include <atomic>
@@ -24,6 +28,7 @@
 #include "pdspark/v1/worker.grpc.pb.h"
 #include "router/admission_control.h"
 #include "router/openai_protocol.h"
+#include "router/request_state.h"
 #include "router/router_metrics.h"
 #include "router/scheduler.h"
 #include "router/text_codec.h"
@@ -102,6 +107,20 @@ class RequestHandler {
     uint32_t disagg_min_prompt_tokens = 0;
     // Lease of a decode-side reservation the prefill worker has not delivered into yet.
     std::chrono::milliseconds reservation_lease{30'000};
+    // Calls per stage before the request fails (docs/reliability.md): prefill attempts on
+    // distinct prefill workers, decode attempts (retries and migrations) on distinct decode
+    // workers.
+    uint32_t max_attempts = 3;
+    // Stall timer of one prefill call (prefill + KV transfer + first token): past it the
+    // prefill worker is presumed stuck, the reservation is released and another one is tried.
+    std::chrono::milliseconds prefill_attempt_timeout{30'000};
+    // Stall timer of a decode stream: no message for this long and the worker is presumed
+    // stuck; the request moves to another decode worker. 0: off (heartbeats still count).
+    std::chrono::milliseconds decode_stall_timeout{60'000};
+    // A call whose worker has missed this many heartbeat intervals, and which has made no
+    // progress for as long, is given up. More than the registry's 3 (which only stops new
+    // work): an overloaded worker can miss a few heartbeats and still be serving.
+    int give_up_missed_heartbeats = 10;
   };
 
   RequestHandler(Options options, Scheduler* scheduler, AdmissionController* admission,
@@ -127,8 +146,19 @@ class RequestHandler {
   struct Live;  // a request between Admit and its end: what cancellation needs
   struct Attempt;
 
-  enum class PrefillResult { kReady, kFallback, kDone };
+  // kReady: decode continues from the reservation; kFallback: prefill on the decode worker
+  // (reserve failed); kRetry: the prefill worker failed or stalled, the reservation is
+  // released, another prefill worker may be tried; kDone: the request ended.
+  enum class PrefillResult { kReady, kFallback, kRetry, kDone };
 
+  // The prefill stage: RunPrefill on up to max_attempts prefill workers (replacing the decode
+  // worker too when it went unhealthy). True when the request ended there; false when the
+  // decode stage goes on, from `*reservation` or colocated when it is empty.
+  bool PrefillStage(AdmittedRequest& request, Live& live, StreamObserver& observer, Attempt& state,
+                    GenerateOutcome& outcome, WorkerSnapshot* decode, std::string* reservation);
+  // The decode stage: RunAttempt on up to max_attempts decode workers (retries, migrations).
+  void DecodeStage(AdmittedRequest& request, Live& live, StreamObserver& observer, Attempt& state,
+                   GenerateOutcome& outcome, WorkerSnapshot* worker, std::string reservation);
   // Disaggregated prefill: Reserve on the decode worker, Prefill on the prefill worker (which
   // pushes the state into the reservation), then the first token to the client. kFallback:
   // prefill locally on the decode worker instead; kDone: the request ended (first token
@@ -136,8 +166,10 @@ class RequestHandler {
   PrefillResult RunPrefill(AdmittedRequest& request, const WorkerSnapshot& prefill,
                            const WorkerSnapshot& decode, Live& live, StreamObserver& observer,
                            Attempt& state, GenerateOutcome& outcome, std::string* reservation);
-  // One call to a decode worker (colocated when `reservation` is empty); returns false when
-  // it failed before any token reached the client, so a retry on another worker is safe.
+  // One call to a decode worker (colocated when `reservation` is empty; tokens the client has
+  // already seen are replayed as generated_token_ids). Returns false when the worker failed
+  // (outcome.error says how) and the request may move to another decode worker: before any
+  // token that is a plain retry, after some a migration.
   bool RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
                   const std::string& reservation, Live& live, StreamObserver& observer,
                   Attempt& state, GenerateOutcome& outcome);

@@ -25,6 +25,9 @@ RouterApp::RouterApp(RouterOptions options, const TextCodec* codec, const Clock*
   handler_options.default_timeout = options_.default_timeout;
   handler_options.disagg_min_prompt_tokens = options_.disagg_min_prompt_tokens;
   handler_options.reservation_lease = options_.reservation_lease;
+  handler_options.max_attempts = options_.max_attempts;
+  handler_options.prefill_attempt_timeout = options_.prefill_attempt_timeout;
+  handler_options.decode_stall_timeout = options_.decode_stall_timeout;
   handler_ = std::make_unique<RequestHandler>(handler_options, &scheduler_, &admission_, codec,
                                               &channels_, &metrics_);
   inference_service_ =
@@ -55,8 +58,8 @@ Status RouterApp::Start() {
   channels_.SetCredentials(worker_credentials, options_.tls);
   const bool separate_registry = options_.registry_port >= 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.grpc_port),
-                           server_credentials, &grpc_port_);
+  builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.grpc_port), server_credentials,
+                           &grpc_port_);
   if (!separate_registry) builder.RegisterService(&registry_service_);
   builder.RegisterService(inference_service_.get());
   builder.SetMaxReceiveMessageSize(
@@ -78,8 +81,8 @@ Status RouterApp::Start() {
     }
   }
   RETURN_IF_ERROR(http_->Start());
-  LOG_INFO("router listening http={}:{} grpc={}:{} model={} policy={} max_queue={}",
-           options_.host, http_->port(), options_.host, grpc_port_, options_.model_name,
+  LOG_INFO("router listening http={}:{} grpc={}:{} model={} policy={} max_queue={}", options_.host,
+           http_->port(), options_.host, grpc_port_, options_.model_name,
            SchedulingPolicyName(options_.decode_policy), options_.max_queue);
   LOG_INFO("router security tls={} mtls={} api_key={} registry_port={} rate_limit_rps={}/{}",
            options_.tls.enabled(), options_.tls.require_client_cert, !options_.api_key.empty(),

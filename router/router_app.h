@@ -43,6 +43,10 @@ struct RouterOptions {
   std::chrono::milliseconds default_timeout{600'000};
   uint32_t disagg_min_prompt_tokens = 0;  // shorter prompts prefill on the decode worker
   std::chrono::milliseconds reservation_lease{30'000};
+  // docs/reliability.md: attempts per stage and the stall timers.
+  uint32_t max_attempts = 3;
+  std::chrono::milliseconds prefill_attempt_timeout{30'000};
+  std::chrono::milliseconds decode_stall_timeout{60'000};
   // Security (docs/reliability.md "Security"). TLS for both gRPC servers, the links to the
   // workers and (as HTTPS) the HTTP API; all off by default.
   security::TlsOptions tls;

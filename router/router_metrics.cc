@@ -23,8 +23,11 @@ RouterMetrics::RouterMetrics(std::string model)
                      .Register(*registry_);
   decisions_ = &BuildCounter().Name("pdspark_scheduling_decisions_total")
                     .Help("worker choices per stage").Labels(base).Register(*registry_);
-  retries_ = &BuildCounter().Name("pdspark_retries_total")
+  retries_ = &BuildCounter().Name("pdspark_router_retries_total")
                   .Help("re-dispatches after a worker failure").Labels(base).Register(*registry_);
+  migrations_ = &BuildCounter().Name("pdspark_router_migrations_total")
+                     .Help("streams moved to another decode worker mid-generation")
+                     .Labels(base).Register(*registry_).Add({});
   // Here `role` is the worker's role (prefill, decode), so the router's own role label is left off.
   workers_ = &BuildGauge().Name("pdspark_workers").Help("registry view")
                   .Labels({{"model", model_}}).Register(*registry_);
@@ -69,6 +72,8 @@ void RouterMetrics::SchedulingDecision(std::string_view policy, std::string_view
                    {"outcome", std::string(outcome)}})
       .Increment();
 }
+
+void RouterMetrics::Migrated() { migrations_->Increment(); }
 
 void RouterMetrics::Retried(std::string_view stage) {
   retries_->Add({{"stage", std::string(stage)}}).Increment();

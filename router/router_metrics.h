@@ -26,7 +26,10 @@ class RouterMetrics {
   // stage: prefill, decode; outcome: chosen, no_worker.
   void SchedulingDecision(std::string_view policy, std::string_view stage,
                           std::string_view outcome);
+  // stage: prefill, decode (before any token reached the client).
   void Retried(std::string_view stage);
+  // A stream moved to another decode worker after tokens reached the client.
+  void Migrated();
 
   prometheus::Gauge& in_flight() { return *in_flight_; }
   prometheus::Gauge& queue_depth() { return *queue_depth_; }
@@ -48,6 +51,7 @@ class RouterMetrics {
   prometheus::Family<prometheus::Counter>* rejections_;
   prometheus::Family<prometheus::Counter>* decisions_;
   prometheus::Family<prometheus::Counter>* retries_;
+  prometheus::Counter* migrations_;
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Gauge* in_flight_;
   prometheus::Gauge* queue_depth_;

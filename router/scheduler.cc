@@ -10,9 +10,8 @@ StatusOr<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name) {
   if (name == "round_robin") return SchedulingPolicy::kRoundRobin;
   if (name == "least_loaded") return SchedulingPolicy::kLeastLoaded;
   if (name == "kv_aware") return SchedulingPolicy::kKvAware;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown scheduling policy '", std::string(name),
-                   "' (round_robin, least_loaded, kv_aware)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown scheduling policy '", std::string(name),
+                                                 "' (round_robin, least_loaded, kv_aware)"));
 }
 
 std::string_view SchedulingPolicyName(SchedulingPolicy policy) {
@@ -39,12 +38,9 @@ Scheduler::Scheduler(WorkerRegistry* registry, SchedulingPolicy prefill_policy,
       decode_policy_(decode_policy),
       kv_(kv) {}
 
-StatusOr<Assignment> Scheduler::Pick(const std::vector<uint32_t>& prompt,
-                                     const std::string& exclude_decode) {
-  std::vector<WorkerSnapshot> decoders = registry_->Healthy(v1::WORKER_ROLE_DECODE);
-  std::erase_if(decoders, [&](const WorkerSnapshot& w) { return w.worker_id == exclude_decode; });
+StatusOr<Assignment> Scheduler::Pick(const std::vector<uint32_t>& prompt) {
   std::optional<WorkerSnapshot> decode =
-      Choose(std::move(decoders), decode_policy_, &decode_cursor_, prompt);
+      Choose(registry_->Healthy(v1::WORKER_ROLE_DECODE), decode_policy_, &decode_cursor_, prompt);
   if (!decode) return absl::UnavailableError("no healthy decode worker");
   Assignment a{Choose(registry_->Healthy(v1::WORKER_ROLE_PREFILL), prefill_policy_,
                       &prefill_cursor_, prompt),
@@ -63,6 +59,21 @@ StatusOr<Assignment> Scheduler::Pick(const std::vector<uint32_t>& prompt,
     }
   }
   return a;
+}
+
+std::optional<WorkerSnapshot> Scheduler::PickReplacement(v1::WorkerRole role,
+                                                         const std::vector<uint32_t>& prompt,
+                                                         const std::vector<std::string>& exclude) {
+  std::vector<WorkerSnapshot> candidates = registry_->Healthy(role);
+  std::erase_if(candidates, [&](const WorkerSnapshot& w) {
+    return std::find(exclude.begin(), exclude.end(), w.worker_id) != exclude.end();
+  });
+  const bool prefill = role == v1::WORKER_ROLE_PREFILL;
+  std::optional<WorkerSnapshot> chosen =
+      Choose(std::move(candidates), prefill ? prefill_policy_ : decode_policy_,
+             prefill ? &prefill_cursor_ : &decode_cursor_, prompt);
+  if (chosen) registry_->NoteAssigned(chosen->worker_id);
+  return chosen;
 }
 
 template <typename Cost>

@@ -42,11 +42,17 @@ class Scheduler {
   Scheduler(WorkerRegistry* registry, SchedulingPolicy prefill_policy,
             SchedulingPolicy decode_policy, KvAwareOptions kv = {});
 
-  // Unavailable when no healthy decode worker exists. `exclude` skips one decode worker (a
-  // retry after it failed). Notes the assignment in the registry (and, for kv_aware, the
-  // prompt in the prefix index).
-  StatusOr<Assignment> Pick(const std::vector<uint32_t>& prompt = {},
-                            const std::string& exclude_decode = "");
+  // Unavailable when no healthy decode worker exists. Notes the assignment in the registry
+  // (and, for kv_aware, the prompt in the prefix index).
+  StatusOr<Assignment> Pick(const std::vector<uint32_t>& prompt = {});
+
+  // A healthy worker of `role` to take over a request (retry, migration), skipping the ones
+  // that already failed it; empty when none is left.
+  std::optional<WorkerSnapshot> PickReplacement(v1::WorkerRole role,
+                                                const std::vector<uint32_t>& prompt,
+                                                const std::vector<std::string>& exclude);
+
+  const WorkerRegistry& registry() const { return *registry_; }
 
   const PrefixIndex& prefix_index() const { return index_; }
 

@@ -9,7 +9,9 @@ namespace pdspark::router {
 
 WorkerRegistry::WorkerRegistry(const Clock* clock, std::chrono::milliseconds heartbeat_interval,
                                int missed_heartbeats)
-    : clock_(clock), heartbeat_interval_(heartbeat_interval), missed_heartbeats_(missed_heartbeats) {}
+    : clock_(clock),
+      heartbeat_interval_(heartbeat_interval),
+      missed_heartbeats_(missed_heartbeats) {}
 
 std::string WorkerRegistry::Register(const v1::RegisterRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -46,8 +48,7 @@ std::string WorkerRegistry::Register(const v1::RegisterRequest& request) {
   entry.last_seen = now;
   std::string id = s.worker_id;
   LOG_INFO("worker registered worker={} role={} address={} incarnation={} model={} tp={}", id,
-           WorkerRoleName(s.role), s.address, s.incarnation_id, s.model_id,
-           s.tensor_parallel_size);
+           WorkerRoleName(s.role), s.address, s.incarnation_id, s.model_id, s.tensor_parallel_size);
   workers_.emplace(id, std::move(entry));
   return id;
 }
@@ -84,8 +85,19 @@ std::vector<WorkerSnapshot> WorkerRegistry::Healthy(v1::WorkerRole role) const {
       out.push_back(SnapshotOf(e));
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const WorkerSnapshot& a, const WorkerSnapshot& b) { return a.sequence < b.sequence; });
+  std::sort(out.begin(), out.end(), [](const WorkerSnapshot& a, const WorkerSnapshot& b) {
+    return a.sequence < b.sequence;
+  });
+  return out;
+}
+
+std::vector<std::string> WorkerRegistry::Silent(std::chrono::milliseconds longer_than) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Clock::TimePoint now = clock_->Now();
+  std::vector<std::string> out;
+  for (const auto& [id, e] : workers_) {
+    if (!e.draining && now - e.last_seen > longer_than) out.push_back(id);
+  }
   return out;
 }
 

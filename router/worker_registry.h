@@ -58,6 +58,8 @@ class WorkerRegistry {
 
   // Healthy workers of `role`, in registration order.
   std::vector<WorkerSnapshot> Healthy(v1::WorkerRole role) const;
+  // Ids of the workers not draining whose last heartbeat is older than `longer_than`.
+  std::vector<std::string> Silent(std::chrono::milliseconds longer_than) const;
   // Every known worker with its current state.
   std::vector<WorkerSnapshot> All() const;
   std::optional<WorkerSnapshot> Find(const std::string& worker_id) const;
@@ -74,7 +76,7 @@ class WorkerRegistry {
     bool draining = false;
   };
 
-  WorkerState StateOf(const Entry& entry) const;  // requires mu_
+  WorkerState StateOf(const Entry& entry) const;        // requires mu_
   WorkerSnapshot SnapshotOf(const Entry& entry) const;  // requires mu_
   // Drops entries silent for much longer than the expiry, so the map stays bounded.
   void PruneLocked();

@@ -282,7 +282,7 @@ StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_v
   Json json;
   try {
     json = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number overflow
     return absl::InvalidArgumentError(Cat(source_name, ": invalid JSON: ", e.what()));
   }
   if (!json.is_object()) {

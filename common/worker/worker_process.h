@@ -1,6 +1,8 @@
 // What every worker process does around its gRPC services: listen, register with the routers
-// and heartbeat, serve /metrics, /live and /ready, and on SIGTERM drain in order (deregister,
-// let in-flight calls finish up to the drain timeout, exit 0).
+// and heartbeat, serve /metrics, /live and /ready, and on SIGTERM (or WorkerAdmin.Drain) drain
+// in order: deregister so routers send no new work, wait until `idle()` (no request running or
+// queued, no lease outstanding) and the calls in flight end, up to --drain-timeout-s, exit 0.
+// docs/reliability.md "Drain".
 #pragma once
 
 #include <functional>
@@ -23,10 +25,11 @@ struct WorkerIdentity {
 };
 
 // Blocks until SIGINT/SIGTERM (blocked in every thread by `signals`), then drains.
-// Returns the process exit code.
+// `idle` defaults to "load() shows nothing running or queued". Returns the process exit code.
 int ServeUntilSignal(const WorkerFlags& flags, const WorkerIdentity& identity,
                      const std::vector<grpc::Service*>& services,
                      std::function<v1::WorkerLoad()> load,
-                     std::shared_ptr<prometheus::Registry> metrics, const sigset_t& signals);
+                     std::shared_ptr<prometheus::Registry> metrics, const sigset_t& signals,
+                     std::function<bool()> idle = {});
 
 }  // namespace pdspark::worker

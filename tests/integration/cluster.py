@@ -53,27 +53,29 @@ class Cluster:
         self.log_dir = tempfile.mkdtemp(prefix="pdspark-it-")
         self.procs = []
 
-    def _start(self, name, binary, args):
-        p = Process(name, [os.path.join(self.bin_dir, binary)] + args, self.log_dir)
+    def _start(self, name, binary, args, wrapper=()):
+        """`wrapper`: a command that runs the binary (`ip netns exec NS`)."""
+        p = Process(name, [*wrapper, os.path.join(self.bin_dir, binary)] + args, self.log_dir)
         self.procs.append(p)
         return p
 
-    def start_router(self, name, extra=()):
-        http, grpc = free_port(), free_port()
+    def start_router(self, name, extra=(), http=None, grpc=None, heartbeat_ms=200):
+        """`http`/`grpc`: fixed ports (a restarted router), else free ones."""
+        http, grpc = http or free_port(), grpc or free_port()
         p = self._start(name, "pdspark-router",
                         ["--model", self.model_dir, "--http-port", str(http), "--grpc-port",
-                         str(grpc), "--heartbeat-interval-ms", "200", "--served-model-name", "m",
-                         *extra])
+                         str(grpc), "--heartbeat-interval-ms", str(heartbeat_ms),
+                         "--served-model-name", "m", *extra])
         p.http, p.grpc = http, grpc
         return p
 
     def start_worker(self, name, role, routers, extra=()):
-        metrics = free_port()
+        metrics, grpc = free_port(), free_port()
         p = self._start(name, "pdspark-" + role,
                         ["--model", self.model_dir, "--router",
                          ",".join("127.0.0.1:%d" % r.grpc for r in routers),
-                         "--metrics-port", str(metrics), *extra])
-        p.metrics = metrics
+                         "--metrics-port", str(metrics), "--port", str(grpc), *extra])
+        p.metrics, p.grpc, p.role = metrics, grpc, role
         return p
 
     def wait_ready(self, *checks):

@@ -113,6 +113,15 @@ TEST_P(BadBodyTest, GivesOpenAiError) {
 }
 
 const ApiKind kC = ApiKind::kCompletion;
+
+// One stop string more than ParseLimits allows.
+std::string TooManyStops() {
+  json body = {{"prompt", "x"}, {"stop", json::array()}};
+  for (size_t i = 0; i <= ParseLimits{}.max_stop_strings; ++i) {
+    body["stop"].push_back("s" + std::to_string(i));
+  }
+  return body.dump();
+}
 const ApiKind kChat = ApiKind::kChat;
 
 INSTANTIATE_TEST_SUITE_P(
@@ -121,6 +130,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"malformed", kC, R"({"prompt": "x",)", 400, ""},
         BadCase{"not_object", kC, R"([1,2])", 400, ""},
         BadCase{"invalid_utf8", kC, "{\"prompt\": \"\xff\xfe\"}", 400, ""},
+        // The JSON parser throws out_of_range (not parse_error) on overflow (fuzz finding).
+        BadCase{"number_overflow", kC, R"({"prompt": "x", "temperature": 1e999})", 400, ""},
         BadCase{"too_large", kC, "{\"prompt\": \"" + std::string(5000, 'a') + "\"}", 413, ""},
         BadCase{"too_deep", kC, std::string(100, '[') + std::string(100, ']'), 400, ""},
         BadCase{"missing_prompt", kC, R"({"model": "m"})", 400, "prompt"},
@@ -145,6 +156,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"n_two", kC, R"({"prompt": "x", "n": 2})", 400, "n"},
         BadCase{"stop_number", kC, R"({"prompt": "x", "stop": 3})", 400, "stop"},
         BadCase{"stop_list_mixed", kC, R"({"prompt": "x", "stop": ["a", 1]})", 400, "stop"},
+        BadCase{"too_many_stops", kC, TooManyStops(), 400, "stop"},
         BadCase{"stop_ids_bad", kC, R"({"prompt": "x", "stop_token_ids": "1"})", 400,
                 "stop_token_ids"},
         BadCase{"ignore_eos_string", kC, R"({"prompt": "x", "ignore_eos": "yes"})", 400,
@@ -176,16 +188,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"chat_max_completion_tokens", kChat,
                 R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": -1})",
                 400, "max_completion_tokens"},
-        BadCase{"tools", kChat,
-                R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
-                400, "tools"}),
+        BadCase{
+            "tools", kChat,
+            R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
+            400, "tools"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 ResponseHeader Header() { return ResponseHeader{"cmpl-1", 1700000000, "tiny"}; }
 
 TEST(OpenAiProtocolTest, FormatsCompletionResponse) {
-  json j = json::parse(FormatResponse(ApiKind::kCompletion, Header(), "hi", ApiFinishReason::kLength,
-                                      UsageCounts{3, 2}));
+  json j = json::parse(FormatResponse(ApiKind::kCompletion, Header(), "hi",
+                                      ApiFinishReason::kLength, UsageCounts{3, 2}));
   EXPECT_EQ(j["id"], "cmpl-1");
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["created"], 1700000000);
@@ -220,10 +233,12 @@ TEST(OpenAiProtocolTest, FormatsStreamChunks) {
   EXPECT_EQ(c["choices"][0]["text"], "ab");
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
 
-  json first = ParseSse(FormatStreamChunk(ApiKind::kChat, Header(), "", ApiFinishReason::kNone, true));
+  json first =
+      ParseSse(FormatStreamChunk(ApiKind::kChat, Header(), "", ApiFinishReason::kNone, true));
   EXPECT_EQ(first["object"], "chat.completion.chunk");
   EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
-  json last = ParseSse(FormatStreamChunk(ApiKind::kChat, Header(), "", ApiFinishReason::kStop, false));
+  json last =
+      ParseSse(FormatStreamChunk(ApiKind::kChat, Header(), "", ApiFinishReason::kStop, false));
   EXPECT_TRUE(last["choices"][0]["delta"].is_object());
   EXPECT_TRUE(last["choices"][0]["delta"].empty());
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");

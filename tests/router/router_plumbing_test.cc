@@ -13,121 +13,10 @@
 #include "nlohmann/json.hpp"
 #include "pdspark/v1/inference.grpc.pb.h"
 #include "router/router_app.h"
-#include "tests/router/router_test_support.h"
+#include "tests/router/router_fixture.h"
 
 namespace pdspark::router {
 namespace {
-
-using nlohmann::json;
-using std::chrono::milliseconds;
-using testing::ByteTextCodec;
-using testing::ScriptedDecodeWorker;
-using testing::ScriptedPrefillWorker;
-using testing::WorkerHeartbeater;
-
-constexpr milliseconds kHeartbeat{50};
-const char kScript[] = "Hello, world!";
-
-class RouterPlumbingTest : public ::testing::Test {
- protected:
-  void SetUp() override { std::signal(SIGPIPE, SIG_IGN); }
-
-  void StartRouter(uint32_t max_queue = 16, uint32_t max_model_len = 128,
-                   SchedulingPolicy policy = SchedulingPolicy::kRoundRobin) {
-    RouterOptions o;
-    o.model_name = "tiny";
-    o.model_path = "/models/tiny";
-    o.max_model_len = max_model_len;
-    o.max_queue = max_queue;
-    o.heartbeat_interval = kHeartbeat;
-    o.max_request_bytes = 4096;
-    o.decode_policy = policy;
-    o.default_timeout = std::chrono::seconds(20);
-    router_ = std::make_unique<RouterApp>(o, &codec_);
-    ASSERT_TRUE(router_->Start().ok());
-  }
-
-  ScriptedDecodeWorker* AddWorker(milliseconds delay = milliseconds(0),
-                                  std::string script = kScript) {
-    workers_.push_back(std::make_unique<ScriptedDecodeWorker>(std::move(script), delay));
-    workers_.back()->Start();
-    heartbeaters_.push_back(std::make_unique<WorkerHeartbeater>(
-        GrpcAddress(), v1::WORKER_ROLE_DECODE, workers_.back()->address(), kHeartbeat));
-    EXPECT_TRUE(heartbeaters_.back()->Register());
-    heartbeaters_.back()->Start();
-    return workers_.back().get();
-  }
-
-  ScriptedPrefillWorker* AddPrefillWorker(bool fail) {
-    prefill_workers_.push_back(std::make_unique<ScriptedPrefillWorker>(kScript[0], fail));
-    prefill_workers_.back()->Start();
-    heartbeaters_.push_back(std::make_unique<WorkerHeartbeater>(
-        GrpcAddress(), v1::WORKER_ROLE_PREFILL, prefill_workers_.back()->address(), kHeartbeat));
-    EXPECT_TRUE(heartbeaters_.back()->Register());
-    heartbeaters_.back()->Start();
-    return prefill_workers_.back().get();
-  }
-
-  void TearDown() override {
-    heartbeaters_.clear();
-    if (router_) router_->Shutdown();
-    workers_.clear();
-    prefill_workers_.clear();
-  }
-
-  std::string GrpcAddress() const {
-    return "127.0.0.1:" + std::to_string(router_->grpc_port());
-  }
-  httplib::Client Http() {
-    httplib::Client c("127.0.0.1", router_->http_port());
-    c.set_read_timeout(20, 0);
-    return c;
-  }
-  httplib::Result Post(const std::string& path, const std::string& body) {
-    return Http().Post(path.c_str(), body, "application/json");
-  }
-
-  // POSTs a streaming request and returns the SSE `data:` payloads in order.
-  std::vector<std::string> PostSse(const std::string& path, const std::string& body,
-                                   int* status = nullptr) {
-    httplib::Client c = Http();
-    std::string raw;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = path;
-    req.body = body;
-    req.set_header("Content-Type", "application/json");
-    req.set_header("Accept-Encoding", "gzip, deflate");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-      raw.append(data, n);
-      return true;
-    };
-    httplib::Response res;
-    httplib::Error error;
-    EXPECT_TRUE(c.send(req, res, error)) << httplib::to_string(error);
-    if (status) *status = res.status;
-    EXPECT_EQ(res.get_header_value("Content-Type"), "text/event-stream");
-    EXPECT_FALSE(res.has_header("Content-Encoding"));  // SSE must not be buffered by gzip
-    std::vector<std::string> events;
-    size_t start = 0;
-    while (start < raw.size()) {
-      size_t end = raw.find("\n\n", start);
-      if (end == std::string::npos) end = raw.size();
-      std::string event = raw.substr(start, end - start);
-      start = end + 2;
-      if (event.empty()) continue;
-      EXPECT_EQ(event.substr(0, 6), "data: ") << event;
-      events.push_back(event.substr(6));
-    }
-    return events;
-  }
-
-  ByteTextCodec codec_;
-  std::unique_ptr<RouterApp> router_;
-  std::vector<std::unique_ptr<ScriptedDecodeWorker>> workers_;
-  std::vector<std::unique_ptr<ScriptedPrefillWorker>> prefill_workers_;
-  std::vector<std::unique_ptr<WorkerHeartbeater>> heartbeaters_;
-};
 
 TEST_F(RouterPlumbingTest, NonStreamingCompletion) {
   StartRouter();
@@ -191,7 +80,8 @@ TEST_F(RouterPlumbingTest, StreamingCompletionWithUsageAndDone) {
     EXPECT_EQ(chunk["object"], "text_completion");
     ASSERT_EQ(chunk["choices"].size(), 1u);
     text += chunk["choices"][0]["text"].get<std::string>();
-    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+    if (!chunk["choices"][0]["finish_reason"].is_null())
+      finish = chunk["choices"][0]["finish_reason"];
   }
   EXPECT_EQ(text, kScript);
   EXPECT_EQ(finish, "stop");
@@ -253,7 +143,8 @@ TEST_F(RouterPlumbingTest, StopStringEndsAndCancelsDownstream) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(j["usage"]["completion_tokens"], 10);  // up to the token completing "wor"
   EXPECT_TRUE(worker->WaitFor([](ScriptedDecodeWorker& w) {
-    return w.seen_locked()[0].finished && w.seen_locked()[0].cancelled && w.cancel_rpcs_locked() == 1;
+    return w.seen_locked()[0].finished && w.seen_locked()[0].cancelled &&
+           w.cancel_rpcs_locked() == 1;
   }));
 }
 
@@ -269,10 +160,8 @@ TEST_F(RouterPlumbingTest, BadRequestsGetOpenAiErrors) {
       {"/v1/completions", R"({"prompt": )", 400, "invalid_json"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": -3})", 400, "invalid_value"},
       {"/v1/completions", R"({"prompt": "x", "n": 3})", 400, "unsupported_value"},
-      {"/v1/completions", R"({"prompt": "0123456789abcdefghij"})", 400,
-       "context_length_exceeded"},
-      {"/v1/completions", R"({"prompt": "x", "max_tokens": 15})", 400,
-       "context_length_exceeded"},
+      {"/v1/completions", R"({"prompt": "0123456789abcdefghij"})", 400, "context_length_exceeded"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 15})", 400, "context_length_exceeded"},
       {"/v1/completions", R"({"prompt": "x", "model": "other"})", 404, "model_not_found"},
       {"/v1/completions", "{\"prompt\": \"" + std::string(5000, 'a') + "\"}", 413,
        "request_too_large"},
@@ -313,8 +202,8 @@ TEST_F(RouterPlumbingTest, SixtyFourConcurrentStreamsAllComplete) {
   for (int i = 0; i < 64; ++i) {
     results.push_back(std::async(std::launch::async, [&] {
       std::string text;
-      auto events = PostSse("/v1/completions",
-                            R"({"prompt": "hi", "max_tokens": 100, "stream": true})");
+      auto events =
+          PostSse("/v1/completions", R"({"prompt": "hi", "max_tokens": 100, "stream": true})");
       for (size_t k = 0; k + 1 < events.size(); ++k) {
         text += json::parse(events[k])["choices"][0]["text"].get<std::string>();
       }
@@ -466,8 +355,8 @@ TEST_F(RouterPlumbingTest, NonStreamingClientDisconnectCancelsDownstream) {
   {
     httplib::Client c = Http();
     c.set_read_timeout(0, 200'000);  // give up (and hang up) long before the 100 tokens
-    auto res = c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 100})",
-                      "application/json");
+    auto res =
+        c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 100})", "application/json");
     EXPECT_FALSE(res);
   }
   EXPECT_TRUE(worker->WaitFor(
@@ -636,8 +525,8 @@ TEST_F(RouterPlumbingTest, GrpcDeadlinePropagatesAndErrorsMapToCodes) {
 
 TEST_F(RouterPlumbingTest, RegistryAnswersUnknownIncarnation) {
   StartRouter();
-  auto stub = v1::Registry::NewStub(
-      grpc::CreateChannel(GrpcAddress(), grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::Registry::NewStub(grpc::CreateChannel(GrpcAddress(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   v1::HeartbeatRequest hb;
   hb.set_worker_id("decode-99");
@@ -687,7 +576,8 @@ TEST_F(RouterPlumbingTest, ModelsAndMetrics) {
   auto metrics = Http().Get("/metrics");
   ASSERT_EQ(metrics->status, 200);
   const std::string& text = metrics->body;
-  EXPECT_NE(text.find("pdspark_requests_total{model=\"tiny\",role=\"router\",finish_reason=\"length\",status=\"ok\"} 1"),
+  EXPECT_NE(text.find("pdspark_requests_total{model=\"tiny\",role=\"router\",finish_reason="
+                      "\"length\",status=\"ok\"} 1"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("pdspark_rejections_total"), std::string::npos);
@@ -706,8 +596,8 @@ TEST_F(RouterPlumbingTest, ReflectionListsServices) {
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-                               &cq);
+  auto call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag;
   bool ok;
   call->StartCall(reinterpret_cast<void*>(1));

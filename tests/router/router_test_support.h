@@ -77,6 +77,13 @@ struct SeenRequest {
 
 class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
  public:
+  // A failure injected into every Generate call once it has streamed `after_tokens` tokens:
+  // the call ends with `code`, or with OK it stalls (sends nothing) until cancelled.
+  struct Fault {
+    int after_tokens = -1;  // -1: no fault
+    grpc::StatusCode code = grpc::StatusCode::UNAVAILABLE;
+  };
+
   // Streams `script` one byte-token at a time, `tokens_per_message` per message, waiting
   // `delay` between messages; ends with EOS (finish STOP) or at max_tokens (finish LENGTH).
   ScriptedDecodeWorker(std::string script, std::chrono::milliseconds delay,
@@ -113,10 +120,20 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
     // After a disaggregated prefill the first token(s) already went out: continue after them.
     uint32_t sent = static_cast<uint32_t>(request->generated_token_ids_size());
     size_t pos = sent;
+    const uint32_t first = sent;
     bool cancelled = false;
     v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+    const Fault fault = fault_;
+    grpc::Status status = grpc::Status::OK;
     while (finish == v1::FINISH_REASON_UNSPECIFIED) {
       if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
+      if (fault.after_tokens >= 0 && sent - first >= static_cast<uint32_t>(fault.after_tokens)) {
+        if (fault.code != grpc::StatusCode::OK) {
+          status = grpc::Status(fault.code, "scripted failure");
+          break;
+        }
+        while (!context->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
       if (context->IsCancelled()) {
         cancelled = true;
         break;
@@ -150,8 +167,11 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
       --active_;
     }
     cv_.notify_all();
-    return grpc::Status::OK;
+    return status;
   }
+
+  // Before Start(): what every call does (a crash, a stall, a refusal).
+  void SetFault(Fault fault) { fault_ = fault; }
 
   grpc::Status Cancel(grpc::ServerContext*, const v1::CancelRequest* request,
                       v1::CancelResponse* response) override {
@@ -212,6 +232,7 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
   std::string script_;
   std::chrono::milliseconds delay_;
   int tokens_per_message_;
+  Fault fault_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::mutex mu_;
@@ -224,11 +245,13 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
 };
 
 // A PrefillWorker that "prefills" by answering ADMITTED, LAYER_SENT and COMPLETED with the
-// script's first byte as the first token, or FAILED when told to fail. No KV moves: the
-// scripted decode worker continues from generated_token_ids.
+// script's first byte as the first token, or FAILED when told to fail, or nothing more after
+// ADMITTED until cancelled when told to stall. No KV moves: the scripted decode worker
+// continues from generated_token_ids.
 class ScriptedPrefillWorker final : public v1::PrefillWorker::Service {
  public:
-  ScriptedPrefillWorker(char first_byte, bool fail) : first_byte_(first_byte), fail_(fail) {}
+  ScriptedPrefillWorker(char first_byte, bool fail, bool stall = false)
+      : first_byte_(first_byte), fail_(fail), stall_(stall) {}
   ~ScriptedPrefillWorker() override { Stop(); }
 
   void Start() {
@@ -245,7 +268,7 @@ class ScriptedPrefillWorker final : public v1::PrefillWorker::Service {
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
 
-  grpc::Status Prefill(grpc::ServerContext*, const v1::PrefillRequest* request,
+  grpc::Status Prefill(grpc::ServerContext* context, const v1::PrefillRequest* request,
                        grpc::ServerWriter<v1::PrefillProgress>* writer) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -254,6 +277,10 @@ class ScriptedPrefillWorker final : public v1::PrefillWorker::Service {
     v1::PrefillProgress p;
     p.set_stage(v1::PrefillProgress::STAGE_ADMITTED);
     writer->Write(p);
+    if (stall_) {
+      while (!context->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      return grpc::Status(grpc::StatusCode::CANCELLED, "stalled until cancelled");
+    }
     if (fail_) {
       p.set_stage(v1::PrefillProgress::STAGE_FAILED);
       p.set_error("scripted failure");
@@ -287,6 +314,7 @@ class ScriptedPrefillWorker final : public v1::PrefillWorker::Service {
  private:
   char first_byte_;
   bool fail_;
+  bool stall_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
   std::mutex mu_;
@@ -306,10 +334,9 @@ class WorkerHeartbeater {
     request_.set_role(role);
     request_.set_address(worker_address);
     request_.set_model_id("tiny");
-    request_.set_incarnation_id("inc-" + worker_address + "-" +
-                                std::to_string(std::chrono::steady_clock::now()
-                                                   .time_since_epoch()
-                                                   .count()));
+    request_.set_incarnation_id(
+        "inc-" + worker_address + "-" +
+        std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
   }
   ~WorkerHeartbeater() { Stop(); }
 

@@ -65,6 +65,19 @@ TEST_F(WorkerRegistryTest, NewIncarnationReplacesOld) {
   EXPECT_TRUE(registry_.Heartbeat(new_id, "inc-b", Load(0)));
 }
 
+TEST_F(WorkerRegistryTest, SilentListsWorkersPastTheSilenceExceptDraining) {
+  std::string a = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
+  std::string b = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:2", "inc-b"));
+  clock_.Advance(milliseconds(1000));
+  EXPECT_TRUE(registry_.Silent(milliseconds(1000)).empty());
+  EXPECT_TRUE(registry_.Heartbeat(b, "inc-b", Load(0)));
+  clock_.Advance(milliseconds(1));
+  EXPECT_EQ(registry_.Silent(milliseconds(1000)), std::vector<std::string>{a});
+  // A draining worker stops heartbeating while it finishes its work: not silent.
+  ASSERT_TRUE(registry_.Drain(a));
+  EXPECT_TRUE(registry_.Silent(milliseconds(1000)).empty());
+}
+
 TEST_F(WorkerRegistryTest, UnknownHeartbeatAnswersUnknown) {
   EXPECT_FALSE(registry_.Heartbeat("decode-42", "whatever", Load(0)));
   std::string id = registry_.Register(Req(v1::WORKER_ROLE_DECODE, "h:1", "inc-a"));
@@ -161,7 +174,12 @@ TEST_F(SchedulerTest, PicksPrefillWhenPresentAndExcludes) {
   auto a = s.Pick();
   ASSERT_TRUE(a->prefill.has_value());
   EXPECT_EQ(a->prefill->worker_id, p);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.Pick({}, d1)->decode.worker_id, d2);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(s.PickReplacement(v1::WORKER_ROLE_DECODE, {}, {d1})->worker_id, d2);
+  }
+  EXPECT_FALSE(s.PickReplacement(v1::WORKER_ROLE_DECODE, {}, {d1, d2}).has_value());
+  EXPECT_FALSE(s.PickReplacement(v1::WORKER_ROLE_PREFILL, {}, {p}).has_value());
+  EXPECT_EQ(s.PickReplacement(v1::WORKER_ROLE_PREFILL, {}, {d1})->worker_id, p);
 }
 
 std::vector<uint32_t> Prompt(uint32_t seed, size_t n) {

@@ -212,6 +212,14 @@ TEST(BadConfigTest, InvalidJsonNamesFile) {
   EXPECT_THAT(std::string(config.status().message()), HasSubstr("/ckpt/config.json: invalid JSON"));
 }
 
+TEST(BadConfigTest, NumberTooLargeForADoubleNamesFile) {
+  // Found by tests/fuzz/model_config_fuzzer: the JSON parser throws out_of_range, not
+  // parse_error, for a number that overflows; it used to escape and abort the process.
+  StatusOr<ModelConfig> config = ParseModelConfig("{\"hc_eps\": 1e606}", "/ckpt/config.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("/ckpt/config.json: invalid JSON"));
+}
+
 TEST(BadConfigTest, TopLevelMustBeObject) {
   StatusOr<ModelConfig> config = ParseModelConfig("[1]", "config.json");
   ASSERT_FALSE(config.ok());

@@ -1,5 +1,5 @@
 // libFuzzer entry point: arbitrary bytes as a safetensors file. Built only with
-// PDSPARK_BUILD_FUZZERS=ON and clang; run through scripts/fuzz_safetensors.sh.
+// PDSPARK_BUILD_FUZZERS=ON and clang; run through scripts/fuzz.sh.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
