@@ -21,8 +21,11 @@ class InProcessAgent : public TransferAgent {
   Status DeregisterMemory(uint64_t region_id) override;
   Status Connect(const std::string& peer_id, const std::string& peer_address) override;
   Status Disconnect(const std::string& peer_id) override;
-  Status Write(const std::string& peer_id, const RemoteRegion& region,
-               const std::vector<WriteOp>& ops, Clock::time_point deadline) override;
+  // Copies at once: every write and flush is complete when these return.
+  Status PostWrites(const std::string& peer_id, const RemoteRegion& region,
+                    std::span<const WriteOp> ops, TransferTracker& tracker) override;
+  Status PostFlush(const std::string& peer_id, TransferTracker& tracker) override;
+  void AbortPeer(const std::string& peer_id) override { Disconnect(peer_id).IgnoreError(); }
 
  private:
   bool ContainsRegion(const RemoteRegion& region);

@@ -183,7 +183,10 @@ Status UcxAgent::Connect(const std::string& peer_id, const std::string& peer_add
   params.err_handler.cb = OnEndpointError;
   params.err_handler.arg = &peer->failed;
   ucs_status_t st = ucp_ep_create(handles_->worker, &params, &peer->ep);
-  if (st != UCS_OK) return UcsError(st, absl::StrCat("connect to peer ", peer_id));
+  if (st != UCS_OK) {
+    return UcsError(st, absl::StrCat("connect to peer ", peer_id, " from ", TransportName(),
+                                     " (both workers need a common --ucx-tls transport)"));
+  }
   peers_[peer_id] = std::move(peer);
   return absl::OkStatus();
 }
@@ -226,42 +229,61 @@ StatusOr<void*> UcxAgent::RkeyLocked(Peer& peer, const std::string& packed_key) 
   return static_cast<void*>(rkey);
 }
 
-Status UcxAgent::WaitLocked(void* request, Peer& peer, Clock::time_point deadline,
-                            const char* what) {
-  if (request == nullptr) return absl::OkStatus();
-  if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), what);
-  ucs_status_t st;
-  while ((st = ucp_request_check_status(request)) == UCS_INPROGRESS) {
-    if (Clock::now() >= deadline || peer.failed) break;
-    ucp_worker_progress(handles_->worker);
-  }
-  if (st == UCS_INPROGRESS) {
-    // Stalled or failed peer: force-close the endpoint, which completes the request with an
-    // error, so nothing posted here can write into freed memory later.
-    const bool failed = peer.failed;
-    ClosePeerLocked(peer, /*force=*/true);
-    while (ucp_request_check_status(request) == UCS_INPROGRESS) {
-      ucp_worker_progress(handles_->worker);
-    }
-    ucp_request_free(request);
-    if (failed) return absl::UnavailableError(absl::StrCat("UCX ", what, ": peer ", peer.id, " failed"));
-    return absl::DeadlineExceededError(
-        absl::StrCat("UCX ", what, " to peer ", peer.id, " stalled past its deadline"));
-  }
-  ucp_request_free(request);
-  if (st != UCS_OK) return UcsError(st, what);
-  return absl::OkStatus();
-}
-
-Status UcxAgent::Write(const std::string& peer_id, const RemoteRegion& region,
-                       const std::vector<WriteOp>& ops, Clock::time_point deadline) {
-  std::lock_guard lock(mu_);
+StatusOr<UcxAgent::Peer*> UcxAgent::UsablePeerLocked(const std::string& peer_id) {
   auto it = peers_.find(peer_id);
   if (it == peers_.end() || it->second->ep == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("not connected to peer ", peer_id));
   }
-  Peer& peer = *it->second;
-  if (peer.failed) return absl::UnavailableError(absl::StrCat("peer ", peer_id, " failed"));
+  if (it->second->failed) {
+    return TransferError(FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
+                         absl::StrCat("UCX endpoint to peer ", peer_id, " failed"));
+  }
+  return it->second.get();
+}
+
+namespace {
+
+// Completion callback of puts and flushes: the tracker is the operation's user data.
+void OnOperationDone(void* request, ucs_status_t status, void* user_data) {
+  auto* tracker = static_cast<TransferTracker*>(user_data);
+  if (status == UCS_OK) {
+    tracker->Complete(absl::OkStatus());
+  } else {
+    tracker->Complete(TransferError(
+        status == UCS_ERR_CANCELED ? FailureReason::kCancelled : FailureReason::kPeerFailed,
+        absl::StatusCode::kUnavailable,
+        absl::StrCat("UCX operation failed: ", ucs_status_string(status))));
+  }
+  ucp_request_free(request);
+}
+
+// Accounts for an operation just posted: completed inline, failed at once, or in flight (its
+// callback completes it later, under the same lock, so no completion can be missed).
+Status Track(ucs_status_ptr_t request, TransferTracker& tracker, const char* what) {
+  if (request == nullptr) {
+    tracker.Complete(absl::OkStatus());
+    return absl::OkStatus();
+  }
+  if (UCS_PTR_IS_ERR(request)) {
+    Status st = UcsError(UCS_PTR_STATUS(request), what);
+    tracker.Complete(st);
+    return st;
+  }
+  return absl::OkStatus();
+}
+
+ucp_request_param_t CallbackParam(TransferTracker& tracker) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = OnOperationDone;
+  param.user_data = &tracker;
+  return param;
+}
+
+}  // namespace
+
+Status UcxAgent::PostWrites(const std::string& peer_id, const RemoteRegion& region,
+                            std::span<const WriteOp> ops, TransferTracker& tracker) {
   for (const WriteOp& op : ops) {
     if (op.remote_offset > region.size || op.size > region.size - op.remote_offset) {
       return absl::OutOfRangeError(absl::StrCat("write of ", op.size, " bytes at offset ",
@@ -269,21 +291,37 @@ Status UcxAgent::Write(const std::string& peer_id, const RemoteRegion& region,
                                                 region.size, " bytes"));
     }
   }
-  ASSIGN_OR_RETURN(void* rkey, RkeyLocked(peer, region.packed_key));
-  ucp_request_param_t param{};
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(Peer * peer, UsablePeerLocked(peer_id));
+  ASSIGN_OR_RETURN(void* rkey, RkeyLocked(*peer, region.packed_key));
+  const ucp_request_param_t param = CallbackParam(tracker);
   for (const WriteOp& op : ops) {
     if (op.size == 0) continue;
-    ucs_status_ptr_t request = ucp_put_nbx(peer.ep, op.source, op.size,
-                                           region.base + op.remote_offset,
-                                           static_cast<ucp_rkey_h>(rkey), &param);
-    if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), "put");
-    // Puts complete in order with the flush below; free their handles right away.
-    if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
-    if (peer.failed) return absl::UnavailableError(absl::StrCat("peer ", peer_id, " failed"));
+    tracker.Add(1);
+    RETURN_IF_ERROR(Track(ucp_put_nbx(peer->ep, op.source, op.size, region.base + op.remote_offset,
+                                      static_cast<ucp_rkey_h>(rkey), &param),
+                          tracker, "put"));
   }
-  // The flush completes only when every put is visible in the peer's memory.
-  ucs_status_ptr_t flush = ucp_ep_flush_nbx(peer.ep, &param);
-  return WaitLocked(flush, peer, deadline, "flush");
+  return absl::OkStatus();
+}
+
+Status UcxAgent::PostFlush(const std::string& peer_id, TransferTracker& tracker) {
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(Peer * peer, UsablePeerLocked(peer_id));
+  const ucp_request_param_t param = CallbackParam(tracker);
+  tracker.Add(1);
+  return Track(ucp_ep_flush_nbx(peer->ep, &param), tracker, "flush");
+}
+
+void UcxAgent::AbortPeer(const std::string& peer_id) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end()) return;
+  LOG_WARN("ucx aborting endpoint peer={}", peer_id);
+  // The forced close completes every outstanding put and flush to the peer with an error
+  // (their callbacks run during the progress inside ClosePeerLocked).
+  ClosePeerLocked(*it->second, /*force=*/true);
+  peers_.erase(it);
 }
 
 }  // namespace pdspark::transport

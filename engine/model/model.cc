@@ -153,6 +153,7 @@ StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOp
         ExportFeatures(d, streams, rows, it - feature_layers_.begin(), slots, out.features);
       }
     }
+    if (options.on_layer_done) options.on_layer_done(l);
   }
   if (options.block_io) out.block_io.insert(out.block_io.end(), streams.begin(), streams.end());
   for (const BatchSequence& seq : batch.sequences) seq.state->CommitTokens(seq.count);
