@@ -21,6 +21,7 @@ struct UcxAgent::Peer {
   ucp_ep_h ep = nullptr;
   // Set by UCX's error callback (peer died, link cut): the endpoint is unusable.
   std::atomic<bool> failed{false};
+  std::atomic<int> error{UCS_OK};  // the ucs_status_t it reported
   std::map<std::string, ucp_rkey_h> rkeys;  // packed key -> unpacked key
 };
 
@@ -32,9 +33,10 @@ Status UcsError(ucs_status_t status, const std::string& what) {
 }
 
 void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
-  auto* failed = static_cast<std::atomic<bool>*>(arg);
-  failed->store(true);
-  LOG_WARN("ucx endpoint error status={}", ucs_status_string(status));
+  auto* peer = static_cast<UcxAgent::Peer*>(arg);
+  peer->error.store(status);
+  peer->failed.store(true);
+  LOG_WARN("ucx endpoint error peer={} status={}", peer->id, ucs_status_string(status));
 }
 
 bool HasNetworkTransport(const std::string& transports) {
@@ -181,7 +183,7 @@ Status UcxAgent::Connect(const std::string& peer_id, const std::string& peer_add
   params.err_mode = HasNetworkTransport(options_.transports) ? UCP_ERR_HANDLING_MODE_PEER
                                                              : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = OnEndpointError;
-  params.err_handler.arg = &peer->failed;
+  params.err_handler.arg = peer.get();
   ucs_status_t st = ucp_ep_create(handles_->worker, &params, &peer->ep);
   if (st != UCS_OK) {
     return UcsError(st, absl::StrCat("connect to peer ", peer_id, " from ", TransportName(),
@@ -235,8 +237,11 @@ StatusOr<UcxAgent::Peer*> UcxAgent::UsablePeerLocked(const std::string& peer_id)
     return absl::FailedPreconditionError(absl::StrCat("not connected to peer ", peer_id));
   }
   if (it->second->failed) {
-    return TransferError(FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
-                         absl::StrCat("UCX endpoint to peer ", peer_id, " failed"));
+    return TransferError(
+        FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
+        absl::StrCat("UCX endpoint to peer ", peer_id, " failed (",
+                     ucs_status_string(static_cast<ucs_status_t>(it->second->error.load())),
+                     "): the peer died or the link broke"));
   }
   return it->second.get();
 }
@@ -249,10 +254,10 @@ void OnOperationDone(void* request, ucs_status_t status, void* user_data) {
   if (status == UCS_OK) {
     tracker->Complete(absl::OkStatus());
   } else {
-    tracker->Complete(TransferError(
-        status == UCS_ERR_CANCELED ? FailureReason::kCancelled : FailureReason::kPeerFailed,
-        absl::StatusCode::kUnavailable,
-        absl::StrCat("UCX operation failed: ", ucs_status_string(status))));
+    // Cancelled operations come from a failed or aborted endpoint: either way the peer.
+    tracker->Complete(TransferError(FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
+                                    absl::StrCat("UCX operation failed: ", ucs_status_string(status),
+                                                 " (the peer died or the link broke)")));
   }
   ucp_request_free(request);
 }

@@ -40,8 +40,9 @@ class UcxAgent : public TransferAgent {
   Status PostFlush(const std::string& peer_id, TransferTracker& tracker) override;
   void AbortPeer(const std::string& peer_id) override;
 
+  struct Peer;  // public only for UCX's C error callback
+
  private:
-  struct Peer;
   struct Handles;
   explicit UcxAgent(UcxOptions options);
   Status Init();
