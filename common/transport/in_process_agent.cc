@@ -42,8 +42,17 @@ StatusOr<LocalRegion> InProcessAgent::RegisterMemory(void* base, size_t size) {
   return region;
 }
 
+StatusOr<LocalRegion> InProcessAgent::AllocateMemory(size_t size) {
+  auto memory = std::make_unique<char[]>(size);
+  ASSIGN_OR_RETURN(LocalRegion region, RegisterMemory(memory.get(), size));
+  std::lock_guard lock(mu_);
+  allocated_[region.id] = std::move(memory);
+  return region;
+}
+
 Status InProcessAgent::DeregisterMemory(uint64_t region_id) {
   std::lock_guard lock(mu_);
+  allocated_.erase(region_id);
   if (regions_.erase(region_id) == 0) {
     return absl::NotFoundError(absl::StrCat("region ", region_id));
   }

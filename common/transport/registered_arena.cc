@@ -12,12 +12,13 @@ StatusOr<std::unique_ptr<RegisteredArena>> RegisteredArena::Create(TransferAgent
   arena->agent_ = agent;
   arena->what_ = std::move(what);
   arena->size_ = AlignUp(bytes);
-  arena->memory_.reset(static_cast<char*>(std::aligned_alloc(kAlignment, arena->size_)));
-  if (!arena->memory_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate a ", arena->what_, " of ", arena->size_, " bytes"));
+  auto region = agent->AllocateMemory(arena->size_);
+  if (!region.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate a ", arena->what_, " of ",
+                                                     arena->size_, " bytes: ",
+                                                     region.status().message()));
   }
-  ASSIGN_OR_RETURN(arena->region_, agent->RegisterMemory(arena->memory_.get(), arena->size_));
+  arena->region_ = *std::move(region);
   LOG_INFO("{} registered bytes={} transport={}", arena->what_, arena->size_,
            agent->TransportName());
   return arena;

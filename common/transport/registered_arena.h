@@ -1,10 +1,10 @@
-// Host memory registered once with a transfer agent and carved into per-request ranges
-// (first fit, 4 KiB aligned): the decode worker's staging arena that prefill workers write
-// into, and the prefill worker's send buffers the writes are posted from.
+// Host memory allocated and registered once by a transfer agent (AllocateMemory: shared-memory
+// peers can map it) and carved into per-request ranges (first fit, 4 KiB aligned): the decode
+// worker's staging arena that prefill workers write into, and the prefill worker's send
+// buffers the writes are posted from.
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,7 +26,7 @@ class RegisteredArena {
   StatusOr<uint64_t> Allocate(uint64_t size);
   void Free(uint64_t offset);
 
-  char* data() { return memory_.get(); }
+  char* data() { return static_cast<char*>(region_.base); }
   uint64_t size() const { return size_; }
   const LocalRegion& region() const { return region_; }
   uint64_t bytes_in_use() const;
@@ -35,14 +35,10 @@ class RegisteredArena {
  private:
   uint64_t BytesInUseLocked() const;
   static constexpr uint64_t kAlignment = 4096;
-  struct FreeDeleter {
-    void operator()(char* p) const { std::free(p); }
-  };
   RegisteredArena() = default;
 
   TransferAgent* agent_ = nullptr;
   std::string what_;
-  std::unique_ptr<char[], FreeDeleter> memory_;
   uint64_t size_ = 0;
   LocalRegion region_;
   mutable std::mutex mu_;

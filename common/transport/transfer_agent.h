@@ -107,6 +107,11 @@ class TransferAgent {
   virtual std::string LocalAddress() const = 0;
 
   virtual StatusOr<LocalRegion> RegisterMemory(void* base, size_t size) = 0;
+  // Memory the transport allocates and registers itself, for the long-lived regions peers
+  // write into: UCX places it where same-host peers can map it (a System V or POSIX shared
+  // segment), so their puts become plain stores instead of messages this side must progress.
+  // DeregisterMemory frees it.
+  virtual StatusOr<LocalRegion> AllocateMemory(size_t size) = 0;
   virtual Status DeregisterMemory(uint64_t region_id) = 0;
 
   // Creates (or reuses) the endpoint to the peer known by `peer_id` (e.g. its incarnation id).

@@ -125,14 +125,37 @@ void UcxAgent::ProgressLoop() {
 }
 
 StatusOr<LocalRegion> UcxAgent::RegisterMemory(void* base, size_t size) {
+  std::lock_guard lock(mu_);
+  return MapLocked(base, size, /*allocate=*/false);
+}
+
+StatusOr<LocalRegion> UcxAgent::AllocateMemory(size_t size) {
+  std::lock_guard lock(mu_);
+  return MapLocked(nullptr, size, /*allocate=*/true);
+}
+
+StatusOr<LocalRegion> UcxAgent::MapLocked(void* base, size_t size, bool allocate) {
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   params.address = base;
   params.length = size;
-  std::lock_guard lock(mu_);
+  params.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
   ucp_mem_h memh = nullptr;
   ucs_status_t st = ucp_mem_map(handles_->context, &params, &memh);
-  if (st != UCS_OK) return UcsError(st, absl::StrCat("mem_map of ", size, " bytes"));
+  if (st != UCS_OK) {
+    return UcsError(st, absl::StrCat(allocate ? "allocation of " : "mem_map of ", size, " bytes"));
+  }
+  if (allocate) {
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    st = ucp_mem_query(memh, &attr);
+    if (st != UCS_OK) {
+      ucp_mem_unmap(handles_->context, memh);
+      return UcsError(st, "mem query");
+    }
+    base = attr.address;
+  }
   void* key = nullptr;
   size_t key_size = 0;
   st = ucp_rkey_pack(handles_->context, memh, &key, &key_size);

@@ -251,6 +251,25 @@ TEST_P(UcxAgentTest, PostedWritesAndFlushCompleteIntoTheirTracker) {
   EXPECT_EQ(0, std::memcmp(target.data(), data.data(), data.size()));
 }
 
+TEST_P(UcxAgentTest, AgentAllocatedRegionsTakeWritesAndAreFreedOnDeregistration) {
+  auto source = UcxAgent::Create({GetParam(), ""});
+  auto sink = UcxAgent::Create({GetParam(), ""});
+  ASSERT_TRUE(source.ok() && sink.ok());
+  auto target = (*sink)->AllocateMemory(1 << 20);
+  auto from = (*source)->AllocateMemory(1 << 20);
+  ASSERT_TRUE(target.ok() && from.ok()) << target.status() << from.status();
+  const auto data = Pattern(1 << 20, 3);
+  std::memcpy(from->base, data.data(), data.size());
+  ASSERT_TRUE((*source)->Connect("sink", (*sink)->LocalAddress()).ok());
+  Status st = (*source)->Write("sink", target->remote, {{from->base, data.size(), 0}},
+                               In(std::chrono::seconds(10)));
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(0, std::memcmp(target->base, data.data(), data.size()));
+  EXPECT_TRUE((*sink)->DeregisterMemory(target->id).ok());
+  EXPECT_FALSE((*sink)->DeregisterMemory(target->id).ok());
+  EXPECT_TRUE((*source)->DeregisterMemory(from->id).ok());
+}
+
 TEST(UcxStallTest, NoProgressFailsByTheStallTimerLongBeforeTheDeadline) {
   const size_t size = 64 << 20;
   SinkProcess sink = StartSink("tcp", size);
