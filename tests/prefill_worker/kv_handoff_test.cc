@@ -3,6 +3,7 @@
 // in-process agent and real UCX (tcp, shared memory); the decode engine continues from it. The
 // restored state must be the colocated one bit for bit (even with a different block size on
 // each side), the tokens and DSpark counters the colocated ones, and bad deliveries refused.
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -114,9 +115,11 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
   }
 
   // Prefills on the prefill engine, streaming into the reservation; the first token.
-  StatusOr<int32_t> Prefill(const v1::ReserveResponse& reserved, const std::vector<int32_t>& prompt,
-                            prefill::StreamMode mode = prefill::StreamMode::kLayerwise,
-                            serving::ServingEngine* engine = prefill_) {
+  StatusOr<int32_t> Prefill(
+      const v1::ReserveResponse& reserved, const std::vector<int32_t>& prompt,
+      prefill::StreamMode mode = prefill::StreamMode::kLayerwise,
+      serving::ServingEngine* engine = prefill_,
+      std::function<bool()> cancelled = [] { return false; }) {
     v1::TransferDescriptor descriptor;
     EXPECT_TRUE(descriptor.ParseFromString(reserved.transfer_descriptor()));
     ASSIGN_OR_RETURN(auto streamer, prefill::LinkToReservation(
@@ -125,7 +128,7 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     prefill::TransferOptions options;
     options.mode = mode;
     auto first = prefill::StreamPrefill(*engine, *prefill_agent_, streamer, Spec("p", prompt, 16),
-                                        descriptor, options, [] { return false; });
+                                        descriptor, options, cancelled);
     if (!first.ok()) {
       prefill::Abandon(*prefill_agent_, descriptor.incarnation_id(), streamer, options.stall);
     }
@@ -281,6 +284,24 @@ TEST_P(KvHandoffRefusalTest, LeaseShorterThanThePrefillFailsBothSidesCleanly) {
   }
   EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
   EXPECT_EQ(prefill_->Stats().cache_bytes_in_use, 0);
+}
+
+TEST_P(KvHandoffRefusalTest, CancelledPrefillStopsStreamingAndFreesBothSides) {
+  const auto prompt = Prompt(900);
+  auto reserved = Reserve(900);
+  // The client goes away once the first layers were shipped.
+  auto first = Prefill(reserved, prompt, prefill::StreamMode::kLayerwise, prefill_,
+                       [this] { return send_arena_->bytes_in_use() > 0; });
+  EXPECT_EQ(transport::ReasonOf(first.status()), transport::FailureReason::kCancelled)
+      << first.status();
+  EXPECT_TRUE(receiver_->Release(reserved.reservation_id()));  // what the router does next
+  for (int i = 0; i < 200 && (prefill_->Stats().running > 0 || send_arena_->bytes_in_use() > 0);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
+  EXPECT_EQ(prefill_->Stats().cache_bytes_in_use, 0);
+  EXPECT_EQ(receiver_->Stats().active, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(InProcess, KvHandoffRefusalTest, ::testing::Values("inprocess"),

@@ -204,29 +204,39 @@ TEST_P(UcxAgentTest, DeadPeerFailsByTheDeadlineInsteadOfHanging) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(45));
 }
 
+// A tcp sink process that is stopped (alive, but its worker never progresses: tcp RMA needs
+// the target's progress, so no flush can complete), and an agent connected to it.
+struct StoppedSink {
+  explicit StoppedSink(size_t size) : sink(StartSink("tcp", size)) {
+    EXPECT_FALSE(sink.address.empty());
+    source = UcxAgent::Create({"tcp", ""}).value();
+    EXPECT_TRUE(source->Connect("sink", sink.address).ok());
+    kill(sink.pid, SIGSTOP);
+  }
+  ~StoppedSink() {
+    kill(sink.pid, SIGKILL);
+    WaitExit(sink.pid);
+    close(sink.to_child);
+  }
+  SinkProcess sink;
+  std::unique_ptr<UcxAgent> source;
+};
+
 TEST(UcxStallTest, StalledPeerFailsWithDeadlineExceeded) {
-  // A stopped peer (alive, but its worker never progresses) must not hold the writer past the
-  // deadline: tcp RMA needs the target's progress, so the flush cannot complete.
+  // A stopped peer must not hold the writer past the deadline.
   const size_t size = 64 << 20;
-  SinkProcess sink = StartSink("tcp", size);
-  ASSERT_FALSE(sink.address.empty());
-  auto source = UcxAgent::Create({"tcp", ""});
-  ASSERT_TRUE(source.ok());
-  ASSERT_TRUE((*source)->Connect("sink", sink.address).ok());
-  kill(sink.pid, SIGSTOP);
+  StoppedSink stopped(size);
   const auto data = Pattern(size, 9);
   const auto start = Clock::now();
-  Status st = (*source)->Write("sink", sink.region, {{data.data(), size, 0}},
-                               In(std::chrono::milliseconds(1500)));
+  Status st = stopped.source->Write("sink", stopped.sink.region, {{data.data(), size, 0}},
+                                    In(std::chrono::milliseconds(1500)));
   EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
   // The endpoint was closed: the next write needs a new Connect.
-  EXPECT_FALSE((*source)
-                   ->Write("sink", sink.region, {{data.data(), 8, 0}}, In(std::chrono::seconds(1)))
+  EXPECT_FALSE(stopped.source
+                   ->Write("sink", stopped.sink.region, {{data.data(), 8, 0}},
+                           In(std::chrono::seconds(1)))
                    .ok());
-  kill(sink.pid, SIGKILL);
-  WaitExit(sink.pid);
-  close(sink.to_child);
 }
 
 TEST_P(UcxAgentTest, PostedWritesAndFlushCompleteIntoTheirTracker) {
@@ -272,24 +282,16 @@ TEST_P(UcxAgentTest, AgentAllocatedRegionsTakeWritesAndAreFreedOnDeregistration)
 
 TEST(UcxStallTest, NoProgressFailsByTheStallTimerLongBeforeTheDeadline) {
   const size_t size = 64 << 20;
-  SinkProcess sink = StartSink("tcp", size);
-  ASSERT_FALSE(sink.address.empty());
-  auto source = UcxAgent::Create({"tcp", ""});
-  ASSERT_TRUE(source.ok());
-  ASSERT_TRUE((*source)->Connect("sink", sink.address).ok());
-  kill(sink.pid, SIGSTOP);
+  StoppedSink stopped(size);
   const auto data = Pattern(size, 9);
   std::vector<WriteOp> ops;
   for (size_t off = 0; off < size; off += 4 << 20) ops.push_back({data.data() + off, 4 << 20, off});
   const auto start = Clock::now();
-  Status st = (*source)->Write("sink", sink.region, ops, In(std::chrono::seconds(60)),
-                               std::chrono::milliseconds(800));
+  Status st = stopped.source->Write("sink", stopped.sink.region, ops,
+                                    In(std::chrono::seconds(60)), std::chrono::milliseconds(800));
   EXPECT_EQ(ReasonOf(st), FailureReason::kStall) << st;
   EXPECT_NE(st.message().find("stalled"), std::string::npos) << st;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
-  kill(sink.pid, SIGKILL);
-  WaitExit(sink.pid);
-  close(sink.to_child);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxAgentTest, ::testing::Values("tcp", "posix,sysv,cma,self"),
