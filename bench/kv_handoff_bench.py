@@ -54,7 +54,8 @@ def run_mode(args, model, mode, lengths):
     c = Cluster(args.bin_dir, model)
     try:
         router = c.start_router("router", ["--disagg-min-prompt-tokens", "1",
-                                           "--reservation-lease-ms", "900000"])
+                                           "--reservation-lease-ms", "1800000",
+                                           "--request-timeout-s", "1800"])
         tls = ["--ucx-tls", args.ucx_tls]
         prefill = c.start_worker("prefill", "prefill", [router],
                                  tls + ["--kv-transfer", mode, "--transfer-timeout-ms", "600000"])

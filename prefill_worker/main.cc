@@ -36,7 +36,9 @@ Status ApplyDrafter(const PrefillFlags& f, const engine::Model& model,
                     serving::ServingOptions& options) {
   if (f.spec_method == "none") return absl::OkStatus();
   Status st = serving::ApplySpecSettings("dspark", "1", f.common.model, model, options);
-  if (!st.ok() && f.spec_method == "auto") {
+  // auto tolerates a checkpoint without a drafter, not a broken one.
+  const bool no_drafter = absl::IsFailedPrecondition(st) || absl::IsNotFound(st);
+  if (no_drafter && f.spec_method == "auto") {
     LOG_INFO("no DSpark drafter in the checkpoint ({}): shipping no drafter context",
              st.ToString());
     return serving::ApplySpecSettings("none", "0", f.common.model, model, options);

@@ -47,7 +47,8 @@ struct RequestSpec {
   bool prefill_only = false;
   std::shared_ptr<StateObserver> state_observer;
   // Continue from state prefilled elsewhere (disaggregated decode); `generated` then starts
-  // with the first token, which the prefill side sampled. The engine takes the state over.
+  // with the first token, which the prefill side sampled. The engine moves the state out
+  // (the pointer stays set: the request was prefilled elsewhere).
   std::shared_ptr<PrefilledState> prefilled;
   std::vector<int32_t> generated;  // tokens already produced (first token; failover replay)
 };

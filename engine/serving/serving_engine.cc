@@ -206,8 +206,9 @@ Status ServingEngine::AdoptPrefilledState(Active& request) {
     if (SpecEnabled()) request.drafter_state = options_.drafter->NewState();
     return absl::OkStatus();
   }
-  // Taken over once: the engine owns the blocks from here and the spec keeps no reference.
-  std::shared_ptr<PrefilledState> prefilled = std::move(request.spec.prefilled);
+  // The engine takes the state over; spec.prefilled stays set (emptied) to mark the request as
+  // prefilled elsewhere.
+  PrefilledState* prefilled = request.spec.prefilled.get();
   const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
   if (!prefilled->sequence || prefilled->sequence->num_tokens() != prompt) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -107,6 +107,19 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     receiver_ = decode::KvReceiver::Create(decode_agent_.get(), options, metrics_.get()).value();
   }
 
+  // The engines outlive the test, the send arena does not: wait until no request (and so no
+  // streamer holding a range of the arena) is left in the prefill engine.
+  void TearDown() override { ASSERT_TRUE(PrefillEngineIdle()); }
+
+  static bool PrefillEngineIdle() {
+    for (int i = 0; i < 1500; ++i) {
+      const auto stats = prefill_->Stats();
+      if (stats.running == 0 && stats.waiting == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
   v1::ReserveResponse Reserve(int64_t tokens, uint32_t lease_ms = 30000) {
     v1::ReserveRequest request;
     request.set_prompt_tokens(static_cast<uint32_t>(tokens));
@@ -278,10 +291,7 @@ TEST_P(KvHandoffRefusalTest, LeaseShorterThanThePrefillFailsBothSidesCleanly) {
   EXPECT_EQ(receiver_->Stats().active, 0);
   EXPECT_GE(receiver_->Stats().expired_total, 1);
   // The cancelled prefill lets go of its state and send buffer.
-  for (int i = 0; i < 100 && (prefill_->Stats().running > 0 || send_arena_->bytes_in_use() > 0);
-       ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(PrefillEngineIdle());
   EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
   EXPECT_EQ(prefill_->Stats().cache_bytes_in_use, 0);
 }
@@ -295,10 +305,7 @@ TEST_P(KvHandoffRefusalTest, CancelledPrefillStopsStreamingAndFreesBothSides) {
   EXPECT_EQ(transport::ReasonOf(first.status()), transport::FailureReason::kCancelled)
       << first.status();
   EXPECT_TRUE(receiver_->Release(reserved.reservation_id()));  // what the router does next
-  for (int i = 0; i < 200 && (prefill_->Stats().running > 0 || send_arena_->bytes_in_use() > 0);
-       ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(PrefillEngineIdle());
   EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
   EXPECT_EQ(prefill_->Stats().cache_bytes_in_use, 0);
   EXPECT_EQ(receiver_->Stats().active, 0);
