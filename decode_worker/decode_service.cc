@@ -23,9 +23,11 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     if (receiver_ == nullptr) {
       return {grpc::StatusCode::FAILED_PRECONDITION, "this decode worker has no KV transport"};
     }
-    auto state = receiver_->Take(request->reservation_id());
+    // Verified and restored here, on the gRPC thread, so the engine loop never stalls on it.
+    auto state = receiver_->Take(request->reservation_id(), engine_->NewSequence(),
+                                 engine_->NewDrafterState());
     if (!state.ok()) return serving::ToGrpcStatus(state.status());
-    spec.prefilled_state = std::move(state).value();
+    spec.prefilled = std::move(state).value();
   }
   spec.deadline = serving::DeadlineFromUnixMicros(request->context().deadline_unix_us());
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {

@@ -9,39 +9,29 @@
 namespace pdspark::decode {
 namespace {
 
-constexpr uint64_t kAlignment = 4096;
-
-uint64_t AlignUp(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+int64_t UnixNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
 StatusOr<std::unique_ptr<KvReceiver>> KvReceiver::Create(transport::TransferAgent* agent,
-                                                         uint64_t arena_bytes,
-                                                         std::string incarnation_id,
-                                                         std::string config_fingerprint,
-                                                         SizeBound bound,
+                                                         ReceiverOptions options,
                                                          worker::KvTransferMetrics* metrics) {
+  if (options.cache_layout == nullptr || options.block_rows <= 0) {
+    return absl::InvalidArgumentError("KV receiver needs the cache layout and block rows");
+  }
   std::unique_ptr<KvReceiver> receiver(new KvReceiver);
   receiver->agent_ = agent;
-  receiver->arena_bytes_ = AlignUp(arena_bytes);
-  receiver->arena_.reset(static_cast<char*>(std::aligned_alloc(kAlignment, receiver->arena_bytes_)));
-  if (!receiver->arena_) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate a KV staging arena of ",
-                                                     receiver->arena_bytes_, " bytes"));
-  }
-  ASSIGN_OR_RETURN(receiver->region_,
-                   agent->RegisterMemory(receiver->arena_.get(), receiver->arena_bytes_));
-  receiver->incarnation_id_ = std::move(incarnation_id);
-  receiver->fingerprint_ = std::move(config_fingerprint);
-  receiver->bound_ = std::move(bound);
+  ASSIGN_OR_RETURN(receiver->arena_, transport::RegisteredArena::Create(agent, options.arena_bytes,
+                                                                        "KV staging arena"));
+  receiver->link_digest_ = transport::LinkDigest(options.link);
+  receiver->options_ = std::move(options);
   receiver->metrics_ = metrics;
-  LOG_INFO("kv staging arena registered bytes={} transport={}", receiver->arena_bytes_,
-           agent->TransportName());
+  receiver->nonces_.seed(std::random_device{}());
   return receiver;
-}
-
-KvReceiver::~KvReceiver() {
-  if (agent_ && region_.id) agent_->DeregisterMemory(region_.id).IgnoreError();
 }
 
 void KvReceiver::ExpireLocked(Clock::time_point now) {
@@ -50,50 +40,51 @@ void KvReceiver::ExpireLocked(Clock::time_point now) {
       ++it;
       continue;
     }
-    LOG_WARN("reservation lease expired reservation={} bytes={}", it->first, it->second.size);
-    used_.erase(it->second.offset);
+    LOG_WARN("reservation lease expired reservation={} bytes={}", it->first,
+             it->second.layout.total_bytes);
+    arena_->Free(it->second.offset);
     it = reservations_.erase(it);
     ++expired_total_;
     metrics_->LeaseExpired();
     metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
   }
-}
-
-StatusOr<uint64_t> KvReceiver::AllocateLocked(uint64_t size) {
-  uint64_t candidate = 0;
-  for (const auto& [offset, used] : used_) {
-    if (offset - candidate >= size) break;
-    candidate = offset + used;
-  }
-  if (candidate + size > arena_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV staging arena full: need ", size,
-                                                     " bytes, arena holds ", arena_bytes_));
-  }
-  used_[candidate] = size;
-  return candidate;
+  metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
 }
 
 StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& request) {
-  const uint64_t size =
-      AlignUp(sizeof(transport::StagedHeader) + bound_(request.prompt_tokens()));
+  Reservation reservation;
+  reservation.layout =
+      engine::StagingLayout::Compute(*options_.cache_layout, request.prompt_tokens(),
+                                     options_.block_rows, options_.link.drafter_state_bytes);
+  const auto lease = std::chrono::milliseconds(request.lease_ms() > 0 ? request.lease_ms() : 30000);
   const auto now = Clock::now();
   std::lock_guard lock(mu_);
   ExpireLocked(now);
-  ASSIGN_OR_RETURN(const uint64_t offset, AllocateLocked(size));
-  // A stale header from an earlier request must not look like a delivery.
-  std::memset(arena_.get() + offset, 0, sizeof(transport::StagedHeader));
-  const std::string id = absl::StrCat("rsv-", next_id_++);
-  reservations_[id] = {offset, size, now + std::chrono::milliseconds(request.lease_ms() > 0
-                                                                         ? request.lease_ms()
-                                                                         : 30000)};
+  ASSIGN_OR_RETURN(reservation.offset, arena_->Allocate(reservation.layout.total_bytes));
+  // A stale record from an earlier request must not look like a delivery.
+  std::memset(arena_->data() + reservation.offset, 0, transport::kRecordHeaderBytes);
+  reservation.expires = now + lease;
+  reservation.nonce = nonces_();
   v1::TransferDescriptor descriptor;
   descriptor.set_transport(agent_->TransportName());
   descriptor.set_agent_address(agent_->LocalAddress());
-  descriptor.set_incarnation_id(incarnation_id_);
-  descriptor.set_config_fingerprint(fingerprint_);
-  descriptor.set_region(region_.remote.Serialize());
-  descriptor.set_offset(offset);
-  descriptor.set_capacity(size);
+  descriptor.set_incarnation_id(options_.incarnation_id);
+  descriptor.set_config_fingerprint(options_.link.config_fingerprint);
+  descriptor.set_cache_manifest(options_.link.cache_manifest);
+  descriptor.set_tensor_parallel_size(static_cast<uint32_t>(options_.link.tensor_parallel_size));
+  descriptor.set_region(arena_->region().remote.Serialize());
+  descriptor.set_offset(reservation.offset);
+  descriptor.set_capacity(reservation.layout.total_bytes);
+  descriptor.set_prompt_tokens(request.prompt_tokens());
+  descriptor.set_block_rows(static_cast<uint32_t>(options_.block_rows));
+  descriptor.set_drafter_state_bytes(options_.link.drafter_state_bytes);
+  descriptor.set_nonce(reservation.nonce);
+  descriptor.set_lease_deadline_unix_us(
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          (std::chrono::system_clock::now() + lease).time_since_epoch())
+          .count());
+  const std::string id = absl::StrCat("rsv-", next_id_++);
+  reservations_[id] = std::move(reservation);
   metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
   v1::ReserveResponse response;
   response.set_reservation_id(id);
@@ -105,31 +96,97 @@ bool KvReceiver::Release(const std::string& reservation_id) {
   std::lock_guard lock(mu_);
   auto it = reservations_.find(reservation_id);
   if (it == reservations_.end()) return false;
-  used_.erase(it->second.offset);
+  arena_->Free(it->second.offset);
   reservations_.erase(it);
   metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
   return true;
 }
 
-StatusOr<std::string> KvReceiver::Take(const std::string& reservation_id) {
-  std::lock_guard lock(mu_);
-  ExpireLocked(Clock::now());
-  auto it = reservations_.find(reservation_id);
-  if (it == reservations_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("reservation ", reservation_id, " is unknown or its lease expired"));
+StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Take(
+    const std::string& reservation_id, std::unique_ptr<engine::SequenceState> sequence,
+    std::unique_ptr<dspark::DrafterState> drafter) {
+  Reservation reservation;
+  {
+    std::lock_guard lock(mu_);
+    ExpireLocked(Clock::now());
+    auto it = reservations_.find(reservation_id);
+    if (it == reservations_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("reservation ", reservation_id, " is unknown or its lease expired"));
+    }
+    // Out of the table (no expiry, no release) but still allocated while it is read.
+    reservation = std::move(it->second);
+    reservations_.erase(it);
+    metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
   }
-  const Reservation reservation = it->second;
-  used_.erase(reservation.offset);
-  reservations_.erase(it);
-  metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
-  auto state = transport::ReadStaged(arena_.get() + reservation.offset, reservation.size);
-  if (state.ok()) {
-    metrics_->Received(state->size());
-  } else {
-    metrics_->Failed(state.status());
+  uint64_t bytes = 0;
+  int64_t prefill_end_ns = 0;
+  auto restored =
+      Restore(reservation, std::move(sequence), std::move(drafter), &bytes, &prefill_end_ns);
+  arena_->Free(reservation.offset);
+  if (!restored.ok()) {
+    metrics_->Failed(restored.status());
+    LOG_WARN("kv delivery rejected reservation={} error={}", reservation_id,
+             restored.status().ToString());
+    return absl::Status(restored.status().code(), absl::StrCat("reservation ", reservation_id, ": ",
+                                                               restored.status().message()));
   }
-  return state;
+  metrics_->Received(bytes, static_cast<double>(UnixNanos() - prefill_end_ns) * 1e-9);
+  return restored;
+}
+
+StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Restore(
+    const Reservation& reservation, std::unique_ptr<engine::SequenceState> sequence,
+    std::unique_ptr<dspark::DrafterState> drafter, uint64_t* bytes, int64_t* prefill_end_ns) {
+  const engine::StagingLayout& layout = reservation.layout;
+  const char* base = arena_->data() + reservation.offset;
+  ASSIGN_OR_RETURN(const auto record, transport::CompletionRecord::Parse(
+                                          base, layout.record_capacity, reservation.nonce));
+  if (record.link_digest != link_digest_) {
+    return absl::DataLossError(
+        "the state was written by a prefill worker with another model or cache manifest");
+  }
+  if (record.num_tokens != static_cast<uint64_t>(layout.tokens) ||
+      record.segments.size() != layout.groups.size()) {
+    return absl::DataLossError(absl::StrCat("delivered ", record.num_tokens, " tokens in ",
+                                            record.segments.size(), " segments, expected ",
+                                            layout.tokens, " in ", layout.groups.size()));
+  }
+  std::vector<engine::SequenceState::GroupRows> rows;
+  for (size_t i = 0; i < layout.groups.size(); ++i) {
+    const engine::StagedGroup& staged = layout.groups[i];
+    const transport::SegmentReport& segment = record.segments[i];
+    const auto& spec = options_.cache_layout->layers[staged.layer].groups[staged.group];
+    if (segment.first_row != static_cast<uint64_t>(staged.first_row) ||
+        segment.rows > static_cast<uint64_t>(staged.capacity_rows)) {
+      return absl::DataLossError(absl::StrCat("layer ", staged.layer, " ", spec.name, ": rows [",
+                                              segment.first_row, ", +", segment.rows,
+                                              ") do not fit the reservation"));
+    }
+    const char* data = base + staged.offset;
+    const uint64_t size = segment.rows * staged.row_bytes;
+    if (transport::Checksum(std::string_view(data, size)) != segment.checksum) {
+      return absl::DataLossError(absl::StrCat("layer ", staged.layer, " ", spec.name,
+                                              " failed its checksum (incomplete or torn "
+                                              "transfer)"));
+    }
+    *bytes += size;
+    rows.push_back({staged.first_row, staged.first_row + static_cast<int64_t>(segment.rows), data});
+  }
+  RETURN_IF_ERROR(sequence->RestoreRows(static_cast<int64_t>(record.num_tokens), rows));
+  auto prefilled = std::make_shared<serving::PrefilledState>();
+  prefilled->sequence = std::move(sequence);
+  if (drafter) {
+    if (record.drafter_state.empty()) {
+      return absl::FailedPreconditionError(
+          "the prefill worker shipped no DSpark drafter context, which this worker needs");
+    }
+    RETURN_IF_ERROR(drafter->Restore(record.drafter_state));
+    *bytes += record.drafter_state.size();
+    prefilled->drafter = std::move(drafter);
+  }
+  *prefill_end_ns = record.prefill_end_unix_ns;
+  return prefilled;
 }
 
 ReservationStats KvReceiver::Stats() {
@@ -138,7 +195,7 @@ ReservationStats KvReceiver::Stats() {
   ReservationStats stats;
   stats.active = static_cast<int64_t>(reservations_.size());
   stats.expired_total = expired_total_;
-  for (const auto& [id, r] : reservations_) stats.bytes_reserved += r.size;
+  for (const auto& [id, r] : reservations_) stats.bytes_reserved += r.layout.total_bytes;
   return stats;
 }
 

@@ -13,11 +13,11 @@
 #include "common/worker/worker_process.h"
 #include "decode_worker/decode_service.h"
 #include "absl/strings/str_cat.h"
+#include "engine/cache/staging_layout.h"
 #include "engine/serving/engine_metrics.h"
 #include "engine/serving/proto_conversions.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/spec_settings.h"
-#include "engine/serving/state_size.h"
 
 namespace pdspark::decode {
 namespace {
@@ -53,6 +53,12 @@ Status CheckSupported(const DecodeFlags& f) {
   return absl::OkStatus();
 }
 
+// The size of the DSpark context ring a prefilled request must bring; 0 when not speculating.
+uint64_t DrafterStateBytes(const serving::ServingEngine& engine) {
+  auto ring = engine.NewDrafterState();
+  return ring ? ring->Serialize().size() : 0;
+}
+
 int Run(const DecodeFlags& f, const sigset_t& signals) {
   InitLogging("decode", f.common.log_level);
   if (Status st = CheckSupported(f); !st.ok()) {
@@ -71,7 +77,6 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   identity.role = v1::WORKER_ROLE_DECODE;
   identity.incarnation_id = worker::NewIncarnationId();
   identity.config_fingerprint = (*model)->config().Fingerprint();
-  const engine::CacheLayout layout = (*model)->cache_layout();
   serving::ServingOptions options;
   options.max_num_seqs = f.common.max_num_seqs;
   options.max_model_len = f.common.max_model_len;
@@ -102,11 +107,15 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
     }
     agent = std::move(created).value();
     transfer_metrics = std::make_unique<worker::KvTransferMetrics>(*metrics, agent->TransportName());
-    auto made = KvReceiver::Create(
-        agent.get(), static_cast<uint64_t>(f.kv_staging_mb) << 20, identity.incarnation_id,
-        identity.config_fingerprint,
-        [layout](int64_t tokens) { return serving::SerializedStateBound(layout, tokens); },
-        transfer_metrics.get());
+    ReceiverOptions staging;
+    staging.arena_bytes = static_cast<uint64_t>(f.kv_staging_mb) << 20;
+    staging.incarnation_id = identity.incarnation_id;
+    staging.link = {identity.config_fingerprint,
+                    engine::CacheManifest(engine.model().cache_layout()),
+                    f.common.tensor_parallel_size, DrafterStateBytes(engine)};
+    staging.block_rows = f.common.block_size;
+    staging.cache_layout = &engine.model().cache_layout();
+    auto made = KvReceiver::Create(agent.get(), std::move(staging), transfer_metrics.get());
     if (!made.ok()) {
       LOG_ERROR("{}", made.status().ToString());
       return 1;

@@ -1,6 +1,7 @@
-// pdspark-prefill: a prefill worker. Loads the model, serves PrefillWorker over gRPC (batched,
-// chunked prefill; the state goes to the decode worker over UCX), registers with the routers,
-// and drains on SIGTERM.
+// pdspark-prefill: a prefill worker. Loads the model (and its DSpark drafter, whose context ring
+// decode workers that speculate need), serves PrefillWorker over gRPC (batched, chunked
+// prefill; each layer's state goes to the decode worker over UCX as soon as it is computed),
+// registers with the routers, and drains on SIGTERM.
 #include <memory>
 #include <string>
 
@@ -11,9 +12,11 @@
 #include "common/worker/shutdown_signal.h"
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_process.h"
+#include "engine/cache/staging_layout.h"
 #include "engine/serving/engine_metrics.h"
 #include "engine/serving/proto_conversions.h"
 #include "engine/serving/serving_engine.h"
+#include "engine/serving/spec_settings.h"
 #include "prefill_worker/prefill_service.h"
 
 namespace pdspark::prefill {
@@ -21,8 +24,28 @@ namespace {
 
 struct PrefillFlags {
   worker::WorkerFlags common;
+  std::string spec_method = "auto";
+  std::string kv_transfer = "layerwise";
   int transfer_timeout_ms = 30000;
+  int transfer_stall_ms = 5000;
+  int kv_send_buffer_mb = 256;
 };
+
+// The drafter only builds the DSpark context ring shipped with the state: prefill_only
+// requests never draft. "auto" loads it when the checkpoint has one.
+Status ApplyDrafter(const PrefillFlags& f, const engine::Model& model,
+                    serving::ServingOptions& options) {
+  if (f.spec_method == "none") return absl::OkStatus();
+  Status st = serving::ApplySpecSettings("dspark", "1", f.common.model, model, options);
+  // auto tolerates a checkpoint without a drafter, not a broken one.
+  const bool no_drafter = absl::IsFailedPrecondition(st) || absl::IsNotFound(st);
+  if (no_drafter && f.spec_method == "auto") {
+    LOG_INFO("no DSpark drafter in the checkpoint ({}): shipping no drafter context",
+             st.ToString());
+    return serving::ApplySpecSettings("none", "0", f.common.model, model, options);
+  }
+  return st;
+}
 
 int Run(const PrefillFlags& f, const sigset_t& signals) {
   InitLogging("prefill", f.common.log_level);
@@ -43,13 +66,11 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
   options.cache_budget_bytes = f.common.kv_cache_memory_bytes;
-  serving::ServingEngine engine(std::move(model).value(), options);
-  identity.max_model_len = engine.max_model_len();
-  if (Status st = engine.CheckCacheBudget(); !st.ok()) {
-    LOG_ERROR("{}", st.ToString());
+  if (Status st = ApplyDrafter(f, **model, options); !st.ok()) {
+    LOG_ERROR("cannot load the DSpark drafter: {}", st.ToString());
     return 2;
   }
-
+  // Declared before the engine so they outlive the requests it may still hold at shutdown.
   auto agent = transport::UcxAgent::Create({f.common.ucx_tls, f.common.ucx_net_devices});
   if (!agent.ok()) {
     LOG_ERROR("{} (check --ucx-tls)", agent.status().ToString());
@@ -57,8 +78,29 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   }
   auto metrics = std::make_shared<prometheus::Registry>();
   worker::KvTransferMetrics transfer_metrics(*metrics, (*agent)->TransportName());
-  PrefillService service(&engine, agent->get(), identity.config_fingerprint,
-                         std::chrono::milliseconds(f.transfer_timeout_ms), &transfer_metrics);
+  auto send_arena = transport::RegisteredArena::Create(
+      agent->get(), static_cast<uint64_t>(f.kv_send_buffer_mb) << 20, "KV send buffer");
+  if (!send_arena.ok()) {
+    LOG_ERROR("{} (check --kv-send-buffer-mb)", send_arena.status().ToString());
+    return 1;
+  }
+  serving::ServingEngine engine(std::move(model).value(), options);
+  identity.max_model_len = engine.max_model_len();
+  if (Status st = engine.CheckCacheBudget(); !st.ok()) {
+    LOG_ERROR("{}", st.ToString());
+    return 2;
+  }
+
+  auto ring = engine.NewDrafterState();
+  const transport::LinkInfo link{
+      identity.config_fingerprint, engine::CacheManifest(engine.model().cache_layout()),
+      f.common.tensor_parallel_size, ring ? ring->Serialize().size() : 0};
+  TransferOptions transfer;
+  transfer.mode = f.kv_transfer == "whole" ? StreamMode::kWhole : StreamMode::kLayerwise;
+  transfer.tail_timeout = std::chrono::milliseconds(f.transfer_timeout_ms);
+  transfer.stall = std::chrono::milliseconds(f.transfer_stall_ms);
+  PrefillService service(&engine, agent->get(), send_arena->get(), link, transfer,
+                         &transfer_metrics);
   serving::EngineMetrics engine_metrics(*metrics, &engine, "prefill");
   auto load = [&engine] { return serving::ToWorkerLoad(engine.Stats()); };
   return worker::ServeUntilSignal(f.common, identity, {&service}, load, metrics, signals);
@@ -72,8 +114,24 @@ int main(int argc, char** argv) {
   CLI::App app{"pdspark prefill worker"};
   pdspark::prefill::PrefillFlags flags;
   pdspark::worker::AddWorkerFlags(app, flags.common);
+  app.add_option("--spec-method", flags.spec_method,
+                 "DSpark drafter for the context ring speculating decode workers need: auto "
+                 "(when the checkpoint has one) | dspark | none")
+      ->check(CLI::IsMember({"auto", "dspark", "none"}))
+      ->capture_default_str();
+  app.add_option("--kv-transfer", flags.kv_transfer,
+                 "layerwise: ship each layer's state while later layers compute; whole: ship "
+                 "it all after the prompt (for comparison)")
+      ->check(CLI::IsMember({"layerwise", "whole"}))
+      ->capture_default_str();
   app.add_option("--transfer-timeout-ms", flags.transfer_timeout_ms,
-                 "a KV transfer that stalls this long fails (the router then retries)")
+                 "after the prompt's last layer the KV transfer must finish within this")
+      ->capture_default_str();
+  app.add_option("--transfer-stall-ms", flags.transfer_stall_ms,
+                 "fail a KV transfer when no write completes for this long")
+      ->capture_default_str();
+  app.add_option("--kv-send-buffer-mb", flags.kv_send_buffer_mb,
+                 "registered host memory the KV writes are posted from")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return pdspark::prefill::Run(flags, signals);

@@ -2,13 +2,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
-#include "common/transport/staged_state.h"
-#include "common/worker/event_queue.h"
 #include "engine/serving/proto_conversions.h"
-#include "pdspark/v1/transfer.pb.h"
 
 namespace pdspark::prefill {
 namespace {
+
+using transport::Clock;
+using transport::FailureReason;
+using transport::TransferError;
+
+// The prefill side stops writing this long before the decode worker's lease runs out, so that
+// a late write cannot land in memory the decode side has handed to another request.
+constexpr auto kLeaseMargin = std::chrono::milliseconds(500);
 
 v1::PrefillProgress Progress(v1::PrefillProgress::Stage stage) {
   v1::PrefillProgress progress;
@@ -23,7 +28,139 @@ grpc::Status Failed(grpc::ServerWriter<v1::PrefillProgress>* writer, const absl:
   return serving::ToGrpcStatus(status);
 }
 
+Status FromEngine(const serving::RequestEvent& event) {
+  switch (event.outcome) {
+    case serving::Outcome::kCancelled:
+      return TransferError(FailureReason::kCancelled, absl::StatusCode::kCancelled,
+                           "prefill cancelled");
+    case serving::Outcome::kFailed:
+      return absl::InternalError(absl::StrCat("prefill failed: ", event.error));
+    default:
+      if (event.tokens.empty()) return absl::InternalError("prefill produced no first token");
+      return absl::OkStatus();
+  }
+}
+
 }  // namespace
+
+StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngine& engine,
+                                                           transport::TransferAgent& agent,
+                                                           transport::RegisteredArena& send_arena,
+                                                           const transport::LinkInfo& link,
+                                                           const v1::TransferDescriptor& descriptor,
+                                                           int64_t prompt, StreamMode mode) {
+  const transport::LinkInfo decode{descriptor.config_fingerprint(), descriptor.cache_manifest(),
+                                   descriptor.tensor_parallel_size(),
+                                   descriptor.drafter_state_bytes()};
+  RETURN_IF_ERROR(transport::CheckLink(link, decode));
+  if (descriptor.prompt_tokens() != prompt || descriptor.block_rows() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the reservation was laid out for ", descriptor.prompt_tokens(), " prompt tokens (block ",
+        descriptor.block_rows(), " rows), the request has ", prompt));
+  }
+  const engine::CacheLayout& cache_layout = engine.model().cache_layout();
+  engine::StagingLayout layout = engine::StagingLayout::Compute(
+      cache_layout, prompt, descriptor.block_rows(), decode.drafter_state_bytes);
+  if (layout.total_bytes != descriptor.capacity()) {
+    return TransferError(FailureReason::kRefused, absl::StatusCode::kFailedPrecondition,
+                         absl::StrCat("the decode worker reserved ", descriptor.capacity(),
+                                      " bytes, this worker lays the state out in ",
+                                      layout.total_bytes, ": the workers run different builds"));
+  }
+  ASSIGN_OR_RETURN(auto region, transport::RemoteRegion::Deserialize(descriptor.region()));
+  if (descriptor.offset() > region.size ||
+      descriptor.capacity() > region.size - descriptor.offset()) {
+    return absl::InvalidArgumentError("the reservation lies outside the decode worker's region");
+  }
+  // Endpoints are cached per decode incarnation: a restarted decode worker gets a new link.
+  RETURN_IF_ERROR(agent.Connect(descriptor.incarnation_id(), descriptor.agent_address()));
+  StreamTarget target;
+  target.peer_id = descriptor.incarnation_id();
+  target.region = std::move(region);
+  target.offset = descriptor.offset();
+  target.nonce = descriptor.nonce();
+  target.ship_drafter = decode.drafter_state_bytes != 0;
+  target.link_digest = transport::LinkDigest(link);
+  target.tensor_parallel_size = link.tensor_parallel_size;
+  return StateStreamer::Create(&agent, &send_arena, &cache_layout, std::move(layout),
+                               std::move(target), mode);
+}
+
+StatusOr<int32_t> StreamPrefill(serving::ServingEngine& engine, transport::TransferAgent& agent,
+                                std::shared_ptr<StateStreamer> streamer, serving::RequestSpec spec,
+                                const v1::TransferDescriptor& descriptor,
+                                const TransferOptions& options,
+                                const std::function<bool()>& cancelled) {
+  const std::string& peer = descriptor.incarnation_id();
+  spec.prefill_only = true;
+  spec.state_observer = streamer;
+  auto deadline = spec.deadline;
+  if (descriptor.lease_deadline_unix_us() > 0) {
+    deadline =
+        std::min(deadline, serving::DeadlineFromUnixMicros(descriptor.lease_deadline_unix_us()) -
+                               kLeaseMargin);
+  }
+  RETURN_IF_ERROR(
+      engine.Submit(spec, [streamer](const serving::RequestEvent& e) { streamer->OnEvent(e); }));
+
+  // While the prompt computes: post each layer's writes as they are queued and watch them.
+  transport::ProgressWatch watch(options.stall);
+  std::optional<serving::RequestEvent> event;
+  while (true) {
+    streamer->WaitForWork(std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
+    const auto now = Clock::now();
+    Status failure = streamer->PostQueued();
+    if (failure.ok()) failure = streamer->error();
+    if (failure.ok()) failure = streamer->tracker().status();
+    if (failure.ok() && watch.Stalled(streamer->tracker(), now)) {
+      agent.AbortPeer(peer);
+      failure = TransferError(FailureReason::kStall, absl::StatusCode::kDeadlineExceeded,
+                              absl::StrCat("KV transfer to decode worker ", peer, " stalled: no ",
+                                           "write completed for ", options.stall.count(), " ms"));
+    }
+    if (failure.ok() && cancelled()) {
+      failure = TransferError(FailureReason::kCancelled, absl::StatusCode::kCancelled,
+                              "the router cancelled the prefill");
+    }
+    if (failure.ok() && now >= deadline) {
+      failure = TransferError(FailureReason::kDeadline, absl::StatusCode::kDeadlineExceeded,
+                              now >= spec.deadline
+                                  ? "the request's deadline passed during prefill"
+                                  : "the decode worker's reservation lease runs out before the "
+                                    "prefill finished (raise the router's --reservation-lease-ms)");
+    }
+    event = streamer->final_event();
+    if (failure.ok() && event) failure = FromEngine(*event);
+    if (!failure.ok()) {
+      engine.Cancel(spec.id);
+      return failure;
+    }
+    if (event) break;
+  }
+  // The prompt is done: what is left (kWhole: everything) and the record, then one flush.
+  RETURN_IF_ERROR(streamer->error());
+  RETURN_IF_ERROR(streamer->PostQueued());
+  RETURN_IF_ERROR(agent.PostFlush(peer, streamer->tracker()));
+  RETURN_IF_ERROR(transport::AwaitCompletion(
+      agent, peer, streamer->tracker(),
+      std::min(deadline, streamer->prefill_end() + options.tail_timeout), options.stall));
+  return event->tokens.front();
+}
+
+void Abandon(transport::TransferAgent& agent, const std::string& peer_id,
+             std::shared_ptr<StateStreamer> streamer, std::chrono::milliseconds stall) {
+  streamer->Stop();
+  // Deadline "now": only drain what was posted, bounded by the stall timer.
+  transport::AwaitCompletion(agent, peer_id, streamer->tracker(), Clock::now(), stall)
+      .IgnoreError();
+  if (streamer->tracker().pending() > 0) {
+    // The transport may still read the send buffer: keep it (and the tracker its callbacks
+    // complete into) for the life of the process rather than free memory in use.
+    LOG_ERROR("send buffer quarantined peer={} pending_writes={}", peer_id,
+              streamer->tracker().pending());
+    new std::shared_ptr<StateStreamer>(std::move(streamer));
+  }
+}
 
 grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                                      const v1::PrefillRequest* request,
@@ -36,88 +173,46 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
       descriptor.agent_address().empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, "transfer_descriptor is missing or malformed"};
   }
-  // Refuse to link to a decode worker that runs another model: its cache layout differs.
-  if (descriptor.config_fingerprint() != fingerprint_) {
-    metrics_->Handshake(false);
-    return Failed(writer, absl::FailedPreconditionError(absl::StrCat(
-                              "decode worker config fingerprint ", descriptor.config_fingerprint(),
-                              " differs from this prefill worker's ", fingerprint_,
-                              ": both must load the same model")));
+  auto streamer = LinkToReservation(*engine_, *agent_, *send_arena_, link_, descriptor,
+                                    request->prompt_token_ids_size(), options_.mode);
+  metrics_->Handshake(streamer.ok() ||
+                      transport::ReasonOf(streamer.status()) != transport::FailureReason::kRefused);
+  if (!streamer.ok()) {
+    metrics_->Failed(streamer.status());
+    LOG_WARN("kv link refused request={} decode={} error={}", request->context().request_id(),
+             descriptor.incarnation_id(), streamer.status().ToString());
+    return Failed(writer, streamer.status());
   }
+  metrics_->SetSendBufferBytes(send_arena_->bytes_in_use());
+  (*streamer)->SetOnRelease([metrics = metrics_, arena = send_arena_] {
+    metrics->SetSendBufferBytes(arena->bytes_in_use());
+  });
   writer->Write(Progress(v1::PrefillProgress::STAGE_ADMITTED));
-  auto result = RunPrefill(context, *request);
-  if (!result.ok()) return Failed(writer, result.status());
-  // A transfer never waits past the request's deadline nor past the stall timeout.
-  const auto deadline =
-      std::min(serving::DeadlineFromUnixMicros(request->context().deadline_unix_us()),
-               serving::Clock::now() + transfer_timeout_);
-  const auto started = serving::Clock::now();
-  if (Status st = Deliver(*request, result->state, deadline); !st.ok()) {
-    metrics_->Failed(st);
-    LOG_WARN("kv transfer failed request={} error={}", request->context().request_id(),
-             st.ToString());
-    return Failed(writer, st);
-  }
-  metrics_->Sent(result->state.size(),
-                 std::chrono::duration<double>(serving::Clock::now() - started).count());
-  v1::PrefillProgress done = Progress(v1::PrefillProgress::STAGE_COMPLETED);
-  done.set_first_token_id(static_cast<uint32_t>(result->tokens.at(0)));
-  done.set_layers_sent(static_cast<uint32_t>(engine_->model().config().num_hidden_layers));
-  writer->Write(done);
-  return grpc::Status::OK;
-}
-
-StatusOr<serving::RequestEvent> PrefillService::RunPrefill(grpc::ServerContext* context,
-                                                           const v1::PrefillRequest& request) {
   serving::RequestSpec spec;
-  spec.id = serving::EngineRequestId(request.context());
-  spec.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-  spec.sampling = serving::FromProto(request.sampling());
-  spec.deadline = serving::DeadlineFromUnixMicros(request.context().deadline_unix_us());
-  spec.prefill_only = true;
-  auto queue = std::make_shared<worker::EventQueue>();
-  RETURN_IF_ERROR(
-      engine_->Submit(spec, [queue](const serving::RequestEvent& e) { queue->Push(e); }));
-  bool cancelled = false;
-  while (true) {
-    auto event = queue->PopFor(std::chrono::milliseconds(50));
-    if (!event) {
-      if (context->IsCancelled() && !cancelled) cancelled = engine_->Cancel(spec.id);
-      continue;
-    }
-    if (event->outcome == serving::Outcome::kRunning) continue;
-    if (event->outcome == serving::Outcome::kCancelled) return absl::CancelledError("cancelled");
-    if (event->outcome == serving::Outcome::kFailed) {
-      return absl::InternalError(absl::StrCat("prefill failed: ", event->error));
-    }
-    if (event->tokens.empty() || event->state.empty()) {
-      return absl::InternalError("prefill produced no first token or state");
-    }
-    return std::move(*event);
+  spec.id = serving::EngineRequestId(request->context());
+  spec.prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
+  spec.sampling = serving::FromProto(request->sampling());
+  spec.deadline = serving::DeadlineFromUnixMicros(request->context().deadline_unix_us());
+  auto first = StreamPrefill(*engine_, *agent_, *streamer, std::move(spec), descriptor, options_,
+                             [context] { return context->IsCancelled(); });
+  if (!first.ok()) {
+    metrics_->Failed(first.status());
+    LOG_WARN("kv transfer failed request={} reason={} error={}", request->context().request_id(),
+             transport::FailureReasonName(transport::ReasonOf(first.status())),
+             first.status().ToString());
+    Abandon(*agent_, descriptor.incarnation_id(), std::move(*streamer), options_.stall);
+    return Failed(writer, first.status());
   }
-}
-
-Status PrefillService::Deliver(const v1::PrefillRequest& request, const std::string& state,
-                               serving::Clock::time_point deadline) {
-  v1::TransferDescriptor descriptor;
-  descriptor.ParseFromString(request.transfer_descriptor());
-  ASSIGN_OR_RETURN(const auto region, transport::RemoteRegion::Deserialize(descriptor.region()));
-  const transport::StagedHeader header = transport::MakeStagedHeader(state);
-  if (sizeof(header) + state.size() > descriptor.capacity()) {
-    return absl::OutOfRangeError(absl::StrCat("state of ", state.size(),
-                                              " bytes exceeds the reservation of ",
-                                              descriptor.capacity(), " bytes"));
-  }
-  // Endpoints are cached per decode incarnation: a restarted decode worker gets a new link.
-  const Status linked = agent_->Connect(descriptor.incarnation_id(), descriptor.agent_address());
-  metrics_->Handshake(linked.ok());
-  RETURN_IF_ERROR(linked);
-  // Write() returns after remote completion; the router tells the decode worker to continue
-  // only then, and the header's checksum lets it reject a partial delivery anyway.
-  return agent_->Write(descriptor.incarnation_id(), region,
-                       {{state.data(), state.size(), descriptor.offset() + sizeof(header)},
-                        {&header, sizeof(header), descriptor.offset()}},
-                       deadline);
+  const StateStreamer& done = **streamer;
+  const auto now = Clock::now();
+  metrics_->Sent(done.bytes_posted(),
+                 std::chrono::duration<double>(now - done.first_post()).count(),
+                 std::chrono::duration<double>(now - done.prefill_end()).count());
+  v1::PrefillProgress completed = Progress(v1::PrefillProgress::STAGE_COMPLETED);
+  completed.set_first_token_id(static_cast<uint32_t>(*first));
+  completed.set_layers_sent(static_cast<uint32_t>(engine_->model().config().num_hidden_layers));
+  writer->Write(completed);
+  return grpc::Status::OK;
 }
 
 grpc::Status PrefillService::Cancel(grpc::ServerContext*, const v1::CancelRequest* request,

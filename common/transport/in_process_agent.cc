@@ -42,8 +42,17 @@ StatusOr<LocalRegion> InProcessAgent::RegisterMemory(void* base, size_t size) {
   return region;
 }
 
+StatusOr<LocalRegion> InProcessAgent::AllocateMemory(size_t size) {
+  auto memory = std::make_unique<char[]>(size);
+  ASSIGN_OR_RETURN(LocalRegion region, RegisterMemory(memory.get(), size));
+  std::lock_guard lock(mu_);
+  allocated_[region.id] = std::move(memory);
+  return region;
+}
+
 Status InProcessAgent::DeregisterMemory(uint64_t region_id) {
   std::lock_guard lock(mu_);
+  allocated_.erase(region_id);
   if (regions_.erase(region_id) == 0) {
     return absl::NotFoundError(absl::StrCat("region ", region_id));
   }
@@ -79,8 +88,8 @@ bool InProcessAgent::ContainsRegion(const RemoteRegion& region) {
   return false;
 }
 
-Status InProcessAgent::Write(const std::string& peer_id, const RemoteRegion& region,
-                             const std::vector<WriteOp>& ops, Clock::time_point deadline) {
+Status InProcessAgent::PostWrites(const std::string& peer_id, const RemoteRegion& region,
+                                  std::span<const WriteOp> ops, TransferTracker& tracker) {
   std::string address;
   {
     std::lock_guard lock(mu_);
@@ -92,7 +101,10 @@ Status InProcessAgent::Write(const std::string& peer_id, const RemoteRegion& reg
   }
   std::lock_guard lock(registry_mu);  // keeps the peer alive during the copies
   auto peer = Registry().find(address);
-  if (peer == Registry().end()) return absl::UnavailableError(absl::StrCat("peer ", peer_id, " is gone"));
+  if (peer == Registry().end()) {
+    return TransferError(FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
+                         absl::StrCat("peer ", peer_id, " is gone"));
+  }
   if (!peer->second->ContainsRegion(region)) {
     return absl::InvalidArgumentError("remote region is not registered at the peer");
   }
@@ -103,10 +115,21 @@ Status InProcessAgent::Write(const std::string& peer_id, const RemoteRegion& reg
                                                 region.size, " bytes"));
     }
   }
-  if (Clock::now() > deadline) return absl::DeadlineExceededError("in-process write past deadline");
   for (const WriteOp& op : ops) {
+    tracker.Add(1);
     std::memcpy(reinterpret_cast<char*>(region.base) + op.remote_offset, op.source, op.size);
+    tracker.Complete(absl::OkStatus());
   }
+  return absl::OkStatus();
+}
+
+Status InProcessAgent::PostFlush(const std::string& peer_id, TransferTracker& tracker) {
+  std::lock_guard lock(mu_);
+  if (!peers_.contains(peer_id)) {
+    return absl::FailedPreconditionError(absl::StrCat("not connected to peer ", peer_id));
+  }
+  tracker.Add(1);
+  tracker.Complete(absl::OkStatus());
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -18,11 +19,15 @@ class InProcessAgent : public TransferAgent {
   std::string TransportName() const override { return "inprocess"; }
   std::string LocalAddress() const override { return address_; }
   StatusOr<LocalRegion> RegisterMemory(void* base, size_t size) override;
+  StatusOr<LocalRegion> AllocateMemory(size_t size) override;
   Status DeregisterMemory(uint64_t region_id) override;
   Status Connect(const std::string& peer_id, const std::string& peer_address) override;
   Status Disconnect(const std::string& peer_id) override;
-  Status Write(const std::string& peer_id, const RemoteRegion& region,
-               const std::vector<WriteOp>& ops, Clock::time_point deadline) override;
+  // Copies at once: every write and flush is complete when these return.
+  Status PostWrites(const std::string& peer_id, const RemoteRegion& region,
+                    std::span<const WriteOp> ops, TransferTracker& tracker) override;
+  Status PostFlush(const std::string& peer_id, TransferTracker& tracker) override;
+  void AbortPeer(const std::string& peer_id) override { Disconnect(peer_id).IgnoreError(); }
 
  private:
   bool ContainsRegion(const RemoteRegion& region);
@@ -30,6 +35,7 @@ class InProcessAgent : public TransferAgent {
   std::string address_;
   std::mutex mu_;
   std::map<uint64_t, LocalRegion> regions_;
+  std::map<uint64_t, std::unique_ptr<char[]>> allocated_;  // freed on deregistration
   std::map<std::string, std::string> peers_;  // peer id -> address
   uint64_t next_region_id_ = 1;
 };

@@ -1,16 +1,20 @@
 // The small transfer interface the workers use to move per-request cache state between
 // processes (in the spirit of NIXL's agent API): register memory once, exchange descriptors
-// over the gRPC control plane, then post one-sided writes into the peer's registered memory.
+// over the gRPC control plane, then post one-sided writes into the peer's registered memory
+// and a flush that completes once they are visible there.
 //
 // Implementations: UcxAgent (UCX ucp RMA over tcp, shared memory, RDMA or CUDA transports)
 // and InProcessAgent (memcpy between agents of one process, for colocated tests).
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
+#include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/status.h"
@@ -47,6 +51,51 @@ struct WriteOp {
   uint64_t remote_offset = 0;
 };
 
+// Why a transfer failed, attached to its Status as a payload so that metrics and logs name the
+// cause without parsing messages.
+enum class FailureReason { kStall, kDeadline, kPeerFailed, kCancelled, kRefused, kInvalid };
+std::string_view FailureReasonName(FailureReason reason);
+Status TransferError(FailureReason reason, absl::StatusCode code, std::string_view message);
+// The reason attached by TransferError, or one derived from the status code.
+FailureReason ReasonOf(const Status& status);
+
+// Completion of operations posted to an agent (writes and flushes). They complete on the
+// agent's progress thread; the poster waits here. `completed` only grows, which is what tells a
+// slow transfer (it grows) from a stalled one (it does not).
+class TransferTracker {
+ public:
+  void Add(int64_t operations);
+  // One operation finished, successfully or with its error (the first error is kept).
+  void Complete(const Status& status);
+  int64_t pending() const;
+  int64_t completed() const;
+  Status status() const;
+  // Waits until the completed count differs from `seen`, nothing is pending, or `until`.
+  void WaitForChange(int64_t seen, Clock::time_point until);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t pending_ = 0;
+  int64_t completed_ = 0;
+  Status status_;
+};
+
+// The no-progress stall timer: stalled when operations are pending and none completed for
+// `stall`. A single write must take less than `stall` to move.
+class ProgressWatch {
+ public:
+  explicit ProgressWatch(std::chrono::milliseconds stall) : stall_(stall) {}
+  bool Stalled(const TransferTracker& tracker, Clock::time_point now);
+  Clock::time_point last_progress() const { return last_progress_; }
+  std::chrono::milliseconds stall() const { return stall_; }
+
+ private:
+  std::chrono::milliseconds stall_;
+  int64_t seen_ = -1;
+  Clock::time_point last_progress_;
+};
+
 class TransferAgent {
  public:
   virtual ~TransferAgent() = default;
@@ -58,16 +107,43 @@ class TransferAgent {
   virtual std::string LocalAddress() const = 0;
 
   virtual StatusOr<LocalRegion> RegisterMemory(void* base, size_t size) = 0;
+  // Memory the transport allocates and registers itself, for the long-lived regions peers
+  // write into: UCX places it where same-host peers can map it (a System V or POSIX shared
+  // segment), so their puts become plain stores instead of messages this side must progress.
+  // DeregisterMemory frees it.
+  virtual StatusOr<LocalRegion> AllocateMemory(size_t size) = 0;
   virtual Status DeregisterMemory(uint64_t region_id) = 0;
 
   // Creates (or reuses) the endpoint to the peer known by `peer_id` (e.g. its incarnation id).
   virtual Status Connect(const std::string& peer_id, const std::string& peer_address) = 0;
   virtual Status Disconnect(const std::string& peer_id) = 0;
 
-  // Posts the writes and waits until all of them are complete at the peer (remote completion),
-  // or fails with DeadlineExceeded when `deadline` passes first; never hangs.
-  virtual Status Write(const std::string& peer_id, const RemoteRegion& region,
-                       const std::vector<WriteOp>& ops, Clock::time_point deadline) = 0;
+  // Posts the writes without waiting; each completes into `tracker`. The sources must stay
+  // valid until the tracker has nothing pending. Refuses (posting nothing) writes outside the
+  // region.
+  virtual Status PostWrites(const std::string& peer_id, const RemoteRegion& region,
+                            std::span<const WriteOp> ops, TransferTracker& tracker) = 0;
+  // Posts a flush that completes once every write posted to the peer before it is visible in
+  // the peer's memory (remote completion).
+  virtual Status PostFlush(const std::string& peer_id, TransferTracker& tracker) = 0;
+  // Force-closes the endpoint to a stalled or dead peer: every outstanding operation to it
+  // completes with an error, and nothing posted earlier can land afterwards. The next Connect
+  // creates a new endpoint.
+  virtual void AbortPeer(const std::string& peer_id) = 0;
+
+  // Posts the writes and a flush and waits for them (AwaitCompletion); never hangs.
+  Status Write(const std::string& peer_id, const RemoteRegion& region,
+               const std::vector<WriteOp>& ops, Clock::time_point deadline,
+               std::chrono::milliseconds stall = std::chrono::seconds(5));
 };
+
+// Waits until nothing in `tracker` is pending. When `deadline` passes first it stops waiting
+// for success but still lets the posted operations drain (so none lands after the caller frees
+// its memory or the peer reuses the target), and fails with kDeadline; when nothing completes
+// for `stall` it aborts the peer and fails with kStall. Otherwise returns the tracker's status.
+// On return the tracker has nothing pending unless even the abort left operations behind
+// (logged; the caller must then not free their sources).
+Status AwaitCompletion(TransferAgent& agent, const std::string& peer_id, TransferTracker& tracker,
+                       Clock::time_point deadline, std::chrono::milliseconds stall);
 
 }  // namespace pdspark::transport

@@ -21,6 +21,7 @@ struct UcxAgent::Peer {
   ucp_ep_h ep = nullptr;
   // Set by UCX's error callback (peer died, link cut): the endpoint is unusable.
   std::atomic<bool> failed{false};
+  std::atomic<int> error{UCS_OK};  // the ucs_status_t it reported
   std::map<std::string, ucp_rkey_h> rkeys;  // packed key -> unpacked key
 };
 
@@ -32,9 +33,10 @@ Status UcsError(ucs_status_t status, const std::string& what) {
 }
 
 void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
-  auto* failed = static_cast<std::atomic<bool>*>(arg);
-  failed->store(true);
-  LOG_WARN("ucx endpoint error status={}", ucs_status_string(status));
+  auto* peer = static_cast<UcxAgent::Peer*>(arg);
+  peer->error.store(status);
+  peer->failed.store(true);
+  LOG_WARN("ucx endpoint error peer={} status={}", peer->id, ucs_status_string(status));
 }
 
 bool HasNetworkTransport(const std::string& transports) {
@@ -123,14 +125,37 @@ void UcxAgent::ProgressLoop() {
 }
 
 StatusOr<LocalRegion> UcxAgent::RegisterMemory(void* base, size_t size) {
+  std::lock_guard lock(mu_);
+  return MapLocked(base, size, /*allocate=*/false);
+}
+
+StatusOr<LocalRegion> UcxAgent::AllocateMemory(size_t size) {
+  std::lock_guard lock(mu_);
+  return MapLocked(nullptr, size, /*allocate=*/true);
+}
+
+StatusOr<LocalRegion> UcxAgent::MapLocked(void* base, size_t size, bool allocate) {
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   params.address = base;
   params.length = size;
-  std::lock_guard lock(mu_);
+  params.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
   ucp_mem_h memh = nullptr;
   ucs_status_t st = ucp_mem_map(handles_->context, &params, &memh);
-  if (st != UCS_OK) return UcsError(st, absl::StrCat("mem_map of ", size, " bytes"));
+  if (st != UCS_OK) {
+    return UcsError(st, absl::StrCat(allocate ? "allocation of " : "mem_map of ", size, " bytes"));
+  }
+  if (allocate) {
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    st = ucp_mem_query(memh, &attr);
+    if (st != UCS_OK) {
+      ucp_mem_unmap(handles_->context, memh);
+      return UcsError(st, "mem query");
+    }
+    base = attr.address;
+  }
   void* key = nullptr;
   size_t key_size = 0;
   st = ucp_rkey_pack(handles_->context, memh, &key, &key_size);
@@ -181,9 +206,12 @@ Status UcxAgent::Connect(const std::string& peer_id, const std::string& peer_add
   params.err_mode = HasNetworkTransport(options_.transports) ? UCP_ERR_HANDLING_MODE_PEER
                                                              : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = OnEndpointError;
-  params.err_handler.arg = &peer->failed;
+  params.err_handler.arg = peer.get();
   ucs_status_t st = ucp_ep_create(handles_->worker, &params, &peer->ep);
-  if (st != UCS_OK) return UcsError(st, absl::StrCat("connect to peer ", peer_id));
+  if (st != UCS_OK) {
+    return UcsError(st, absl::StrCat("connect to peer ", peer_id, " from ", TransportName(),
+                                     " (both workers need a common --ucx-tls transport)"));
+  }
   peers_[peer_id] = std::move(peer);
   return absl::OkStatus();
 }
@@ -226,42 +254,64 @@ StatusOr<void*> UcxAgent::RkeyLocked(Peer& peer, const std::string& packed_key) 
   return static_cast<void*>(rkey);
 }
 
-Status UcxAgent::WaitLocked(void* request, Peer& peer, Clock::time_point deadline,
-                            const char* what) {
-  if (request == nullptr) return absl::OkStatus();
-  if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), what);
-  ucs_status_t st;
-  while ((st = ucp_request_check_status(request)) == UCS_INPROGRESS) {
-    if (Clock::now() >= deadline || peer.failed) break;
-    ucp_worker_progress(handles_->worker);
-  }
-  if (st == UCS_INPROGRESS) {
-    // Stalled or failed peer: force-close the endpoint, which completes the request with an
-    // error, so nothing posted here can write into freed memory later.
-    const bool failed = peer.failed;
-    ClosePeerLocked(peer, /*force=*/true);
-    while (ucp_request_check_status(request) == UCS_INPROGRESS) {
-      ucp_worker_progress(handles_->worker);
-    }
-    ucp_request_free(request);
-    if (failed) return absl::UnavailableError(absl::StrCat("UCX ", what, ": peer ", peer.id, " failed"));
-    return absl::DeadlineExceededError(
-        absl::StrCat("UCX ", what, " to peer ", peer.id, " stalled past its deadline"));
-  }
-  ucp_request_free(request);
-  if (st != UCS_OK) return UcsError(st, what);
-  return absl::OkStatus();
-}
-
-Status UcxAgent::Write(const std::string& peer_id, const RemoteRegion& region,
-                       const std::vector<WriteOp>& ops, Clock::time_point deadline) {
-  std::lock_guard lock(mu_);
+StatusOr<UcxAgent::Peer*> UcxAgent::UsablePeerLocked(const std::string& peer_id) {
   auto it = peers_.find(peer_id);
   if (it == peers_.end() || it->second->ep == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("not connected to peer ", peer_id));
   }
-  Peer& peer = *it->second;
-  if (peer.failed) return absl::UnavailableError(absl::StrCat("peer ", peer_id, " failed"));
+  if (it->second->failed) {
+    return TransferError(
+        FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
+        absl::StrCat("UCX endpoint to peer ", peer_id, " failed (",
+                     ucs_status_string(static_cast<ucs_status_t>(it->second->error.load())),
+                     "): the peer died or the link broke"));
+  }
+  return it->second.get();
+}
+
+namespace {
+
+// Completion callback of puts and flushes: the tracker is the operation's user data.
+void OnOperationDone(void* request, ucs_status_t status, void* user_data) {
+  auto* tracker = static_cast<TransferTracker*>(user_data);
+  if (status == UCS_OK) {
+    tracker->Complete(absl::OkStatus());
+  } else {
+    // Cancelled operations come from a failed or aborted endpoint: either way the peer.
+    tracker->Complete(TransferError(FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
+                                    absl::StrCat("UCX operation failed: ", ucs_status_string(status),
+                                                 " (the peer died or the link broke)")));
+  }
+  ucp_request_free(request);
+}
+
+// Accounts for an operation just posted: completed inline, failed at once, or in flight (its
+// callback completes it later, under the same lock, so no completion can be missed).
+Status Track(ucs_status_ptr_t request, TransferTracker& tracker, const char* what) {
+  if (request == nullptr) {
+    tracker.Complete(absl::OkStatus());
+    return absl::OkStatus();
+  }
+  if (UCS_PTR_IS_ERR(request)) {
+    Status st = UcsError(UCS_PTR_STATUS(request), what);
+    tracker.Complete(st);
+    return st;
+  }
+  return absl::OkStatus();
+}
+
+ucp_request_param_t CallbackParam(TransferTracker& tracker) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = OnOperationDone;
+  param.user_data = &tracker;
+  return param;
+}
+
+}  // namespace
+
+Status UcxAgent::PostWrites(const std::string& peer_id, const RemoteRegion& region,
+                            std::span<const WriteOp> ops, TransferTracker& tracker) {
   for (const WriteOp& op : ops) {
     if (op.remote_offset > region.size || op.size > region.size - op.remote_offset) {
       return absl::OutOfRangeError(absl::StrCat("write of ", op.size, " bytes at offset ",
@@ -269,21 +319,37 @@ Status UcxAgent::Write(const std::string& peer_id, const RemoteRegion& region,
                                                 region.size, " bytes"));
     }
   }
-  ASSIGN_OR_RETURN(void* rkey, RkeyLocked(peer, region.packed_key));
-  ucp_request_param_t param{};
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(Peer * peer, UsablePeerLocked(peer_id));
+  ASSIGN_OR_RETURN(void* rkey, RkeyLocked(*peer, region.packed_key));
+  const ucp_request_param_t param = CallbackParam(tracker);
   for (const WriteOp& op : ops) {
     if (op.size == 0) continue;
-    ucs_status_ptr_t request = ucp_put_nbx(peer.ep, op.source, op.size,
-                                           region.base + op.remote_offset,
-                                           static_cast<ucp_rkey_h>(rkey), &param);
-    if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), "put");
-    // Puts complete in order with the flush below; free their handles right away.
-    if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
-    if (peer.failed) return absl::UnavailableError(absl::StrCat("peer ", peer_id, " failed"));
+    tracker.Add(1);
+    RETURN_IF_ERROR(Track(ucp_put_nbx(peer->ep, op.source, op.size, region.base + op.remote_offset,
+                                      static_cast<ucp_rkey_h>(rkey), &param),
+                          tracker, "put"));
   }
-  // The flush completes only when every put is visible in the peer's memory.
-  ucs_status_ptr_t flush = ucp_ep_flush_nbx(peer.ep, &param);
-  return WaitLocked(flush, peer, deadline, "flush");
+  return absl::OkStatus();
+}
+
+Status UcxAgent::PostFlush(const std::string& peer_id, TransferTracker& tracker) {
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(Peer * peer, UsablePeerLocked(peer_id));
+  const ucp_request_param_t param = CallbackParam(tracker);
+  tracker.Add(1);
+  return Track(ucp_ep_flush_nbx(peer->ep, &param), tracker, "flush");
+}
+
+void UcxAgent::AbortPeer(const std::string& peer_id) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(peer_id);
+  if (it == peers_.end()) return;
+  LOG_WARN("ucx aborting endpoint peer={}", peer_id);
+  // The forced close completes every outstanding put and flush to the peer with an error
+  // (their callbacks run during the progress inside ClosePeerLocked).
+  ClosePeerLocked(*it->second, /*force=*/true);
+  peers_.erase(it);
 }
 
 }  // namespace pdspark::transport

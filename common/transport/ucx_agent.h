@@ -1,7 +1,8 @@
 // TransferAgent over UCX ucp: one context and worker per agent, endpoints cached per peer id,
 // memory registered once with ucp_mem_map, one-sided puts plus an endpoint flush for remote
-// completion. A progress thread keeps the worker moving so that software-emulated RMA (tcp)
-// completes even when this side posts nothing.
+// completion, each completing into its TransferTracker from a completion callback. A progress
+// thread sleeping on the worker's event fd keeps the worker moving, so software-emulated RMA
+// (tcp) completes even when this side posts nothing and posters never spin.
 #pragma once
 
 #include <atomic>
@@ -31,22 +32,25 @@ class UcxAgent : public TransferAgent {
   std::string TransportName() const override;
   std::string LocalAddress() const override { return address_; }
   StatusOr<LocalRegion> RegisterMemory(void* base, size_t size) override;
+  StatusOr<LocalRegion> AllocateMemory(size_t size) override;
   Status DeregisterMemory(uint64_t region_id) override;
   Status Connect(const std::string& peer_id, const std::string& peer_address) override;
   Status Disconnect(const std::string& peer_id) override;
-  Status Write(const std::string& peer_id, const RemoteRegion& region,
-               const std::vector<WriteOp>& ops, Clock::time_point deadline) override;
+  Status PostWrites(const std::string& peer_id, const RemoteRegion& region,
+                    std::span<const WriteOp> ops, TransferTracker& tracker) override;
+  Status PostFlush(const std::string& peer_id, TransferTracker& tracker) override;
+  void AbortPeer(const std::string& peer_id) override;
+
+  struct Peer;  // public only for UCX's C error callback
 
  private:
-  struct Peer;
   struct Handles;
   explicit UcxAgent(UcxOptions options);
   Status Init();
   void ProgressLoop();
-  // Waits for a UCX request under mu_, progressing the worker; force-closes the peer's
-  // endpoint when the deadline passes.
-  Status WaitLocked(void* request, Peer& peer, Clock::time_point deadline, const char* what);
+  StatusOr<Peer*> UsablePeerLocked(const std::string& peer_id);
   StatusOr<void*> RkeyLocked(Peer& peer, const std::string& packed_key);
+  StatusOr<LocalRegion> MapLocked(void* base, size_t size, bool allocate);
   void ClosePeerLocked(Peer& peer, bool force);
 
   UcxOptions options_;

@@ -1,6 +1,7 @@
 #include "common/worker/kv_transfer_metrics.h"
 
 #include "common/metrics/metrics.h"
+#include "common/transport/transfer_agent.h"
 
 namespace pdspark::worker {
 
@@ -16,13 +17,29 @@ KvTransferMetrics::KvTransferMetrics(prometheus::Registry& registry, const std::
                     .Help("first put to remote completion, per request")
                     .Register(registry)
                     .Add({}, metrics::LatencyBuckets())),
+      tail_(prometheus::BuildHistogram()
+                .Name("pdspark_kv_transfer_tail_seconds")
+                .Help("prompt's last layer to remote completion of its state, per request")
+                .Register(registry)
+                .Add({}, metrics::LatencyBuckets())),
+      handoff_(prometheus::BuildHistogram()
+                   .Name("pdspark_kv_handoff_seconds")
+                   .Help("prompt's last layer on the prefill worker to the state restored on "
+                         "the decode worker (wall clocks of both hosts)")
+                   .Register(registry)
+                   .Add({}, metrics::LatencyBuckets())),
+      send_buffer_bytes_(prometheus::BuildGauge()
+                             .Name("pdspark_kv_send_buffer_bytes")
+                             .Help("prefill-side registered send buffers in use")
+                             .Register(registry)
+                             .Add({})),
       failures_(prometheus::BuildCounter()
                     .Name("pdspark_kv_transfer_failures_total")
                     .Help("failed KV transfers by reason")
                     .Register(registry)),
       stalls_(prometheus::BuildCounter()
                   .Name("pdspark_kv_transfer_stalls_total")
-                  .Help("KV writes that hit their deadline")
+                  .Help("KV transfers failed by the no-progress stall timer")
                   .Register(registry)
                   .Add({})),
       active_reservations_(prometheus::BuildGauge()
@@ -52,32 +69,21 @@ KvTransferMetrics::KvTransferMetrics(prometheus::Registry& registry, const std::
   for (const char* outcome : {"ok", "refused"}) handshakes_.Add({{"outcome", outcome}});
 }
 
-void KvTransferMetrics::Sent(uint64_t bytes, double seconds) {
+void KvTransferMetrics::Sent(uint64_t bytes, double seconds, double tail_seconds) {
   sent_.Increment(static_cast<double>(bytes));
   duration_.Observe(seconds);
+  tail_.Observe(tail_seconds);
 }
 
-void KvTransferMetrics::Received(uint64_t bytes) {
+void KvTransferMetrics::Received(uint64_t bytes, double handoff_seconds) {
   received_.Increment(static_cast<double>(bytes));
+  handoff_.Observe(handoff_seconds);
 }
 
 void KvTransferMetrics::Failed(const Status& status) {
-  const char* reason = "invalid";
-  switch (status.code()) {
-    case absl::StatusCode::kDeadlineExceeded:
-      reason = "deadline";
-      stalls_.Increment();
-      break;
-    case absl::StatusCode::kUnavailable:
-      reason = "peer_failed";
-      break;
-    case absl::StatusCode::kFailedPrecondition:
-      reason = "refused";
-      break;
-    default:
-      break;
-  }
-  failures_.Add({{"reason", reason}}).Increment();
+  const transport::FailureReason reason = transport::ReasonOf(status);
+  if (reason == transport::FailureReason::kStall) stalls_.Increment();
+  failures_.Add({{"reason", std::string(transport::FailureReasonName(reason))}}).Increment();
 }
 
 void KvTransferMetrics::Handshake(bool ok) {

@@ -16,10 +16,14 @@ class KvTransferMetrics {
  public:
   KvTransferMetrics(prometheus::Registry& registry, const std::string& transport);
 
-  void Sent(uint64_t bytes, double seconds);
-  void Received(uint64_t bytes);
-  // Counts a failed transfer under a reason derived from its status.
+  // Prefill side, per delivered request: bytes, first put to remote completion, and the part
+  // of it after the prompt's last layer (what layer-wise streaming leaves on the critical path).
+  void Sent(uint64_t bytes, double seconds, double tail_seconds);
+  // Decode side, per admitted request: bytes, and prefill end to restored state.
+  void Received(uint64_t bytes, double handoff_seconds);
+  // Counts a failed transfer under its transport::FailureReason.
   void Failed(const Status& status);
+  void SetSendBufferBytes(uint64_t bytes) { send_buffer_bytes_.Set(static_cast<double>(bytes)); }
   void Handshake(bool ok);
   void LeaseExpired() { expired_leases_.Increment(); }
   void SetActiveReservations(int64_t n) { active_reservations_.Set(static_cast<double>(n)); }
@@ -29,6 +33,9 @@ class KvTransferMetrics {
   prometheus::Counter& sent_;
   prometheus::Counter& received_;
   prometheus::Histogram& duration_;
+  prometheus::Histogram& tail_;
+  prometheus::Histogram& handoff_;
+  prometheus::Gauge& send_buffer_bytes_;
   prometheus::Family<prometheus::Counter>& failures_;
   prometheus::Counter& stalls_;
   prometheus::Gauge& active_reservations_;

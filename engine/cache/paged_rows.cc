@@ -1,5 +1,6 @@
 #include "engine/cache/paged_rows.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -102,19 +103,31 @@ Status PagedRows::ReadFrom(const std::string& in, size_t& offset) {
     return absl::DataLossError(absl::StrCat("cache snapshot: truncated rows (need ",
                                             (size - first) * row_bytes, " bytes)"));
   }
-  const int64_t rows = pool_->rows_per_block();
+  Assign(first, size, in.data() + offset);
+  offset += (size - first) * row_bytes;
+  return absl::OkStatus();
+}
+
+void PagedRows::Assign(int64_t first, int64_t size, const char* rows) {
+  Clear();
+  const size_t row_bytes = width() * sizeof(float);
   // Recreate the block layout: start at the block holding `first`.
-  first_block_ = first / rows;
-  size_ = first_block_ * rows;
+  first_block_ = first / pool_->rows_per_block();
+  size_ = first_block_ * pool_->rows_per_block();
   while (size_ < first) {
     if (blocks_.empty()) blocks_.push_back(pool_->Allocate());
     ++size_;
   }
-  for (int64_t r = first; r < size; ++r) {
-    std::memcpy(Append(), in.data() + offset, row_bytes);
-    offset += row_bytes;
+  // One copy per block: rows of a block are contiguous on both sides.
+  const int64_t per_block = pool_->rows_per_block();
+  for (int64_t r = first; r < size;) {
+    const int64_t n = std::min(size - r, per_block - r % per_block);
+    float* dst = Append();  // allocates the block `r` starts
+    size_ += n - 1;
+    std::memcpy(dst, rows, n * row_bytes);
+    rows += n * row_bytes;
+    r += n;
   }
-  return absl::OkStatus();
 }
 
 }  // namespace pdspark::engine

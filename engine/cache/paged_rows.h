@@ -42,6 +42,9 @@ class PagedRows {
   void AppendTo(std::string& out) const;
   // Reads what AppendTo wrote, advancing `offset`.
   Status ReadFrom(const std::string& in, size_t& offset);
+  // Replaces the contents with rows [first, size), copied from `rows` (raw floats), laid out in
+  // blocks as if the rows below `first` had been appended and released.
+  void Assign(int64_t first, int64_t size, const char* rows);
 
  private:
   BlockPool* pool_;

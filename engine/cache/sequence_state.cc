@@ -93,8 +93,7 @@ std::string SequenceState::Serialize() const {
   return out;
 }
 
-Status SequenceState::Restore(std::string_view bytes) {
-  const std::string in(bytes);
+Status SequenceState::Restore(std::string_view in) {
   if (in.size() < sizeof(kMagic) || std::memcmp(in.data(), kMagic, sizeof(kMagic)) != 0) {
     return absl::DataLossError("cache snapshot: bad magic");
   }
@@ -104,21 +103,60 @@ Status SequenceState::Restore(std::string_view bytes) {
       layers != static_cast<int64_t>(groups_.size())) {
     return absl::DataLossError("cache snapshot: layer count differs from this model");
   }
+  std::vector<GroupRows> views;
   for (size_t l = 0; l < groups_.size(); ++l) {
     int64_t n = 0;
     if (!GetInt(in, offset, n) || n != static_cast<int64_t>(groups_[l].size())) {
       return absl::DataLossError(absl::StrCat("cache snapshot: layer ", l, " group count differs"));
     }
-    for (PagedRows& rows : groups_[l]) {
+    for (const PagedRows& rows : groups_[l]) {
       int64_t width = 0;
+      GroupRows view;
       if (!GetInt(in, offset, width) || width != rows.width()) {
         return absl::DataLossError(absl::StrCat("cache snapshot: layer ", l, " row width differs"));
       }
-      RETURN_IF_ERROR(rows.ReadFrom(in, offset));
+      if (!GetInt(in, offset, view.first_row) || !GetInt(in, offset, view.size) ||
+          view.first_row < 0 || view.first_row > view.size) {
+        return absl::DataLossError("cache snapshot: bad row-group header");
+      }
+      const uint64_t row_bytes = static_cast<uint64_t>(width) * sizeof(float);
+      const uint64_t count = static_cast<uint64_t>(view.size - view.first_row);
+      if (count > (in.size() - offset) / row_bytes) {
+        return absl::DataLossError(
+            absl::StrCat("cache snapshot: truncated rows (need ", count * row_bytes, " bytes)"));
+      }
+      const uint64_t bytes = count * row_bytes;
+      view.data = in.data() + offset;
+      offset += bytes;
+      views.push_back(view);
     }
   }
   if (offset != in.size()) return absl::DataLossError("cache snapshot: trailing bytes");
-  num_tokens_ = tokens;
+  return RestoreRows(tokens, views);
+}
+
+Status SequenceState::RestoreRows(int64_t num_tokens, std::span<const GroupRows> groups) {
+  size_t expected = 0;
+  for (const auto& layer : groups_) expected += layer.size();
+  if (groups.size() != expected) {
+    return absl::DataLossError(absl::StrCat("restored state has ", groups.size(),
+                                            " cache groups, this model's layout ", expected));
+  }
+  if (num_tokens < 0) return absl::DataLossError("restored state: negative token count");
+  for (const GroupRows& g : groups) {
+    if (g.first_row < 0 || g.first_row > g.size) {
+      return absl::DataLossError(
+          absl::StrCat("restored state: bad row range [", g.first_row, ", ", g.size, ")"));
+    }
+  }
+  size_t i = 0;
+  for (auto& layer : groups_) {
+    for (PagedRows& rows : layer) {
+      rows.Assign(groups[i].first_row, groups[i].size, groups[i].data);
+      ++i;
+    }
+  }
+  num_tokens_ = num_tokens;
   return absl::OkStatus();
 }
 

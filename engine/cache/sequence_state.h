@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,17 @@ class SequenceState {
   // Self-describing snapshot of the whole state; Restore checks it matches this layout.
   std::string Serialize() const;
   Status Restore(std::string_view bytes);
+
+  // The rows one cache group holds: [first_row, size) as raw floats, not owned.
+  struct GroupRows {
+    int64_t first_row = 0;
+    int64_t size = 0;
+    const char* data = nullptr;
+  };
+  // Replaces the state by `num_tokens` tokens whose cache groups hold `groups` (every layer's
+  // groups, layer-major in layout order), copying each group's rows once into pool blocks.
+  // This is how a KV transfer restores straight from the staging memory it arrived in.
+  Status RestoreRows(int64_t num_tokens, std::span<const GroupRows> groups);
 
   // Bytes of pool blocks held by this sequence.
   int64_t MemoryBytes() const;

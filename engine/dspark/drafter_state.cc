@@ -46,7 +46,7 @@ std::string DrafterState::Serialize() const {
   return out;
 }
 
-Status DrafterState::Restore(const std::string& bytes) {
+Status DrafterState::Restore(std::string_view bytes) {
   int64_t header[5];
   if (bytes.size() != sizeof(header) + ring_.size() * sizeof(float)) {
     return absl::InvalidArgumentError("drafter state: size does not match this drafter");

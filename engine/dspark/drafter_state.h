@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/status.h"
@@ -26,7 +27,7 @@ class DrafterState {
   // Keeps positions < `position`; fails if that needs rows the ring has already overwritten.
   Status Truncate(int64_t position);
   std::string Serialize() const;
-  Status Restore(const std::string& bytes);
+  Status Restore(std::string_view bytes);
   int64_t bytes() const { return static_cast<int64_t>(ring_.size() * sizeof(float)); }
 
  private:

@@ -68,6 +68,9 @@ struct StepOptions {
   LogitsMode logits = LogitsMode::kAllTokens;
   bool features = false;  // hc-mean outputs of the feature layers
   bool block_io = false;  // the 4-stream state entering every block and leaving the last
+  // Called on the calling thread once layer `layer` has appended this step's rows to every
+  // sequence's cache groups (the prefill worker ships them while later layers compute).
+  std::function<void(int64_t layer)> on_layer_done;
 };
 
 struct StepOutput {

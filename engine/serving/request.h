@@ -4,9 +4,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/cache/sequence_state.h"
+#include "engine/dspark/drafter_state.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/sampling/stop_conditions.h"
 
@@ -14,16 +17,39 @@ namespace pdspark::serving {
 
 using Clock = std::chrono::steady_clock;
 
+// Watches a prefill_only request's state while it is built, so that a prefill worker can ship
+// each layer's new cache rows while later layers still compute. Called on the engine thread:
+// must not block.
+class StateObserver {
+ public:
+  virtual ~StateObserver() = default;
+  // Layer `layer` appended this step's rows of the request to its cache groups.
+  virtual void OnLayerDone(const engine::SequenceState& state, int64_t layer) = 0;
+  // The prompt is in the state and the first token sampled; `drafter` is the DSpark context
+  // ring of the prompt, or null when the engine runs no drafter.
+  virtual void OnPrefilled(const engine::SequenceState& state,
+                           const dspark::DrafterState* drafter) = 0;
+};
+
+// State prefilled elsewhere, already restored (off the engine thread) for the decode side.
+struct PrefilledState {
+  std::unique_ptr<engine::SequenceState> sequence;  // the prompt's tokens
+  std::unique_ptr<dspark::DrafterState> drafter;    // null when none was shipped
+};
+
 struct RequestSpec {
   std::string id;
   std::vector<int32_t> prompt;
   sampling::SamplingParams sampling;
   Clock::time_point deadline = Clock::time_point::max();
-  // Prefill worker mode: stop after the first token and hand back the serialised state.
+  // Prefill worker mode: stop after the first token and hand back the state, through
+  // `state_observer` when set, else serialised in the final event.
   bool prefill_only = false;
-  // Continue from state prefilled elsewhere (disaggregated decode): the SequenceState bytes of
-  // the prompt plus the first token, which was sampled by the prefill side.
-  std::string prefilled_state;
+  std::shared_ptr<StateObserver> state_observer;
+  // Continue from state prefilled elsewhere (disaggregated decode); `generated` then starts
+  // with the first token, which the prefill side sampled. The engine moves the state out
+  // (the pointer stays set: the request was prefilled elsewhere).
+  std::shared_ptr<PrefilledState> prefilled;
   std::vector<int32_t> generated;  // tokens already produced (first token; failover replay)
 };
 
@@ -53,7 +79,10 @@ struct RequestEvent {
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
   SpecStats spec;
-  std::string state;  // prefill_only: the serialised SequenceState after the prompt
+  // prefill_only without an observer: SequenceState::Serialize() after the prompt, and the
+  // DSpark context ring's DrafterState::Serialize() when the engine runs a drafter.
+  std::string state;
+  std::string drafter_state;
 };
 
 // Called on the engine thread; must not block for long (hand work to another thread).

@@ -83,7 +83,7 @@ Status ServingEngine::Submit(RequestSpec spec, RequestSink sink) {
                                                    " tokens does not fit the maximum model length ",
                                                    max_model_len_, " with room to generate"));
   }
-  if (!spec.prefilled_state.empty() && spec.generated.empty()) {
+  if (spec.prefilled && spec.generated.empty()) {
     return absl::InvalidArgumentError("a prefilled request needs its first token");
   }
   if (const int64_t need = CacheReservation(spec);
@@ -207,20 +207,8 @@ Status ServingEngine::StartRequest(Active& request) {
   if (!request.sampler->greedy()) {
     for (size_t i = 0; i < spec.generated.size(); ++i) request.sampler->Uniform();
   }
-  request.state = model_->NewSequence();
-  if (!spec.prefilled_state.empty()) {
-    RETURN_IF_ERROR(request.state->Restore(spec.prefilled_state));
-    if (request.state->num_tokens() != static_cast<int64_t>(spec.prompt.size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prefilled state holds ", request.state->num_tokens(), " tokens, the prompt has ",
-          spec.prompt.size()));
-    }
-  }
-  if (SpecEnabled() && !spec.prefill_only) {
-    request.drafter_state = options_.drafter->NewState();
-    ++live_drafter_states_;
-    if (!spec.prefilled_state.empty()) RETURN_IF_ERROR(RebuildDrafterContext(request));
-  }
+  RETURN_IF_ERROR(AdoptPrefilledState(request));
+  if (request.drafter_state) ++live_drafter_states_;
   request.tokens = spec.prompt;
   request.tokens.insert(request.tokens.end(), spec.generated.begin(), spec.generated.end());
   request.generated = static_cast<int64_t>(spec.generated.size());
@@ -236,25 +224,65 @@ Status ServingEngine::StartRequest(Active& request) {
   return absl::OkStatus();
 }
 
-// A prefilled (disaggregated) request arrives without drafter context: rebuild it from the
-// target features of the prompt, re-run on a scratch sequence (the prefill side does not
-// ship drafter state; see docs/dspark.md).
-Status ServingEngine::RebuildDrafterContext(Active& request) {
-  auto scratch = model_->NewSequence();
-  engine::StepInput input{scratch.get(), request.spec.prompt};
-  engine::StepOptions options;
-  options.logits = engine::LogitsMode::kNone;
-  options.features = true;
-  ASSIGN_OR_RETURN(engine::StepOutput out, model_->Step({&input, 1}, options));
-  options_.drafter->AppendContext(*request.drafter_state, out.features.data(),
-                                  static_cast<int64_t>(request.spec.prompt.size()));
+// A prefilled (disaggregated) request brings its prompt's state, restored on the decode
+// worker's gRPC thread, and — when this engine speculates — the DSpark context ring the prefill
+// worker built from the same features a colocated prefill would have used. Rebuilding the ring
+// here instead would cost a second prompt forward, so a missing ring is an error.
+Status ServingEngine::AdoptPrefilledState(Active& request) {
+  const RequestSpec& spec = request.spec;
+  if (!spec.prefilled) {
+    request.state = model_->NewSequence();
+    // prefill_only requests build the ring too: the prefill worker ships it with the state.
+    if (SpecEnabled()) request.drafter_state = options_.drafter->NewState();
+    return absl::OkStatus();
+  }
+  // The engine takes the state over; spec.prefilled stays set (emptied) to mark the request as
+  // prefilled elsewhere.
+  PrefilledState* prefilled = request.spec.prefilled.get();
+  const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
+  if (!prefilled->sequence || prefilled->sequence->num_tokens() != prompt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefilled state holds ", prefilled->sequence ? prefilled->sequence->num_tokens() : 0,
+        " tokens, the prompt has ", prompt));
+  }
+  request.state = std::move(prefilled->sequence);
+  if (!SpecEnabled()) return absl::OkStatus();
+  if (!prefilled->drafter) {
+    return absl::FailedPreconditionError(
+        "prefilled request arrived without the DSpark drafter context this decode worker "
+        "speculates with (the prefill worker must run the drafter)");
+  }
+  if (prefilled->drafter->num_positions() != prompt) {
+    return absl::InvalidArgumentError(absl::StrCat("prefilled drafter context holds ",
+                                                   prefilled->drafter->num_positions(),
+                                                   " positions, the prompt has ", prompt));
+  }
+  request.drafter_state = std::move(prefilled->drafter);
   return absl::OkStatus();
+}
+
+std::unique_ptr<dspark::DrafterState> ServingEngine::NewDrafterState() const {
+  return SpecEnabled() ? options_.drafter->NewState() : nullptr;
+}
+
+StatusOr<std::shared_ptr<PrefilledState>> ServingEngine::RestorePrefilled(
+    std::string_view state, std::string_view drafter_state) {
+  auto prefilled = std::make_shared<PrefilledState>();
+  prefilled->sequence = model_->NewSequence();
+  RETURN_IF_ERROR(prefilled->sequence->Restore(state));
+  if (!drafter_state.empty() && SpecEnabled()) {
+    prefilled->drafter = options_.drafter->NewState();
+    RETURN_IF_ERROR(prefilled->drafter->Restore(drafter_state));
+  }
+  return prefilled;
 }
 
 // Draft tokens for this request's next round; 0 means a plain decode step. Never drafts past
 // max_tokens or the model length (the round emits up to gamma + 1 tokens).
 int64_t ServingEngine::DraftLength(const Active& r) const {
-  if (!r.drafter_state || r.pending() != 1 || r.drafter_state->num_positions() != r.fed()) {
+  // A prefill_only request ends at its first token: its ring is only built to be shipped.
+  if (!r.drafter_state || r.spec.prefill_only || r.pending() != 1 ||
+      r.drafter_state->num_positions() != r.fed()) {
     return 0;
   }
   const int64_t block = options_.drafter->block_size();
@@ -449,6 +477,16 @@ void ServingEngine::RunStep() {
                                   : engine::LogitsMode::kLastTokenPerSequence;
   // Every fed position's drafter context comes from this step's target features.
   step_options.features = SpecEnabled();
+  // Prefill workers ship each layer's new cache rows as soon as the layer is done.
+  std::vector<Active*> observed;
+  for (Active* r : planned) {
+    if (r->spec.state_observer) observed.push_back(r);
+  }
+  if (!observed.empty()) {
+    step_options.on_layer_done = [&observed](int64_t layer) {
+      for (Active* r : observed) r->spec.state_observer->OnLayerDone(*r->state, layer);
+    };
+  }
   auto output = model_->Step(inputs, step_options);
   if (!output.ok()) {
     LOG_ERROR("engine step failed sequences={} error={}", planned.size(),
@@ -505,9 +543,16 @@ void ServingEngine::Emit(Active& request, std::vector<int32_t> emitted,
   }
   RequestEvent event;
   event.tokens = emitted;
-  if (request.spec.prefill_only) event.state = request.state->Serialize();
+  if (request.spec.prefill_only) {
+    if (request.spec.state_observer) {
+      request.spec.state_observer->OnPrefilled(*request.state, request.drafter_state.get());
+    } else {
+      event.state = request.state->Serialize();
+      if (request.drafter_state) event.drafter_state = request.drafter_state->Serialize();
+    }
+  }
   const bool first_token_here =
-      request.spec.prefilled_state.empty() &&
+      !request.spec.prefilled &&
       request.generated == static_cast<int64_t>(request.spec.generated.size());
   request.tokens.insert(request.tokens.end(), emitted.begin(), emitted.end());
   request.generated += static_cast<int64_t>(emitted.size());

@@ -93,6 +93,16 @@ class ServingEngine {
   const engine::Model& model() const { return *model_; }
   int64_t max_model_len() const { return max_model_len_; }
 
+  // Disaggregated decode: empty states to restore a transferred request into, off the engine
+  // thread (thread-safe). NewDrafterState is null when this engine does not speculate; when it
+  // does, a prefilled request must bring the DSpark context ring of its prompt.
+  std::unique_ptr<engine::SequenceState> NewSequence() { return model_->NewSequence(); }
+  std::unique_ptr<dspark::DrafterState> NewDrafterState() const;
+  // The PrefilledState for bytes of a prefill_only request's final event (state, and
+  // drafter_state which may be empty).
+  StatusOr<std::shared_ptr<PrefilledState>> RestorePrefilled(std::string_view state,
+                                                             std::string_view drafter_state);
+
  private:
   struct Active;
   void Loop();
@@ -112,7 +122,6 @@ class ServingEngine {
   void DraftAll();
   void AfterVerify(Active& request, const float* logits);
   void Emit(Active& request, std::vector<int32_t> emitted, sampling::FinishReason reason);
-  Status RebuildDrafterContext(Active& request);
   void Finish(Active& request, Outcome outcome, sampling::FinishReason reason,
               std::string error);
   void MarkDone(Active& request);
@@ -120,6 +129,7 @@ class ServingEngine {
   int64_t CacheReservation(const RequestSpec& spec) const;
   void UpdateCacheStatsLocked();
   Status StartRequest(Active& request);
+  Status AdoptPrefilledState(Active& request);
 
   std::unique_ptr<engine::Model> model_;
   const ServingOptions options_;

@@ -34,9 +34,9 @@ void ExpectScatteredWrite(TransferAgent& source, TransferAgent& sink) {
   const auto a = Pattern(4096, 1), b = Pattern(300000, 2);
   auto descriptor = RemoteRegion::Deserialize(region->remote.Serialize());
   ASSERT_TRUE(descriptor.ok());
-  Status st = source.Write("sink", *descriptor,
-                           {{a.data(), a.size(), 0}, {b.data(), b.size(), 700000}},
-                           In(std::chrono::seconds(10)));
+  Status st =
+      source.Write("sink", *descriptor, {{a.data(), a.size(), 0}, {b.data(), b.size(), 700000}},
+                   In(std::chrono::seconds(10)));
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_EQ(0, std::memcmp(target.data(), a.data(), a.size()));
   EXPECT_EQ(0, std::memcmp(target.data() + 700000, b.data(), b.size()));
@@ -71,11 +71,13 @@ TEST(InProcessAgentTest, RefusesUnknownPeerAndUnregisteredRegion) {
   InProcessAgent source, sink;
   std::vector<char> buffer(64);
   RemoteRegion bogus{reinterpret_cast<uint64_t>(buffer.data()), buffer.size(), "nope"};
-  EXPECT_EQ(source.Write("sink", bogus, {{buffer.data(), 8, 0}}, In(std::chrono::seconds(1))).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      source.Write("sink", bogus, {{buffer.data(), 8, 0}}, In(std::chrono::seconds(1))).code(),
+      absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(source.Connect("sink", sink.LocalAddress()).ok());
-  EXPECT_EQ(source.Write("sink", bogus, {{buffer.data(), 8, 0}}, In(std::chrono::seconds(1))).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      source.Write("sink", bogus, {{buffer.data(), 8, 0}}, In(std::chrono::seconds(1))).code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(source.Connect("x", "inprocess:does-not-exist").ok());
 }
 
@@ -193,7 +195,8 @@ TEST_P(UcxAgentTest, DeadPeerFailsByTheDeadlineInsteadOfHanging) {
   // UCX notices. Every call must return by its deadline.
   Status st;
   for (int i = 0; i < 20 && st.ok(); ++i) {
-    st = (*source)->Write("sink", sink.region, {{data.data(), size, 0}}, In(std::chrono::seconds(2)));
+    st = (*source)->Write("sink", sink.region, {{data.data(), size, 0}},
+                          In(std::chrono::seconds(2)));
   }
   // tcp detects the dead peer; shared memory may keep accepting writes into the orphaned
   // segment (UCX has no peer-failure detection there), but no call may hang.
@@ -201,33 +204,100 @@ TEST_P(UcxAgentTest, DeadPeerFailsByTheDeadlineInsteadOfHanging) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(45));
 }
 
+// A tcp sink process that is stopped (alive, but its worker never progresses: tcp RMA needs
+// the target's progress, so no flush can complete), and an agent connected to it.
+struct StoppedSink {
+  explicit StoppedSink(size_t size) : sink(StartSink("tcp", size)) {
+    EXPECT_FALSE(sink.address.empty());
+    source = UcxAgent::Create({"tcp", ""}).value();
+    EXPECT_TRUE(source->Connect("sink", sink.address).ok());
+    kill(sink.pid, SIGSTOP);
+  }
+  ~StoppedSink() {
+    kill(sink.pid, SIGKILL);
+    WaitExit(sink.pid);
+    close(sink.to_child);
+  }
+  SinkProcess sink;
+  std::unique_ptr<UcxAgent> source;
+};
+
 TEST(UcxStallTest, StalledPeerFailsWithDeadlineExceeded) {
-  // A stopped peer (alive, but its worker never progresses) must not hold the writer past the
-  // deadline: tcp RMA needs the target's progress, so the flush cannot complete.
+  // A stopped peer must not hold the writer past the deadline.
   const size_t size = 64 << 20;
-  SinkProcess sink = StartSink("tcp", size);
-  ASSERT_FALSE(sink.address.empty());
-  auto source = UcxAgent::Create({"tcp", ""});
-  ASSERT_TRUE(source.ok());
-  ASSERT_TRUE((*source)->Connect("sink", sink.address).ok());
-  kill(sink.pid, SIGSTOP);
+  StoppedSink stopped(size);
   const auto data = Pattern(size, 9);
   const auto start = Clock::now();
-  Status st = (*source)->Write("sink", sink.region, {{data.data(), size, 0}},
-                               In(std::chrono::milliseconds(1500)));
+  Status st = stopped.source->Write("sink", stopped.sink.region, {{data.data(), size, 0}},
+                                    In(std::chrono::milliseconds(1500)));
   EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
   // The endpoint was closed: the next write needs a new Connect.
-  EXPECT_FALSE((*source)->Write("sink", sink.region, {{data.data(), 8, 0}},
-                                In(std::chrono::seconds(1))).ok());
-  kill(sink.pid, SIGKILL);
-  WaitExit(sink.pid);
-  close(sink.to_child);
+  EXPECT_FALSE(stopped.source
+                   ->Write("sink", stopped.sink.region, {{data.data(), 8, 0}},
+                           In(std::chrono::seconds(1)))
+                   .ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, UcxAgentTest,
-                         ::testing::Values("tcp", "posix,sysv,cma,self"),
-                         [](const auto& info) { return info.index == 0 ? std::string("tcp") : std::string("shm"); });
+TEST_P(UcxAgentTest, PostedWritesAndFlushCompleteIntoTheirTracker) {
+  auto source = UcxAgent::Create({GetParam(), ""});
+  auto sink = UcxAgent::Create({GetParam(), ""});
+  ASSERT_TRUE(source.ok() && sink.ok());
+  std::vector<char> target(1 << 20, 0);
+  auto region = (*sink)->RegisterMemory(target.data(), target.size());
+  ASSERT_TRUE(region.ok());
+  ASSERT_TRUE((*source)->Connect("sink", (*sink)->LocalAddress()).ok());
+  const auto data = Pattern(3 << 18, 5);
+  std::vector<WriteOp> ops;
+  for (size_t i = 0; i < 3; ++i) ops.push_back({data.data() + (i << 18), 1 << 18, i << 18});
+  TransferTracker tracker;
+  ASSERT_TRUE((*source)->PostWrites("sink", region->remote, ops, tracker).ok());
+  ASSERT_TRUE((*source)->PostFlush("sink", tracker).ok());
+  Status st = AwaitCompletion(**source, "sink", tracker, In(std::chrono::seconds(10)),
+                              std::chrono::seconds(5));
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(tracker.completed(), 4);
+  EXPECT_EQ(tracker.pending(), 0);
+  EXPECT_EQ(0, std::memcmp(target.data(), data.data(), data.size()));
+}
+
+TEST_P(UcxAgentTest, AgentAllocatedRegionsTakeWritesAndAreFreedOnDeregistration) {
+  auto source = UcxAgent::Create({GetParam(), ""});
+  auto sink = UcxAgent::Create({GetParam(), ""});
+  ASSERT_TRUE(source.ok() && sink.ok());
+  auto target = (*sink)->AllocateMemory(1 << 20);
+  auto from = (*source)->AllocateMemory(1 << 20);
+  ASSERT_TRUE(target.ok() && from.ok()) << target.status() << from.status();
+  const auto data = Pattern(1 << 20, 3);
+  std::memcpy(from->base, data.data(), data.size());
+  ASSERT_TRUE((*source)->Connect("sink", (*sink)->LocalAddress()).ok());
+  Status st = (*source)->Write("sink", target->remote, {{from->base, data.size(), 0}},
+                               In(std::chrono::seconds(10)));
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(0, std::memcmp(target->base, data.data(), data.size()));
+  EXPECT_TRUE((*sink)->DeregisterMemory(target->id).ok());
+  EXPECT_FALSE((*sink)->DeregisterMemory(target->id).ok());
+  EXPECT_TRUE((*source)->DeregisterMemory(from->id).ok());
+}
+
+TEST(UcxStallTest, NoProgressFailsByTheStallTimerLongBeforeTheDeadline) {
+  const size_t size = 64 << 20;
+  StoppedSink stopped(size);
+  const auto data = Pattern(size, 9);
+  std::vector<WriteOp> ops;
+  for (size_t off = 0; off < size; off += 4 << 20) ops.push_back({data.data() + off, 4 << 20, off});
+  const auto start = Clock::now();
+  Status st = stopped.source->Write("sink", stopped.sink.region, ops,
+                                    In(std::chrono::seconds(60)), std::chrono::milliseconds(800));
+  EXPECT_EQ(ReasonOf(st), FailureReason::kStall) << st;
+  EXPECT_NE(st.message().find("stalled"), std::string::npos) << st;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UcxAgentTest, ::testing::Values("tcp", "posix,sysv,cma,self"),
+                         [](const auto& info) {
+                           return info.index == 0 ? std::string("tcp") : std::string("shm");
+                         });
 
 }  // namespace
 }  // namespace pdspark::transport

@@ -8,7 +8,6 @@
 #include <mutex>
 
 #include "engine/sampling/sampler.h"
-#include "engine/serving/state_size.h"
 #include "gtest/gtest.h"
 #include "tests/engine/serving/golden_requests.h"
 #include "tests/engine/serving/request_collector.h"
@@ -102,7 +101,7 @@ TEST_F(ServingEngineTest, PrefillOnlyThenRestoreEqualsColocated) {
     ASSERT_FALSE(prefilled.state.empty());
     // Decode side continues from the bytes.
     RequestSpec d = Spec("d", prompt, 9, temperature, 77);
-    d.prefilled_state = prefilled.state;
+    d.prefilled = decode.RestorePrefilled(prefilled.state, prefilled.drafter_state).value();
     d.generated = prefilled.tokens;
     std::vector<int32_t> disaggregated = prefilled.tokens;
     auto rest = RunOne(decode, d);
@@ -111,21 +110,6 @@ TEST_F(ServingEngineTest, PrefillOnlyThenRestoreEqualsColocated) {
   }
   EXPECT_EQ(prefill.Stats().cache_bytes_in_use, 0);
   EXPECT_EQ(decode.Stats().cache_bytes_in_use, 0);
-}
-
-TEST_F(ServingEngineTest, SerializedStateFitsTheReservationBound) {
-  for (int n : {1, 15, 16, 17, 64, 200}) {
-    auto seq = reference_model_->NewSequence();
-    const auto prompt = Prompt(n, 6);
-    engine::StepInput in{seq.get(), prompt};
-    engine::StepOptions options;
-    options.logits = engine::LogitsMode::kNone;
-    ASSERT_TRUE(reference_model_->Step({&in, 1}, options).ok());
-    const int64_t actual = static_cast<int64_t>(seq->Serialize().size());
-    const int64_t bound = SerializedStateBound(reference_model_->cache_layout(), n);
-    EXPECT_LE(actual, bound) << n << " tokens";
-    EXPECT_LE(bound, actual * 2 + 65536) << n << " tokens: the bound wastes staging memory";
-  }
 }
 
 TEST_F(ServingEngineTest, CancelEndsTheStreamAndFreesCache) {

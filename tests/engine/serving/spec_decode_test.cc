@@ -204,24 +204,48 @@ TEST_F(SpecDecodeTest, ConfidenceScheduledSamplingKeepsTheTargetDistribution) {
   ExpectSameDistribution(kAuto);
 }
 
-TEST_F(SpecDecodeTest, PrefilledRequestsRebuildTheDrafterContext) {
-  auto prefill = Engine(0);
+TEST_F(SpecDecodeTest, PrefilledRequestsBringTheDrafterContext) {
+  // The prefill engine runs the drafter only to build the context ring it ships (prefill_only
+  // requests never draft); the decode side continues exactly as a colocated run, acceptance
+  // counters included.
+  auto prefill = Engine(3);
   auto decode = Engine(3);
-  const auto prompt = Prompt(37, 4);
-  auto colocated = RunAll(*decode, {Spec("c", prompt, 12, 0.f)})[0].first;
-  RequestSpec p = Spec("p", prompt, 12, 0.f);
+  for (int length : {37, 200}) {  // the golden target holds 256 positions
+    const auto prompt = Prompt(length, 4);
+    auto colocated = RunAll(*decode, {Spec("c", prompt, 12, 0.f)})[0];
+    RequestSpec p = Spec("p", prompt, 12, 0.f);
+    p.prefill_only = true;
+    auto prefilled = RunAll(*prefill, {p})[0];
+    ASSERT_EQ(prefilled.first.size(), 1u);
+    ASSERT_FALSE(prefilled.second.drafter_state.empty());
+    RequestSpec d = Spec("d", prompt, 12, 0.f);
+    d.prefilled =
+        decode->RestorePrefilled(prefilled.second.state, prefilled.second.drafter_state).value();
+    d.generated = prefilled.first;
+    auto rest = RunAll(*decode, {d})[0];
+    std::vector<int32_t> joined = prefilled.first;
+    joined.insert(joined.end(), rest.first.begin(), rest.first.end());
+    EXPECT_EQ(joined, colocated.first) << length;
+    EXPECT_GT(rest.second.spec.drafts, 0);
+    EXPECT_EQ(rest.second.spec.drafts, colocated.second.spec.drafts) << length;
+    EXPECT_EQ(rest.second.spec.accepted_tokens, colocated.second.spec.accepted_tokens) << length;
+    EXPECT_EQ(rest.second.spec.accepted_per_position, colocated.second.spec.accepted_per_position);
+  }
+  // Without the ring a speculating decode worker refuses the request instead of rebuilding it.
+  const auto prompt = Prompt(20, 5);
+  RequestSpec p = Spec("p2", prompt, 4, 0.f);
   p.prefill_only = true;
   auto prefilled = RunAll(*prefill, {p})[0];
-  ASSERT_EQ(prefilled.first.size(), 1u);
-  RequestSpec d = Spec("d", prompt, 12, 0.f);
-  d.prefilled_state = prefilled.second.state;
+  RequestSpec d = Spec("d2", prompt, 4, 0.f);
+  d.prefilled = decode->RestorePrefilled(prefilled.second.state, "").value();
   d.generated = prefilled.first;
-  auto rest = RunAll(*decode, {d})[0];
-  std::vector<int32_t> joined = prefilled.first;
-  joined.insert(joined.end(), rest.first.begin(), rest.first.end());
-  EXPECT_EQ(joined, colocated);
-  EXPECT_GT(rest.second.spec.drafts, 0);
+  RequestCollector collector;
+  ASSERT_TRUE(decode->Submit(d, collector.Sink()).ok());
+  const RequestEvent refused = collector.Wait();
+  EXPECT_EQ(refused.outcome, Outcome::kFailed);
+  EXPECT_NE(refused.error.find("drafter context"), std::string::npos) << refused.error;
   ExpectNoCacheLeft(*decode);
+  ExpectNoCacheLeft(*prefill);
 }
 
 // The bundled tiny model with its trained drafter (skipped until tools/train exports `mtp.*`):

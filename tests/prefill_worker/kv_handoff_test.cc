@@ -1,0 +1,318 @@
+// The KV hand-over without the services around it: a prefill engine streams each layer's state
+// (StateStreamer, StreamPrefill) into a decode worker's reservation (KvReceiver) over the
+// in-process agent and real UCX (tcp, shared memory); the decode engine continues from it. The
+// restored state must be the colocated one bit for bit (even with a different block size on
+// each side), the tokens and DSpark counters the colocated ones, and bad deliveries refused.
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/transport/in_process_agent.h"
+#include "common/transport/ucx_agent.h"
+#include "decode_worker/kv_receiver.h"
+#include "engine/cache/staging_layout.h"
+#include "engine/serving/serving_engine.h"
+#include "engine/serving/spec_settings.h"
+#include "gtest/gtest.h"
+#include "prefill_worker/prefill_service.h"
+#include "prometheus/registry.h"
+#include "tests/engine/serving/request_collector.h"
+
+namespace pdspark {
+namespace {
+
+using serving::RequestSpec;
+
+const std::string kModel = std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-dspark";
+
+// Prefill and decode engines as the workers build them; every engine chunks prompts the same
+// way (128 tokens per step), so the colocated reference computes exactly the same rows.
+std::unique_ptr<serving::ServingEngine> Engine(int64_t block_rows, const std::string& spec_tokens) {
+  engine::ModelOptions mo;
+  mo.show_progress = false;
+  mo.cache_block_rows = block_rows;
+  auto model = engine::Model::Load(kModel, mo).value();
+  serving::ServingOptions options;
+  options.max_batch_tokens = 128;
+  EXPECT_TRUE(serving::ApplySpecSettings(spec_tokens == "0" ? "none" : "dspark", spec_tokens,
+                                         kModel, *model, options)
+                  .ok());
+  return std::make_unique<serving::ServingEngine>(std::move(model), options);
+}
+
+transport::LinkInfo Link(const serving::ServingEngine& engine, int64_t tp) {
+  auto ring = engine.NewDrafterState();
+  return {engine.model().config().Fingerprint(),
+          engine::CacheManifest(engine.model().cache_layout()), tp,
+          ring ? ring->Serialize().size() : 0};
+}
+
+std::vector<int32_t> Prompt(int n) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((i * 131 + 7) % 4000);
+  return ids;
+}
+
+RequestSpec Spec(std::string id, std::vector<int32_t> prompt, int max_tokens) {
+  RequestSpec spec;
+  spec.id = std::move(id);
+  spec.prompt = std::move(prompt);
+  spec.sampling.temperature = 0;
+  spec.sampling.max_tokens = max_tokens;
+  spec.sampling.ignore_eos = true;
+  return spec;
+}
+
+serving::RequestEvent RunToEnd(serving::ServingEngine& engine, RequestSpec spec) {
+  serving::RequestCollector collector;
+  EXPECT_TRUE(engine.Submit(std::move(spec), collector.Sink()).ok());
+  serving::RequestEvent last = collector.Wait();
+  last.tokens = collector.tokens();
+  return last;
+}
+
+std::unique_ptr<transport::TransferAgent> Agent(const std::string& transport) {
+  if (transport == "inprocess") return std::make_unique<transport::InProcessAgent>();
+  return transport::UcxAgent::Create({transport, ""}).value();
+}
+
+// One prefill worker side and one decode worker side, each with its own agent.
+class KvHandoffTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() {
+    prefill_ = Engine(256, "1").release();  // drafter only for the ring it ships
+    decode_ = Engine(16, "3").release();
+    colocated_ = Engine(16, "3").release();
+  }
+  static void TearDownTestSuite() {
+    delete prefill_;
+    delete decode_;
+    delete colocated_;
+  }
+
+  void SetUp() override {
+    prefill_agent_ = Agent(GetParam());
+    decode_agent_ = Agent(GetParam());
+    metrics_ = std::make_unique<worker::KvTransferMetrics>(registry_, GetParam());
+    send_arena_ =
+        transport::RegisteredArena::Create(prefill_agent_.get(), 64 << 20, "send").value();
+    decode::ReceiverOptions options;
+    options.arena_bytes = 64 << 20;
+    options.incarnation_id = "decode-1";
+    options.link = Link(*decode_, 8);
+    options.block_rows = 16;
+    options.cache_layout = &decode_->model().cache_layout();
+    receiver_ = decode::KvReceiver::Create(decode_agent_.get(), options, metrics_.get()).value();
+  }
+
+  // The engines outlive the test, the send arena does not: wait until no request (and so no
+  // streamer holding a range of the arena) is left in the prefill engine.
+  void TearDown() override { ASSERT_TRUE(PrefillEngineIdle()); }
+
+  static bool PrefillEngineIdle() {
+    for (int i = 0; i < 1500; ++i) {
+      const auto stats = prefill_->Stats();
+      if (stats.running == 0 && stats.waiting == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  v1::ReserveResponse Reserve(int64_t tokens, uint32_t lease_ms = 30000) {
+    v1::ReserveRequest request;
+    request.set_prompt_tokens(static_cast<uint32_t>(tokens));
+    request.set_lease_ms(lease_ms);
+    return receiver_->Reserve(request).value();
+  }
+
+  // Prefills on the prefill engine, streaming into the reservation; the first token.
+  StatusOr<int32_t> Prefill(
+      const v1::ReserveResponse& reserved, const std::vector<int32_t>& prompt,
+      prefill::StreamMode mode = prefill::StreamMode::kLayerwise,
+      serving::ServingEngine* engine = prefill_,
+      std::function<bool()> cancelled = [] { return false; }) {
+    v1::TransferDescriptor descriptor;
+    EXPECT_TRUE(descriptor.ParseFromString(reserved.transfer_descriptor()));
+    ASSIGN_OR_RETURN(auto streamer, prefill::LinkToReservation(
+                                        *engine, *prefill_agent_, *send_arena_, Link(*engine, 1),
+                                        descriptor, static_cast<int64_t>(prompt.size()), mode));
+    prefill::TransferOptions options;
+    options.mode = mode;
+    auto first = prefill::StreamPrefill(*engine, *prefill_agent_, streamer, Spec("p", prompt, 16),
+                                        descriptor, options, cancelled);
+    if (!first.ok()) {
+      prefill::Abandon(*prefill_agent_, descriptor.incarnation_id(), streamer, options.stall);
+    }
+    return first;
+  }
+
+  StatusOr<std::shared_ptr<serving::PrefilledState>> Take(const v1::ReserveResponse& reserved) {
+    return receiver_->Take(reserved.reservation_id(), decode_->NewSequence(),
+                           decode_->NewDrafterState());
+  }
+
+  static serving::ServingEngine* prefill_;
+  static serving::ServingEngine* decode_;
+  static serving::ServingEngine* colocated_;
+  prometheus::Registry registry_;
+  std::unique_ptr<worker::KvTransferMetrics> metrics_;
+  std::unique_ptr<transport::TransferAgent> prefill_agent_, decode_agent_;
+  std::unique_ptr<transport::RegisteredArena> send_arena_;
+  std::unique_ptr<decode::KvReceiver> receiver_;
+};
+
+serving::ServingEngine* KvHandoffTest::prefill_ = nullptr;
+serving::ServingEngine* KvHandoffTest::decode_ = nullptr;
+serving::ServingEngine* KvHandoffTest::colocated_ = nullptr;
+
+TEST_P(KvHandoffTest, RestoredStateAndTokensEqualColocated) {
+  // Shorter than the window, one token past it, and far past it with many compression groups.
+  for (int length : {5, 33, 700}) {
+    const auto prompt = Prompt(length);
+    RequestSpec reference = Spec("ref", prompt, 16);
+    reference.prefill_only = true;
+    const serving::RequestEvent colocated_prefill = RunToEnd(*colocated_, reference);
+    const serving::RequestEvent colocated = RunToEnd(*colocated_, Spec("c", prompt, 16));
+
+    const auto reserved = Reserve(length);
+    auto first = Prefill(reserved, prompt);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(*first, colocated_prefill.tokens.at(0));
+    auto prefilled = Take(reserved);
+    ASSERT_TRUE(prefilled.ok()) << prefilled.status();
+    EXPECT_TRUE((*prefilled)->sequence->Serialize() == colocated_prefill.state) << length;
+    ASSERT_NE((*prefilled)->drafter, nullptr);
+    EXPECT_TRUE((*prefilled)->drafter->Serialize() == colocated_prefill.drafter_state) << length;
+
+    RequestSpec d = Spec("d", prompt, 16);
+    d.prefilled = *prefilled;
+    d.generated = {*first};
+    serving::RequestEvent rest = RunToEnd(*decode_, d);
+    std::vector<int32_t> tokens{*first};
+    tokens.insert(tokens.end(), rest.tokens.begin(), rest.tokens.end());
+    EXPECT_EQ(tokens, colocated.tokens) << length;
+    EXPECT_GT(rest.spec.drafts, 0);
+    EXPECT_EQ(rest.spec.drafts, colocated.spec.drafts) << length;
+    EXPECT_EQ(rest.spec.accepted_tokens, colocated.spec.accepted_tokens) << length;
+  }
+  EXPECT_EQ(receiver_->Stats().active, 0);
+  EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
+  EXPECT_EQ(decode_->Stats().cache_bytes_in_use, 0);
+}
+
+TEST_P(KvHandoffTest, WholeStateModeShipsTheSameBytes) {
+  const auto prompt = Prompt(300);
+  // After the prompt the prefill side holds only the rows its own blocks kept: the whole-state
+  // mode needs the decode worker's block size (layer-wise streaming does not).
+  auto equal_blocks = Engine(16, "1");
+  std::string layerwise, whole;
+  for (auto mode : {prefill::StreamMode::kLayerwise, prefill::StreamMode::kWhole}) {
+    const auto reserved = Reserve(300);
+    ASSERT_TRUE(Prefill(reserved, prompt, mode, equal_blocks.get()).ok());
+    auto prefilled = Take(reserved);
+    ASSERT_TRUE(prefilled.ok()) << prefilled.status();
+    (mode == prefill::StreamMode::kWhole ? whole : layerwise) = (*prefilled)->sequence->Serialize();
+  }
+  EXPECT_FALSE(layerwise.empty());
+  EXPECT_TRUE(layerwise == whole);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, KvHandoffTest,
+                         ::testing::Values("inprocess", "tcp", "posix,sysv,cma,self"),
+                         [](const auto& info) {
+                           return info.index == 0   ? std::string("inprocess")
+                                  : info.index == 1 ? std::string("tcp")
+                                                    : std::string("shm");
+                         });
+
+class KvHandoffRefusalTest : public KvHandoffTest {};
+
+TEST_P(KvHandoffRefusalTest, TornIncompleteAndRepeatedDeliveriesAreRefused) {
+  const auto prompt = Prompt(100);
+  // Nothing delivered: no completion record.
+  auto reserved = Reserve(100);
+  auto st = Take(reserved).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("no completion record"), std::string::npos) << st;
+  // Taken once: a second Take finds nothing.
+  EXPECT_EQ(Take(reserved).status().code(), absl::StatusCode::kNotFound);
+
+  // A byte of one segment changed after delivery (a torn or stray write).
+  reserved = Reserve(100);
+  ASSERT_TRUE(Prefill(reserved, prompt).ok());
+  v1::TransferDescriptor descriptor;
+  ASSERT_TRUE(descriptor.ParseFromString(reserved.transfer_descriptor()));
+  const auto layout = engine::StagingLayout::Compute(decode_->model().cache_layout(), 100, 16,
+                                                     descriptor.drafter_state_bytes());
+  const auto region = transport::RemoteRegion::Deserialize(descriptor.region()).value();
+  const char garbage[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(prefill_agent_
+                  ->Write(descriptor.incarnation_id(), region,
+                          {{garbage, 4, descriptor.offset() + layout.groups[3].offset + 8}},
+                          transport::Clock::now() + std::chrono::seconds(5))
+                  .ok());
+  st = Take(reserved).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(st.message().find("checksum"), std::string::npos) << st;
+  EXPECT_EQ(receiver_->Stats().active, 0);
+  EXPECT_EQ(decode_->Stats().cache_bytes_in_use, 0);
+}
+
+TEST_P(KvHandoffRefusalTest, LinkIsRefusedBeforeAnythingIsComputed) {
+  auto reserved = Reserve(50);
+  v1::TransferDescriptor descriptor;
+  ASSERT_TRUE(descriptor.ParseFromString(reserved.transfer_descriptor()));
+  // A prefill worker without the drafter cannot feed a speculating decode worker.
+  transport::LinkInfo no_drafter = Link(*prefill_, 1);
+  no_drafter.drafter_state_bytes = 0;
+  auto refused = prefill::LinkToReservation(*prefill_, *prefill_agent_, *send_arena_, no_drafter,
+                                            descriptor, 50, prefill::StreamMode::kLayerwise);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("drafter"), std::string::npos) << refused.status();
+  // The reservation was laid out for another prompt length.
+  refused = prefill::LinkToReservation(*prefill_, *prefill_agent_, *send_arena_, Link(*prefill_, 1),
+                                       descriptor, 51, prefill::StreamMode::kLayerwise);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
+  EXPECT_TRUE(receiver_->Release(reserved.reservation_id()));
+}
+
+TEST_P(KvHandoffRefusalTest, LeaseShorterThanThePrefillFailsBothSidesCleanly) {
+  const auto prompt = Prompt(700);
+  auto reserved = Reserve(700, /*lease_ms=*/1);
+  auto first = Prefill(reserved, prompt);
+  EXPECT_EQ(transport::ReasonOf(first.status()), transport::FailureReason::kDeadline)
+      << first.status();
+  EXPECT_NE(first.status().message().find("lease"), std::string::npos) << first.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(Take(reserved).status().code(), absl::StatusCode::kNotFound);  // expired
+  EXPECT_EQ(receiver_->Stats().active, 0);
+  EXPECT_GE(receiver_->Stats().expired_total, 1);
+  // The cancelled prefill lets go of its state and send buffer.
+  ASSERT_TRUE(PrefillEngineIdle());
+  EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
+  EXPECT_EQ(prefill_->Stats().cache_bytes_in_use, 0);
+}
+
+TEST_P(KvHandoffRefusalTest, CancelledPrefillStopsStreamingAndFreesBothSides) {
+  const auto prompt = Prompt(900);
+  auto reserved = Reserve(900);
+  // The client goes away once the first layers were shipped.
+  auto first = Prefill(reserved, prompt, prefill::StreamMode::kLayerwise, prefill_,
+                       [this] { return send_arena_->bytes_in_use() > 0; });
+  EXPECT_EQ(transport::ReasonOf(first.status()), transport::FailureReason::kCancelled)
+      << first.status();
+  EXPECT_TRUE(receiver_->Release(reserved.reservation_id()));  // what the router does next
+  ASSERT_TRUE(PrefillEngineIdle());
+  EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
+  EXPECT_EQ(prefill_->Stats().cache_bytes_in_use, 0);
+  EXPECT_EQ(receiver_->Stats().active, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(InProcess, KvHandoffRefusalTest, ::testing::Values("inprocess"),
+                         [](const auto&) { return std::string("inprocess"); });
+
+}  // namespace
+}  // namespace pdspark
