@@ -42,6 +42,8 @@ TEST(BundledDrafterTest, MatchesTheTrainersDraftsAndConfidences) {
   options.show_progress = false;
   auto model = engine::Model::Load(kModelDir, options).value();
   auto drafter = Drafter::Load(kModelDir, model->config()).value();
+  // The offline STS fit (tools/train/fit_confidence_temperatures.py) ships in config.json.
+  EXPECT_EQ(drafter->confidence_temperatures().size(), static_cast<size_t>(drafter->block_size()));
   int64_t slots = 0, token_mismatches = 0;
   double max_confidence_error = 0;
   for (const auto& ref : reference["sequences"]) {
