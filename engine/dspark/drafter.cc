@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/dspark/confidence_calibration.h"
 #include "engine/model/layers.h"
 
 namespace pdspark::dspark {
@@ -42,16 +43,41 @@ std::vector<float> OutputProjection(const engine::ModelDims& d, const engine::At
   return out;
 }
 
+// Every query row (slot x head) of one block sees the same keys (K = V, one KV head), so the
+// scores and the weighted sum are two small GEMMs: scores = q . keys^T, out = softmax . keys,
+// the sink adding exp(sink - max) to the denominator only (as engine::AttendOneQuery).
+void AttendBlock(const engine::ModelDims& d, const float* q, int64_t q_rows, const float* keys,
+                 const float* keys_t, int64_t n, const float* sink, std::vector<float>& scores,
+                 float* out) {
+  const int64_t hd = d.head_dim;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  scores.resize(q_rows * n);
+  kc::MatMulTransB(q, q_rows, hd, hd, keys, n, hd, scores.data(), n);
+  for (int64_t r = 0; r < q_rows; ++r) {
+    float* s = scores.data() + r * n;
+    float max_score = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) max_score = std::max(max_score, s[j] *= scale);
+    float denom = std::exp(sink[r % d.heads] - max_score);
+    for (int64_t j = 0; j < n; ++j) denom += s[j] = std::exp(s[j] - max_score);
+    for (int64_t j = 0; j < n; ++j) s[j] /= denom;
+  }
+  kc::MatMulTransB(scores.data(), q_rows, n, n, keys_t, hd, n, out, hd);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir,
                                                  const config::ModelConfig& config,
                                                  int64_t max_rollback) {
   ASSIGN_OR_RETURN(DrafterWeights weights, LoadDrafterWeights(dir, config));
-  return std::make_unique<Drafter>(config, std::move(weights), max_rollback);
+  ASSIGN_OR_RETURN(std::vector<double> temperatures,
+                   LoadConfidenceTemperatures(dir, config.dspark->block_size));
+  return std::make_unique<Drafter>(config, std::move(weights), max_rollback,
+                                   std::move(temperatures));
 }
 
-Drafter::Drafter(const config::ModelConfig& c, DrafterWeights weights, int64_t max_rollback)
+Drafter::Drafter(const config::ModelConfig& c, DrafterWeights weights, int64_t max_rollback,
+                 std::vector<double> confidence_temperatures)
     : dims_(engine::ModelDims::FromConfig(c)),
       w_(std::move(weights)),
       // Stages have no compressor: plain rope_theta without YaRN, like the target's
@@ -63,7 +89,8 @@ Drafter::Drafter(const config::ModelConfig& c, DrafterWeights weights, int64_t m
       noise_token_(c.dspark->noise_token_id),
       num_features_(static_cast<int64_t>(c.dspark->target_layer_ids.size())),
       rank_(c.dspark->markov_rank),
-      max_rollback_(max_rollback) {}
+      max_rollback_(max_rollback),
+      temperatures_(std::move(confidence_temperatures)) {}
 
 std::unique_ptr<DrafterState> Drafter::NewState() const {
   return std::make_unique<DrafterState>(static_cast<int64_t>(w_.stages.size()), dims_.window,
@@ -115,24 +142,28 @@ std::vector<float> Drafter::StageAttention(int64_t stage, const std::vector<floa
     }
   }
   const std::vector<float> block_kv = ProjectKv(d, w, rope_, u.data(), rows, positions.data());
-  std::vector<float> o(rows * d.heads * hd);
-  std::vector<const float*> keys;
+  std::vector<float> o(rows * d.heads * hd), keys, keys_t, scores;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DrafterState& state = *inputs[i].state;
-    const int64_t a = state.num_positions();
-    keys.clear();
-    for (int64_t p = std::max<int64_t>(0, a - state.window()); p < a; ++p) {
-      keys.push_back(state.Row(stage, p));
+    const int64_t a = state.num_positions(), gamma = inputs[i].gamma;
+    const int64_t first = std::max<int64_t>(0, a - state.window()), n = a - first + gamma;
+    // Keys (= values) of this block: the context window, then the block's own rows.
+    keys.resize(n * hd);
+    for (int64_t p = first; p < a; ++p) {
+      std::copy_n(state.Row(stage, p), hd, keys.data() + (p - first) * hd);
     }
-    for (int64_t k = 0; k < inputs[i].gamma; ++k) {
-      keys.push_back(block_kv.data() + (row_begin[i] + k) * hd);
+    std::copy_n(block_kv.data() + row_begin[i] * hd, gamma * hd, keys.data() + (a - first) * hd);
+    keys_t.resize(n * hd);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t c = 0; c < hd; ++c) keys_t[c * n + j] = keys[j * hd + c];
     }
-    for (int64_t k = 0; k < inputs[i].gamma; ++k) {
-      const int64_t r = row_begin[i] + k;
-      float* orow = o.data() + r * d.heads * hd;
-      engine::AttendOneQuery(d, q.data() + r * d.heads * hd, keys, w.attn_sink.data(), orow);
+    float* block_o = o.data() + row_begin[i] * d.heads * hd;
+    AttendBlock(d, q.data() + row_begin[i] * d.heads * hd, gamma * d.heads, keys.data(),
+                keys_t.data(), n, w.attn_sink.data(), scores, block_o);
+    for (int64_t k = 0; k < gamma; ++k) {
       for (int64_t h = 0; h < d.heads; ++h) {
-        kc::ApplyRope(rope_, positions[r], /*inverse=*/true, orow + h * hd + d.nope_dim);
+        kc::ApplyRope(rope_, positions[row_begin[i] + k], /*inverse=*/true,
+                      block_o + (k * d.heads + h) * hd + d.nope_dim);
       }
     }
   }
@@ -154,7 +185,8 @@ std::vector<DraftOutput> Drafter::Draft(std::span<const DraftInput> inputs) cons
   std::vector<float> streams(rows * d.hc * d.dim);
   for (int64_t r = 0; r < rows; ++r) {
     const float* e = w_.embed.ptr() + static_cast<int64_t>(tokens[r]) * d.dim;
-    for (int64_t j = 0; j < d.hc; ++j) std::copy_n(e, d.dim, streams.data() + (r * d.hc + j) * d.dim);
+    for (int64_t j = 0; j < d.hc; ++j)
+      std::copy_n(e, d.dim, streams.data() + (r * d.hc + j) * d.dim);
   }
   for (int64_t s = 0; s < static_cast<int64_t>(w_.stages.size()); ++s) {
     const engine::BlockWeights& st = w_.stages[s];
@@ -169,36 +201,53 @@ std::vector<DraftOutput> Drafter::Draft(std::span<const DraftInput> inputs) cons
   std::vector<float> yn(rows * d.dim), base(rows * d.vocab);
   kc::RmsNorm(y.data(), w_.norm.data(), rows, d.dim, d.norm_eps, yn.data());
   kc::Linear(yn.data(), rows, d.dim, w_.head.ptr(), d.vocab, base.data());
-  std::vector<DraftOutput> out;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    out.push_back(MarkovHead(inputs[i], base.data() + row_begin[i] * d.vocab,
-                             y.data() + row_begin[i] * d.dim));
-  }
-  return out;
+  return MarkovHead(inputs, row_begin, base, y);
 }
 
-DraftOutput Drafter::MarkovHead(const DraftInput& input, const float* base_logits,
-                                const float* y) const {
-  const int64_t vocab = dims_.vocab, dim = dims_.dim;
-  DraftOutput out;
-  int32_t prev = input.anchor_token;
-  std::vector<float> logits(vocab), bias(vocab);
-  for (int64_t k = 0; k < input.gamma; ++k) {
-    const float* e = w_.markov_w1.ptr() + static_cast<int64_t>(prev) * rank_;
-    // One row against [vocab, rank]: a plain loop; a BLAS call per slot would repack w2 each time.
-    for (int64_t v = 0; v < vocab; ++v) {
-      const float* w2 = w_.markov_w2.ptr() + v * rank_;
-      double acc = 0.0;
-      for (int64_t c = 0; c < rank_; ++c) acc += static_cast<double>(w2[c]) * e[c];
-      bias[v] = static_cast<float>(acc);
+// The sequential stage, slot by slot over all requests: slot k's Markov bias of every request
+// still drafting is one rank-r GEMM (w2 . w1[prev]) added onto its base logits, so the per-slot
+// cost is a [requests, r] x [r, vocab] product instead of a vocab x r loop per request.
+std::vector<DraftOutput> Drafter::MarkovHead(std::span<const DraftInput> inputs,
+                                             const std::vector<int64_t>& row_begin,
+                                             std::vector<float>& base,
+                                             const std::vector<float>& y) const {
+  const int64_t vocab = dims_.vocab, dim = dims_.dim, rows = row_begin.back();
+  const int64_t n = static_cast<int64_t>(inputs.size());
+  // Confidence logit z = proj . [y ; w1[prev]]: the y part of every row in one product.
+  std::vector<float> z_y(rows);
+  kc::Linear(y.data(), rows, dim, w_.confidence.data(), 1, z_y.data());
+  const float* conf_e = w_.confidence.data() + dim;
+  std::vector<DraftOutput> out(n);
+  std::vector<int32_t> prev(n);
+  int64_t max_gamma = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    prev[i] = inputs[i].anchor_token;
+    max_gamma = std::max(max_gamma, inputs[i].gamma);
+  }
+  std::vector<int64_t> active;
+  std::vector<float> e(n * rank_), bias(n * vocab);
+  for (int64_t k = 0; k < max_gamma; ++k) {
+    active.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      if (inputs[i].gamma > k) {
+        std::copy_n(w_.markov_w1.ptr() + static_cast<int64_t>(prev[i]) * rank_, rank_,
+                    e.data() + static_cast<int64_t>(active.size()) * rank_);
+        active.push_back(i);
+      }
     }
-    for (int64_t v = 0; v < vocab; ++v) logits[v] = base_logits[k * vocab + v] + bias[v];
-    double z = 0.0;
-    for (int64_t c = 0; c < dim; ++c) z += static_cast<double>(w_.confidence[c]) * y[k * dim + c];
-    for (int64_t c = 0; c < rank_; ++c) z += static_cast<double>(w_.confidence[dim + c]) * e[c];
-    out.confidence.push_back(kc::Sigmoid(static_cast<float>(z)));
-    prev = input.choose(k, logits);
-    out.tokens.push_back(prev);
+    const int64_t m = static_cast<int64_t>(active.size());
+    kc::Linear(e.data(), m, rank_, w_.markov_w2.ptr(), vocab, bias.data());
+    for (int64_t a = 0; a < m; ++a) {
+      const int64_t i = active[a], row = row_begin[i] + k;
+      float* logits = base.data() + row * vocab;
+      const float* b = bias.data() + a * vocab;
+      for (int64_t v = 0; v < vocab; ++v) logits[v] += b[v];
+      float z = z_y[row];
+      for (int64_t c = 0; c < rank_; ++c) z += conf_e[c] * e[a * rank_ + c];
+      out[i].confidence_logits.push_back(z);
+      prev[i] = inputs[i].choose(k, std::span<float>(logits, vocab));
+      out[i].tokens.push_back(prev[i]);
+    }
   }
   return out;
 }

@@ -39,8 +39,10 @@ struct DraftInput {
 };
 
 struct DraftOutput {
-  std::vector<int32_t> tokens;     // d_1..d_gamma
-  std::vector<float> confidence;   // per slot, sigmoid of the confidence head
+  std::vector<int32_t> tokens;  // d_1..d_gamma
+  // Per slot, the confidence head's logit z_k: sigmoid(z_k) estimates the probability that d_k
+  // is accepted given d_1..d_{k-1} were (uncalibrated; see ConfidenceCalibration).
+  std::vector<float> confidence_logits;
 };
 
 class Drafter {
@@ -49,10 +51,13 @@ class Drafter {
   static StatusOr<std::unique_ptr<Drafter>> Load(const std::string& dir,
                                                  const config::ModelConfig& config,
                                                  int64_t max_rollback = 64);
-  Drafter(const config::ModelConfig& config, DrafterWeights weights, int64_t max_rollback);
+  Drafter(const config::ModelConfig& config, DrafterWeights weights, int64_t max_rollback,
+          std::vector<double> confidence_temperatures = {});
 
   int64_t block_size() const { return block_size_; }
   int64_t num_feature_layers() const { return num_features_; }
+  // The checkpoint's offline STS temperatures (empty: none shipped); see confidence_calibration.h.
+  const std::vector<double>& confidence_temperatures() const { return temperatures_; }
   std::unique_ptr<DrafterState> NewState() const;
 
   // Appends the context rows of `count` new committed positions from target features
@@ -65,12 +70,15 @@ class Drafter {
   std::vector<float> StageAttention(int64_t stage, const std::vector<float>& u,
                                     std::span<const DraftInput> inputs,
                                     const std::vector<int64_t>& row_begin) const;
-  DraftOutput MarkovHead(const DraftInput& input, const float* base_logits, const float* y) const;
+  std::vector<DraftOutput> MarkovHead(std::span<const DraftInput> inputs,
+                                      const std::vector<int64_t>& row_begin,
+                                      std::vector<float>& base, const std::vector<float>& y) const;
 
   engine::ModelDims dims_;
   DrafterWeights w_;
   kernels::cpu::RopeTable rope_;
   int64_t block_size_, noise_token_, num_features_, rank_, max_rollback_;
+  std::vector<double> temperatures_;
 };
 
 }  // namespace pdspark::dspark

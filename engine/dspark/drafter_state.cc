@@ -8,7 +8,10 @@
 namespace pdspark::dspark {
 
 DrafterState::DrafterState(int64_t stages, int64_t window, int64_t max_rollback, int64_t row_width)
-    : stages_(stages), window_(window), max_rollback_(max_rollback), row_width_(row_width),
+    : stages_(stages),
+      window_(window),
+      max_rollback_(max_rollback),
+      row_width_(row_width),
       ring_(capacity() * stages * row_width) {}
 
 void DrafterState::Append(const float* rows) {
@@ -24,8 +27,8 @@ const float* DrafterState::Row(int64_t stage, int64_t position) const {
 
 Status DrafterState::Truncate(int64_t position) {
   if (position < 0 || position > num_positions_) {
-    return absl::OutOfRangeError(absl::StrCat("drafter truncate to ", position, " of ",
-                                              num_positions_, " positions"));
+    return absl::OutOfRangeError(
+        absl::StrCat("drafter truncate to ", position, " of ", num_positions_, " positions"));
   }
   // After truncation the window [position - window, position) must still be in the ring.
   if (std::max<int64_t>(0, position - window_) < num_positions_ - capacity()) {

@@ -50,8 +50,8 @@ class Reader {
   StatusOr<std::vector<float>> LoadVector(const std::string& name, int64_t n) {
     ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
     if (view.dtype != st::DType::kBF16 && view.dtype != st::DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": expected BF16 or F32, got ",
-                                                     std::string(st::DTypeName(view.dtype))));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", name, ": expected BF16 or F32, got ", std::string(st::DTypeName(view.dtype))));
     }
     RETURN_IF_ERROR(CheckShape(view, {n}));
     return ToFloat(view);
@@ -72,7 +72,8 @@ class Reader {
     return checkpoint_.Get(name);
   }
 
-  StatusOr<st::TensorView> FetchScale(const std::string& weight, const std::vector<int64_t>& shape) {
+  StatusOr<st::TensorView> FetchScale(const std::string& weight,
+                                      const std::vector<int64_t>& shape) {
     std::string name = weight;
     if (name.ends_with(".weight")) name.resize(name.size() - 7);
     name += ".scale";
@@ -86,10 +87,9 @@ class Reader {
 
   static Status CheckShape(const st::TensorView& view, const std::vector<int64_t>& shape) {
     if (view.shape == shape) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", view.name, ": shape [",
-                                                   absl::StrJoin(view.shape, ","),
-                                                   "], config implies [",
-                                                   absl::StrJoin(shape, ","), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", view.name, ": shape [", absl::StrJoin(view.shape, ","),
+                     "], config implies [", absl::StrJoin(shape, ","), "]"));
   }
 
   static std::vector<float> ToFloat(const st::TensorView& view) {
@@ -149,15 +149,14 @@ StatusOr<engine::BlockWeights> LoadStage(Reader& r, const config::ModelConfig& c
     ASSIGN_OR_RETURN(auto ew, LoadExpert(r, absl::StrCat(fp, ".experts.", e), dim, inter));
     b.ffn.experts.push_back(std::move(ew));
   }
-  ASSIGN_OR_RETURN(b.ffn.shared, LoadExpert(r, fp + ".shared_experts", dim,
-                                            inter * c.n_shared_experts));
+  ASSIGN_OR_RETURN(b.ffn.shared,
+                   LoadExpert(r, fp + ".shared_experts", dim, inter * c.n_shared_experts));
   return b;
 }
 
 }  // namespace
 
-StatusOr<DrafterWeights> LoadDrafterWeights(const std::string& dir,
-                                            const config::ModelConfig& c) {
+StatusOr<DrafterWeights> LoadDrafterWeights(const std::string& dir, const config::ModelConfig& c) {
   if (!c.dspark) {
     return absl::FailedPreconditionError(
         absl::StrCat("config in ", dir, " has no DSpark drafter keys (dspark_block_size, ...)"));
@@ -169,7 +168,8 @@ StatusOr<DrafterWeights> LoadDrafterWeights(const std::string& dir,
   }
   if ((ds.n_routed_experts != 0 && ds.n_routed_experts != c.n_routed_experts) ||
       (ds.num_experts_per_tok != 0 && ds.num_experts_per_tok != c.num_experts_per_tok)) {
-    return absl::UnimplementedError("a drafter MoE smaller than the target's (V4.1) is not supported");
+    return absl::UnimplementedError(
+        "a drafter MoE smaller than the target's (V4.1) is not supported");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<st::Checkpoint> checkpoint, st::Checkpoint::Open(dir));
   Reader r(*checkpoint);

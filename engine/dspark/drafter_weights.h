@@ -17,15 +17,15 @@ namespace pdspark::dspark {
 
 struct DrafterWeights {
   std::vector<engine::BlockWeights> stages;
-  engine::Matrix main_proj;            // [dim, n_target_layers * dim]
-  std::vector<float> main_norm;        // [dim]
-  std::vector<float> norm;             // [dim], last stage, before the shared head
+  engine::Matrix main_proj;                // [dim, n_target_layers * dim]
+  std::vector<float> main_norm;            // [dim]
+  std::vector<float> norm;                 // [dim], last stage, before the shared head
   engine::HyperConnectionWeights hc_head;  // last stage's hc_head_{fn,base,scale}
-  engine::Matrix markov_w1;            // [vocab, rank]: embedding of the previous token
-  engine::Matrix markov_w2;            // [vocab, rank]: bias = w2 . w1[prev]
-  std::vector<float> confidence;       // [dim + rank], no bias
-  engine::Matrix embed;                // shared with the target [vocab, dim]
-  engine::Matrix head;                 // shared with the target [vocab, dim]
+  engine::Matrix markov_w1;                // [vocab, rank]: embedding of the previous token
+  engine::Matrix markov_w2;                // [vocab, rank]: bias = w2 . w1[prev]
+  std::vector<float> confidence;           // [dim + rank], no bias
+  engine::Matrix embed;                    // shared with the target [vocab, dim]
+  engine::Matrix head;                     // shared with the target [vocab, dim]
 };
 
 // Fails with FailedPrecondition when the config has no DSpark keys, NotFound naming the first

@@ -32,6 +32,10 @@ struct ServingEngine::Active {
   std::unique_ptr<dspark::DrafterState> drafter_state;
   std::vector<int32_t> draft;
   std::vector<float> draft_probs;
+  // auto: this round's confidence logits (every drafted slot) and the survivals expected of
+  // this request's next draft (a running mean of its calibrated survivals; empty = none yet).
+  std::vector<float> draft_logits;
+  std::vector<double> predicted_survival;
 
   int64_t fed() const { return state ? state->num_tokens() : 0; }
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - fed(); }
@@ -44,7 +48,29 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
                                                : model_->config().max_position_embeddings) {
   for (int64_t id : model_->config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
   if (eos_ids_.empty()) eos_ids_.push_back(static_cast<int32_t>(model_->config().eos_token_id));
-  if (SpecEnabled() && options_.spec_auto && options_.spec_auto_profile) ProfileSteps();
+  if (SpecEnabled() && options_.spec_auto) {
+    const int64_t block = options_.drafter->block_size();
+    for (int i = 0; i < 2; ++i) {
+      calibration_.emplace_back(block, options_.drafter->confidence_temperatures());
+      // Until rounds are observed: DSpark's published prefix survivals (dspark_dsv4.md B.4.5),
+      // optimistic enough that the first steps draft and measure.
+      const double prior[] = {0.78, 0.55, 0.37, 0.24, 0.16, 0.11, 0.08};
+      prior_survival_.emplace_back();
+      for (int64_t k = 0; k < block; ++k)
+        prior_survival_.back().push_back(prior[std::min<int64_t>(k, 6)]);
+    }
+    if (options_.spec_auto_profile) {
+      auto costs = SpecCostModel::Measure(*model_, *options_.drafter,
+                                          std::min<int64_t>(options_.max_num_seqs, 128));
+      if (costs.ok()) {
+        spec_costs_ = std::move(costs).value();
+        LOG_INFO("dspark auto cost profile (ms) {}", spec_costs_.Describe());
+      } else {
+        LOG_WARN("dspark auto cost profile failed, scheduling without it error={}",
+                 costs.status().ToString());
+      }
+    }
+  }
   if (SpecEnabled()) drafter_state_bytes_ = options_.drafter->NewState()->bytes();
   stats_.cache_capacity_bytes = options_.cache_budget_bytes;
   loop_ = std::thread([this] { Loop(); });
@@ -215,8 +241,8 @@ Status ServingEngine::StartRequest(Active& request) {
   if (!spec.generated.empty()) {
     // The first token may already end the request (EOS, max_tokens = 1).
     std::vector<int32_t> last(spec.generated.end() - 1, spec.generated.end());
-    const auto reason = sampling::ApplyStopConditions(spec.sampling, eos_ids_,
-                                                      request.generated - 1, &last);
+    const auto reason =
+        sampling::ApplyStopConditions(spec.sampling, eos_ids_, request.generated - 1, &last);
     if (reason != sampling::FinishReason::kNone) {
       Finish(request, Outcome::kFinished, reason, "");
     }
@@ -292,33 +318,41 @@ int64_t ServingEngine::DraftLength(const Active& r) const {
   return std::max<int64_t>(gamma, 0);
 }
 
-// One batched drafter forward for every request that speculates this step. Drafts use the
-// request's own logits processing (stop-token suppression, temperature, top-k/p) so that q is
-// the distribution the acceptance rule divides by, and the request's sampler (seeded runs stay
-// reproducible).
+// One batched drafter forward for every request that speculates this step (auto: the ones
+// ChooseDrafting picks). Drafts use the request's own logits processing (stop-token
+// suppression, temperature, top-k/p) so that q is the distribution the acceptance rule divides
+// by, and the request's sampler (seeded runs stay reproducible).
 void ServingEngine::DraftAll() {
-  if (options_.spec_auto && auto_skip_steps_ > 0) {
-    --auto_skip_steps_;
-    for (auto& r : running_) {
-      r->draft.clear();
-      r->draft_probs.clear();
-    }
-    return;
-  }
-  std::vector<Active*> drafting;
-  std::vector<dspark::DraftInput> inputs;
-  const int64_t vocab = model_->config().vocab_size;
+  std::vector<Active*> candidates;
+  std::vector<int64_t> caps;
   for (auto& r : running_) {
     r->draft.clear();
     r->draft_probs.clear();
+    r->draft_logits.clear();
     if (r->done || !r->started) continue;
-    const int64_t gamma = DraftLength(*r);
-    if (gamma == 0) continue;
-    Active* req = r.get();
+    const int64_t cap = DraftLength(*r);
+    if (cap == 0) continue;
+    candidates.push_back(r.get());
+    caps.push_back(cap);
+  }
+  if (candidates.empty()) return;
+  std::vector<Active*> drafting;
+  std::vector<int64_t> gammas;
+  if (options_.spec_auto) {
+    ChooseDrafting(candidates, caps, drafting, gammas);
+  } else {
+    drafting = candidates;
+    gammas = caps;
+  }
+  if (drafting.empty()) return;
+  std::vector<dspark::DraftInput> inputs;
+  const int64_t vocab = model_->config().vocab_size;
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    Active* req = drafting[i];
     dspark::DraftInput in;
     in.state = req->drafter_state.get();
     in.anchor_token = req->tokens.back();
-    in.gamma = gamma;
+    in.gamma = gammas[i];
     in.choose = [this, req, vocab](int64_t slot, std::span<float> logits) {
       sampling::SuppressStopTokens(req->spec.sampling, eos_ids_,
                                    static_cast<int32_t>(req->generated + slot), logits);
@@ -329,99 +363,111 @@ void ServingEngine::DraftAll() {
       req->sampler->ProcessLogits(logits, q);
       return req->sampler->Sample(q);
     };
-    drafting.push_back(req);
     inputs.push_back(std::move(in));
   }
-  if (inputs.empty()) return;
+  const double start = SpecCostModel::ThreadCpuSeconds();
   std::vector<dspark::DraftOutput> drafts = options_.drafter->Draft(inputs);
-  for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->draft = std::move(drafts[i].tokens);
+  if (options_.spec_auto) {
+    spec_costs_.ObserveDraft(static_cast<int64_t>(inputs.size()),
+                             *std::max_element(gammas.begin(), gammas.end()),
+                             SpecCostModel::ThreadCpuSeconds() - start);
+  }
+  for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->draft = drafts[i].tokens;
   if (options_.spec_auto) ScheduleVerifyLengths(drafting, drafts);
 }
 
-// Target step time against batch rows, measured once on a scratch sequence (verify-shaped: all
-// logits and features), so the scheduler can price extra verify rows.
-void ServingEngine::ProfileSteps() {
-  const int64_t limit = std::min<int64_t>(options_.max_batch_tokens, max_model_len_ - 1);
-  std::vector<int32_t> tokens(std::max<int64_t>(limit, 1), 0);
-  engine::StepOptions so;
-  so.logits = engine::LogitsMode::kAllTokens;
-  so.features = true;
-  for (int64_t n = 1; n <= limit; n *= 2) {
-    double best = 1e30;
-    for (int rep = 0; rep < 2; ++rep) {
-      auto seq = model_->NewSequence();
-      engine::StepInput in{seq.get(), std::span<const int32_t>(tokens).first(n)};
-      const auto start = Clock::now();
-      if (!model_->Step({&in, 1}, so).ok()) return;
-      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+// The step without drafts, as PlanStep will build it: every decoding request feeds one token
+// (and commits one), prefill chunks share the rest of the token budget.
+dspark::StepBase ServingEngine::BaseOfStep() const {
+  dspark::StepBase base;
+  base.max_rows = options_.max_batch_tokens;
+  int64_t prefill = 0;
+  for (const auto& r : running_) {
+    if (r->done || !r->started || r->pending() < 1) continue;
+    ++base.sequences;
+    if (r->pending() == 1) {
+      ++base.rows;
+      base.tokens += 1;
+    } else {
+      prefill += r->pending();
     }
-    step_profile_.emplace_back(n, best);
+  }
+  base.rows += std::min(prefill, std::max<int64_t>(options_.max_batch_tokens - base.rows, 0));
+  return base;
+}
+
+dspark::ConfidenceCalibration& ServingEngine::Calibration(const Active& request) {
+  return calibration_[request.sampler->greedy() ? 0 : 1];
+}
+
+// auto, before drafting: PlanDrafts on each candidate's predicted survivals and the measured
+// costs decides whether drafting pays this step, for whom and with how many slots. When it
+// does not, drafting stops except for probes — a full draft of two candidates (round robin)
+// after 8 idle steps, the gap doubling up to 256 while probes keep showing it does not pay —
+// which keep the predictions and the calibration following the workload.
+void ServingEngine::ChooseDrafting(const std::vector<Active*>& candidates,
+                                   const std::vector<int64_t>& caps, std::vector<Active*>& drafting,
+                                   std::vector<int64_t>& gammas) {
+  constexpr int64_t kFirstProbeGap = 8, kMaxProbeGap = 256;
+  constexpr size_t kProbeRequests = 2;
+  std::vector<std::vector<double>> predicted;
+  for (Active* r : candidates) {
+    predicted.push_back(r->predicted_survival.empty()
+                            ? prior_survival_[r->sampler->greedy() ? 0 : 1]
+                            : r->predicted_survival);
+  }
+  const int64_t block = options_.drafter->block_size();
+  dspark::DraftPlan plan = dspark::PlanDrafts(
+      predicted, caps, block, BaseOfStep(),
+      [this](int64_t s, int64_t rows) { return spec_costs_.TargetSeconds(s, rows); },
+      [this](int64_t r, int64_t g) { return spec_costs_.DraftSeconds(r, g); },
+      options_.spec_auto_min_survival, options_.spec_auto_min_speedup);
+  if (plan.gamma > 0) {
+    auto_idle_steps_ = 0;
+    auto_probe_gap_ = kFirstProbeGap;
+  } else {
+    if (++auto_idle_steps_ < std::max(auto_probe_gap_, kFirstProbeGap)) return;
+    auto_idle_steps_ = 0;
+    auto_probe_gap_ = std::min(2 * std::max(auto_probe_gap_, kFirstProbeGap), kMaxProbeGap);
+    plan.gamma = block;
+    for (size_t i = 0; i < std::min(kProbeRequests, candidates.size()); ++i) {
+      plan.requests.push_back(auto_probe_cursor_++ % candidates.size());
+    }
+  }
+  for (size_t i : plan.requests) {
+    drafting.push_back(candidates[i]);
+    gammas.push_back(std::min(plan.gamma, caps[i]));
   }
 }
 
-double ServingEngine::StepSeconds(int64_t rows) const {
-  if (step_profile_.empty()) return 1.0;  // unprofiled: rows are free
-  if (rows <= step_profile_.front().first) return step_profile_.front().second;
-  for (size_t i = 1; i < step_profile_.size(); ++i) {
-    const auto [n1, t1] = step_profile_[i];
-    if (rows <= n1) {
-      const auto [n0, t0] = step_profile_[i - 1];
-      return t0 + (t1 - t0) * static_cast<double>(rows - n0) / static_cast<double>(n1 - n0);
-    }
-  }
-  const auto [n, t] = step_profile_.back();
-  return t * static_cast<double>(rows) / static_cast<double>(n);
-}
-
-// Chooses each drafting request's verify prefix (B.4, a greedy form of Algorithm 1): every
-// request commits 1 token plus, in expectation, the survival S_k of each verified slot; slots
-// are added in order of survival (prefixes only) while expected tokens / step time grows.
-// Lossless: c_k comes from y_k and the embedding of the *previous* token, so the decision to
-// verify d_k never looks at d_k itself (the paper's Appendix A counterexample does), and every
-// verified draft stays an exact sample of its q.
+// auto, after drafting: calibrated survivals of the actual drafts (which also update the
+// predictions for the next steps), then Algorithm 1 picks each verify prefix with the drafter's
+// cost already paid. Lossless: c_k comes from y_k and the embedding of the *previous* token, so
+// the decision to verify d_k never looks at d_k itself (the paper's Appendix A counterexample
+// does), and every verified draft stays an exact sample of its q.
 void ServingEngine::ScheduleVerifyLengths(const std::vector<Active*>& drafting,
                                           const std::vector<dspark::DraftOutput>& drafts) {
   const int64_t vocab = model_->config().vocab_size;
-  int64_t base_rows = 0;
-  for (auto& r : running_) {
-    if (!r->done && r->started) base_rows += std::max<int64_t>(1, r->pending());
-  }
-  base_rows = std::min(base_rows, options_.max_batch_tokens);
-  std::vector<std::vector<double>> survival(drafting.size());
+  std::vector<std::vector<double>> survival;
   for (size_t i = 0; i < drafting.size(); ++i) {
-    double s = 1.0;
-    for (float c : drafts[i].confidence) survival[i].push_back(s *= c);
-  }
-  std::vector<size_t> keep(drafting.size(), 0);
-  double expected = static_cast<double>(running_.size());
-  int64_t rows = base_rows;
-  int64_t chosen = 0;
-  while (true) {
-    int best = -1;
-    for (size_t i = 0; i < drafting.size(); ++i) {
-      if (keep[i] >= drafting[i]->draft.size()) continue;
-      if (best < 0 || survival[i][keep[i]] > survival[best][keep[best]]) best = static_cast<int>(i);
+    Active& r = *drafting[i];
+    r.draft_logits = drafts[i].confidence_logits;
+    survival.push_back(Calibration(r).Survival(r.draft_logits));
+    // Running means: the request's own (half-life one round) and the prior for new requests.
+    std::vector<double>& prior = prior_survival_[r.sampler->greedy() ? 0 : 1];
+    if (r.predicted_survival.empty()) r.predicted_survival = prior;
+    for (size_t k = 0; k < survival[i].size(); ++k) {
+      r.predicted_survival[k] = 0.5 * r.predicted_survival[k] + 0.5 * survival[i][k];
+      prior[k] = 0.95 * prior[k] + 0.05 * survival[i][k];
     }
-    if (best < 0) break;
-    const double s = survival[best][keep[best]];
-    if (s < options_.spec_auto_min_survival) break;
-    if ((expected + s) / StepSeconds(rows + 1) <= expected / StepSeconds(rows)) break;
-    expected += s;
-    ++rows;
-    ++keep[best];
-    ++chosen;
   }
+  const std::vector<int64_t> lengths = dspark::ChooseVerifyLengths(
+      survival, BaseOfStep(),
+      [this](int64_t s, int64_t rows) { return spec_costs_.TargetSeconds(s, rows); },
+      options_.spec_auto_min_survival);
   for (size_t i = 0; i < drafting.size(); ++i) {
-    drafting[i]->draft.resize(keep[i]);
-    if (!drafting[i]->draft_probs.empty()) drafting[i]->draft_probs.resize(keep[i] * vocab);
-  }
-  // Nothing worth verifying: the drafter forward was wasted, so stop drafting for a while,
-  // backing off exponentially (8 .. 256 steps) while probes keep finding nothing.
-  if (chosen == 0) {
-    auto_backoff_ = std::min<int64_t>(auto_backoff_ == 0 ? 8 : 2 * auto_backoff_, 256);
-    auto_skip_steps_ = auto_backoff_;
-  } else {
-    auto_backoff_ = 0;
+    drafting[i]->draft.resize(lengths[i]);
+    if (!drafting[i]->draft_probs.empty()) drafting[i]->draft_probs.resize(lengths[i] * vocab);
   }
 }
 
@@ -458,7 +504,8 @@ std::vector<ServingEngine::Active*> ServingEngine::PlanStep(
     chunks.emplace_back(r->tokens.begin() + r->fed(), r->tokens.begin() + r->fed() + take);
     planned.push_back(r);
   }
-  for (size_t i = 0; i < planned.size(); ++i) inputs.push_back({planned[i]->state.get(), chunks[i]});
+  for (size_t i = 0; i < planned.size(); ++i)
+    inputs.push_back({planned[i]->state.get(), chunks[i]});
   return planned;
 }
 
@@ -473,8 +520,8 @@ void ServingEngine::RunStep() {
   bool verifying = false;
   for (Active* r : planned) verifying = verifying || !r->draft.empty();
   engine::StepOptions step_options;
-  step_options.logits = verifying ? engine::LogitsMode::kAllTokens
-                                  : engine::LogitsMode::kLastTokenPerSequence;
+  step_options.logits =
+      verifying ? engine::LogitsMode::kAllTokens : engine::LogitsMode::kLastTokenPerSequence;
   // Every fed position's drafter context comes from this step's target features.
   step_options.features = SpecEnabled();
   // Prefill workers ship each layer's new cache rows as soon as the layer is done.
@@ -487,7 +534,12 @@ void ServingEngine::RunStep() {
       for (Active* r : observed) r->spec.state_observer->OnLayerDone(*r->state, layer);
     };
   }
+  const double start = SpecCostModel::ThreadCpuSeconds();
   auto output = model_->Step(inputs, step_options);
+  if (options_.spec_auto && output.ok()) {
+    spec_costs_.ObserveTarget(static_cast<int64_t>(planned.size()), output->row_offsets.back(),
+                              SpecCostModel::ThreadCpuSeconds() - start);
+  }
   if (!output.ok()) {
     LOG_ERROR("engine step failed sequences={} error={}", planned.size(),
               output.status().ToString());
@@ -498,9 +550,8 @@ void ServingEngine::RunStep() {
     return;
   }
   const int64_t vocab = model_->config().vocab_size;
-  const int64_t feature_width = options_.drafter ? options_.drafter->num_feature_layers() *
-                                                       model_->config().hidden_size
-                                                 : 0;
+  const int64_t feature_width =
+      options_.drafter ? options_.drafter->num_feature_layers() * model_->config().hidden_size : 0;
   for (size_t i = 0; i < planned.size(); ++i) {
     Active& r = *planned[i];
     const int64_t begin = output->row_offsets[i], end = output->row_offsets[i + 1];
@@ -590,9 +641,10 @@ void ServingEngine::AfterVerify(Active& r, const float* logits) {
   std::vector<float> target(logits, logits + (gamma + 1) * vocab);
   for (int64_t k = 0; k <= gamma; ++k) {
     std::span<float> row(target.data() + k * vocab, vocab);
-    sampling::SuppressStopTokens(r.spec.sampling, eos_ids_,
-                                 static_cast<int32_t>(r.generated + k), row);
-    if (!r.sampler->greedy()) r.sampler->ProcessLogits(std::vector<float>(row.begin(), row.end()), row);
+    sampling::SuppressStopTokens(r.spec.sampling, eos_ids_, static_cast<int32_t>(r.generated + k),
+                                 row);
+    if (!r.sampler->greedy())
+      r.sampler->ProcessLogits(std::vector<float>(row.begin(), row.end()), row);
   }
   sampling::DraftVerification v;
   v.draft_tokens = r.draft;
@@ -601,8 +653,17 @@ void ServingEngine::AfterVerify(Active& r, const float* logits) {
   v.vocab_size = vocab;
   auto result = sampling::AcceptDraftTokens(v, *r.sampler);
   if (!result.ok()) {
-    Finish(r, Outcome::kFailed, sampling::FinishReason::kNone, std::string(result.status().message()));
+    Finish(r, Outcome::kFailed, sampling::FinishReason::kNone,
+           std::string(result.status().message()));
     return;
+  }
+  if (options_.spec_auto) {
+    dspark::ConfidenceCalibration& calibration = Calibration(r);
+    calibration.Observe(r.draft_logits, gamma, result->num_accepted);
+    if (r.sampler->greedy()) {
+      std::lock_guard lock(mu_);
+      stats_.spec_temperatures = calibration.temperatures();
+    }
   }
   SpecStats& st = r.spec_stats;
   ++st.drafts;

@@ -16,32 +16,39 @@
 
 #include "common/base/status.h"
 #include "common/metrics/cumulative_histogram.h"
+#include "engine/dspark/confidence_calibration.h"
 #include "engine/dspark/drafter.h"
+#include "engine/dspark/verify_scheduler.h"
 #include "engine/model/model.h"
 #include "engine/serving/request.h"
+#include "engine/serving/spec_cost_model.h"
 
 namespace pdspark::serving {
 
 struct ServingOptions {
-  int64_t max_num_seqs = 64;         // running requests at once
-  int64_t max_batch_tokens = 512;    // tokens per step across requests (chunked prefill budget)
-  int64_t max_model_len = 0;         // 0 = the config's max_position_embeddings
-  int64_t max_waiting = 1024;        // admitted but not yet running
+  int64_t max_num_seqs = 64;       // running requests at once
+  int64_t max_batch_tokens = 512;  // tokens per step across requests (chunked prefill budget)
+  int64_t max_model_len = 0;       // 0 = the config's max_position_embeddings
+  int64_t max_waiting = 1024;      // admitted but not yet running
   // DSpark speculative decoding: with a drafter and spec_tokens >= 1, every decode-phase
   // request drafts min(spec_tokens, block_size) tokens per round and all rounds are verified in
   // the step's one batched forward. The model must export the drafter's feature layers (the
   // default ModelOptions do for a DSpark checkpoint).
   std::shared_ptr<const dspark::Drafter> drafter;
   int64_t spec_tokens = 0;  // 0 = off
-  // Confidence-scheduled verify length (`--spec-tokens auto`, dspark_dsv4.md B.4): draft
-  // block_size tokens, then choose every request's verify prefix to maximise expected committed
-  // tokens per second of the step (survivals prod_{j<=k} c_j from the confidence head, step
-  // time from a profile of the target taken at startup); prefixes whose survival is below
-  // spec_auto_min_survival are never verified.
+  // Confidence-scheduled speculation (`--spec-tokens auto`, dspark_dsv4.md B.4; docs/dspark.md):
+  // each step decides from predicted survivals and the measured costs of the drafter and the
+  // target whether to draft, for which requests and how many slots, then picks every drafting
+  // request's verify prefix from its calibrated confidences (Algorithm 1 with early stop).
+  // Prefixes whose survival is below spec_auto_min_survival are never verified.
   bool spec_auto = false;
   double spec_auto_min_survival = 0.05;
-  // false: no startup profile, every step costs the same (verify whatever clears the survival
-  // floor); tests use it to exercise the schedule independently of machine timing.
+  // Draft only when that is predicted to beat a plain step by this factor (hysteresis against
+  // drafting on a gain within the cost model's error).
+  double spec_auto_min_speedup = 1.03;
+  // false: no startup profile; every step costs the same and drafting is free (so every
+  // candidate drafts and verifies whatever clears the survival floor). Tests use it to exercise
+  // the schedule independently of machine timing.
   bool spec_auto_profile = true;
   // Cache memory budget in bytes (--kv-cache-memory-bytes; 0 = unlimited). A request is
   // admitted only when its worst-case cache (CacheBytesFor its prompt + max_tokens) fits next to
@@ -70,6 +77,8 @@ struct ServingStats {
   // Requests whose prompt this engine computed: submission to first token, and the tokens.
   metrics::CumulativeHistogram prefill_seconds{metrics::LatencyBuckets()};
   int64_t prompt_tokens = 0;
+  // auto: the current STS temperatures of greedy requests' confidences (per draft slot).
+  std::vector<double> spec_temperatures;
 };
 
 class ServingEngine {
@@ -114,8 +123,10 @@ class ServingEngine {
   bool SpecEnabled() const {
     return options_.drafter != nullptr && (options_.spec_tokens > 0 || options_.spec_auto);
   }
-  void ProfileSteps();
-  double StepSeconds(int64_t rows) const;
+  dspark::StepBase BaseOfStep() const;
+  dspark::ConfidenceCalibration& Calibration(const Active& request);
+  void ChooseDrafting(const std::vector<Active*>& candidates, const std::vector<int64_t>& caps,
+                      std::vector<Active*>& drafting, std::vector<int64_t>& gammas);
   void ScheduleVerifyLengths(const std::vector<Active*>& drafting,
                              const std::vector<dspark::DraftOutput>& drafts);
   int64_t DraftLength(const Active& request) const;
@@ -146,11 +157,16 @@ class ServingEngine {
 
   // Owned by the loop thread.
   std::vector<std::unique_ptr<Active>> running_;
-  std::vector<std::pair<int64_t, double>> step_profile_;  // (batch rows, seconds), ascending
-  int64_t auto_skip_steps_ = 0;  // auto: steps left without drafting after an all-zero choice
-  int64_t auto_backoff_ = 0;     // auto: current skip length (0 after a useful round)
   int64_t drafter_state_bytes_ = 0;  // one request's DSpark context ring
   int64_t live_drafter_states_ = 0;
+  // auto (owned by the loop thread too).
+  SpecCostModel spec_costs_;
+  std::vector<dspark::ConfidenceCalibration> calibration_;  // [0] greedy, [1] sampled requests
+  std::vector<std::vector<double>> prior_survival_;         // same index: for requests without
+                                                            // rounds of their own yet
+  int64_t auto_idle_steps_ = 0;                             // steps since the last draft
+  int64_t auto_probe_gap_ = 0;    // idle steps before the next probe draft
+  size_t auto_probe_cursor_ = 0;  // round-robin over candidates for probes
   std::thread loop_;
 };
 

@@ -27,5 +27,7 @@ $PY train_target.py --steps "$TARGET_STEPS" --max-minutes "$TARGET_MINUTES" --wa
 $PY train_drafter.py --steps "$DRAFTER_STEPS" --max-minutes "$DRAFTER_MINUTES" --seed 0 \
   --threads "$THREADS" 2>&1 | tee out/drafter.log
 $PY export.py --out "$MODEL"
+$PY fit_confidence_temperatures.py --model "$MODEL" --threads "$THREADS" | tee out/sts.log
 $PY sample.py --model "$MODEL" --json out/sample.json --threads "$THREADS" | tee out/sample.log
+$PY drafter_reference.py --model "$MODEL" --new 64   # reference drafts for the C++ engine
 $PY test_export.py

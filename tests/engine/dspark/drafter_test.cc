@@ -2,6 +2,7 @@
 // without a drafter), the per-sequence context ring, and a deterministic, shape-correct draft.
 #include "engine/dspark/drafter.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "common/config/model_config.h"
@@ -93,10 +94,9 @@ TEST_F(DrafterTest, DraftsAreDeterministicAndWellFormed) {
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(a[0].tokens.size(), 5u);
   EXPECT_EQ(a[0].tokens, b[0].tokens);
-  for (float c : a[0].confidence) {
-    EXPECT_GT(c, 0.f);
-    EXPECT_LT(c, 1.f);
-  }
+  ASSERT_EQ(a[0].confidence_logits.size(), 5u);
+  EXPECT_EQ(a[0].confidence_logits, b[0].confidence_logits);
+  for (float z : a[0].confidence_logits) EXPECT_TRUE(std::isfinite(z));
   for (int32_t t : a[0].tokens) EXPECT_LT(t, 1024);
 }
 

@@ -29,7 +29,8 @@ void WriteSafetensors(const fs::path& path, const Tensors& tensors) {
   int64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     const int64_t bytes = static_cast<int64_t>(t.second.size() * sizeof(float));
-    header[name] = {{"dtype", "F32"}, {"shape", t.first}, {"data_offsets", {offset, offset + bytes}}};
+    header[name] = {
+        {"dtype", "F32"}, {"shape", t.first}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string h = header.dump();
@@ -112,7 +113,9 @@ void Stage(Maker& m, const nlohmann::json& c, int64_t s) {
 
 }  // namespace
 
-std::string GoldenDir() { return std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a"; }
+std::string GoldenDir() {
+  return std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a";
+}
 
 std::string WriteRandomDrafterCheckpoint(uint64_t seed, int64_t block_size, float markov_scale) {
   const fs::path golden = GoldenDir();
@@ -151,7 +154,8 @@ std::string WriteRandomDrafterCheckpoint(uint64_t seed, int64_t block_size, floa
   std::ofstream(dir / "model.safetensors.index.json") << index.dump(2);
   for (const auto& e : fs::directory_iterator(golden)) {
     const std::string f = e.path().filename().string();
-    if (f.starts_with("model-") && f.ends_with(".safetensors")) fs::create_symlink(e.path(), dir / f);
+    if (f.starts_with("model-") && f.ends_with(".safetensors"))
+      fs::create_symlink(e.path(), dir / f);
   }
   return dir.string();
 }
