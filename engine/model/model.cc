@@ -213,7 +213,9 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
         ExportFeatures(d, streams, rows, it - feature_layers_.begin(), slots, out->features);
       }
     }
-    if (options.on_layer_done) options.on_layer_done(l);
+    // Rank 0 writes the caches (the others' replicated rows are not stored), so it alone
+    // tells the caller a layer's rows are ready: once per layer, not once per rank.
+    if (ctx.writes_cache && options.on_layer_done) options.on_layer_done(l);
   }
   if (block_io) out->block_io.insert(out->block_io.end(), streams.begin(), streams.end());
   // After the last layer's all-reduce no rank reads the caches any more.

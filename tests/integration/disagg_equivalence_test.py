@@ -1,6 +1,8 @@
 """Disaggregated serving equals the colocated engine, DSpark on, over one UCX transport: the
 bundled tiny model (sliding window 32, compress ratios 4/16, 1024 positions) behind a router
-with 1 prefill + 1 decode worker and one with 2 + 2 (round robin, so every pair is used).
+with 1 prefill + 1 decode worker and one with 2 + 2 (round robin, so every pair is used; the
+second prefill worker runs tensor-parallel size 2 and the second decode worker 8, as deployed,
+so states also move between different TP layouts).
 For prompts shorter than the window, just past it, and far past it with many compression
 groups, the greedy token ids and the DSpark counters (drafts, draft and accepted tokens) of
 every request equal `pdspark generate` (one process, no transfer) token for token and count
@@ -48,10 +50,11 @@ class DisaggEquivalenceTest(unittest.TestCase):
         cls.r11 = c.start_router("router-1p1d", router)
         cls.r22 = c.start_router("router-2p2d", router)
         tls = ["--ucx-tls", ARGS.ucx_tls]
+        tp = lambda n: ["--tensor-parallel-size", str(n)]  # noqa: E731
         cls.prefills = [c.start_worker("prefill-1", "prefill", [cls.r11, cls.r22], tls),
-                        c.start_worker("prefill-2", "prefill", [cls.r22], tls)]
+                        c.start_worker("prefill-2", "prefill", [cls.r22], tls + tp(2))]
         cls.decodes = [c.start_worker("decode-1", "decode", [cls.r11, cls.r22], tls + SPEC),
-                       c.start_worker("decode-2", "decode", [cls.r22], tls + SPEC)]
+                       c.start_worker("decode-2", "decode", [cls.r22], tls + SPEC + tp(8))]
         c.wait_ready((lambda: health(cls.r11).get("prefill_workers") == 1 and
                       health(cls.r11).get("decode_workers") == 1, "1p1d cluster"),
                      (lambda: health(cls.r22).get("prefill_workers") == 2 and

@@ -182,6 +182,31 @@ TEST(TensorParallelTest, StateWrittenAtTp2ContinuesIdenticallyAtTp8) {
                   "TP=2 -> TP=8");
 }
 
+// Layer-wise KV streaming reads the cache rows as each layer finishes: the callback must come
+// once per layer, in order, after the rows are in the state, whatever the rank count (it once
+// came from every rank thread at once, and a TP=2 prefill worker shipped torn rows).
+TEST(TensorParallelTest, LayerDoneComesOncePerLayerWithTheRowsWritten) {
+  for (int tp : {1, 2, 8}) {
+    auto model = Load(kTinyDir, tp);
+    ASSERT_NE(model, nullptr);
+    auto state = model->NewSequence();
+    const auto prompts = Prompts(static_cast<int32_t>(model->dims().vocab));
+    std::vector<int64_t> layers;
+    std::vector<int64_t> rows_seen;
+    StepOptions options;
+    options.on_layer_done = [&](int64_t layer) {
+      layers.push_back(layer);
+      rows_seen.push_back(state->Group(layer, CacheGroupKind::kWindowKv).size());
+    };
+    StepInput input{state.get(), prompts[0]};
+    ASSERT_TRUE(model->Step({&input, 1}, options).ok());
+    std::vector<int64_t> expected(model->dims().layers);
+    for (size_t l = 0; l < expected.size(); ++l) expected[l] = static_cast<int64_t>(l);
+    EXPECT_EQ(layers, expected) << "tp=" << tp;
+    for (int64_t rows : rows_seen) EXPECT_GT(rows, 0) << "tp=" << tp;
+  }
+}
+
 TEST(TensorParallelTest, RejectsBadSizes) {
   for (int tp : {0, -1, kMaxTensorParallel + 1}) {
     ModelOptions options;
