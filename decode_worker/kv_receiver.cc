@@ -174,6 +174,9 @@ StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Restore(
     rows.push_back({staged.first_row, staged.first_row + static_cast<int64_t>(segment.rows), data});
   }
   RETURN_IF_ERROR(sequence->RestoreRows(static_cast<int64_t>(record.num_tokens), rows));
+  // What the prefill worker counts as sent: the rows and the completion record (drafter ring,
+  // segment reports) it wrote into the reservation.
+  *bytes += record.Serialize().size();
   auto prefilled = std::make_shared<serving::PrefilledState>();
   prefilled->sequence = std::move(sequence);
   if (drafter) {
@@ -182,7 +185,6 @@ StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Restore(
           "the prefill worker shipped no DSpark drafter context, which this worker needs");
     }
     RETURN_IF_ERROR(drafter->Restore(record.drafter_state));
-    *bytes += record.drafter_state.size();
     prefilled->drafter = std::move(drafter);
   }
   *prefill_end_ns = record.prefill_end_unix_ns;
