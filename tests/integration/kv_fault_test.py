@@ -12,7 +12,7 @@ import threading
 import time
 import unittest
 
-from cluster import Cluster, free_port, grpc_modules, health, http_json, metric, wait_for
+from cluster import Cluster, grpc_modules, health, http_json, metric, wait_for
 
 ARGS = None
 MODS = None
@@ -49,12 +49,10 @@ class KvFaultTest(unittest.TestCase):
         self.addCleanup(c.stop_all)
         self.router = c.start_router("router", ["--disagg-min-prompt-tokens", "1"])
         tls = ["--ucx-tls", "tcp"]
-        self.prefill_port = free_port()
         # Small prefill chunks: the prompt streams over many steps, so the transfer is long.
         self.prefill = c.start_worker("prefill", "prefill", [self.router],
                                       tls + ["--transfer-stall-ms", "1000",
-                                             "--max-batch-tokens", "64",
-                                             "--port", str(self.prefill_port)])
+                                             "--max-batch-tokens", "64"])
         self.decode = c.start_worker("decode", "decode", [self.router], tls)
         c.wait_ready((lambda: health(self.router).get("prefill_workers") == 1 and
                       health(self.router).get("decode_workers") == 1, "cluster"))
@@ -80,7 +78,7 @@ class KvFaultTest(unittest.TestCase):
         grpc = MODS[0]
         from pdspark.v1 import worker_pb2, worker_pb2_grpc
         stub = worker_pb2_grpc.PrefillWorkerStub(
-            grpc.insecure_channel("127.0.0.1:%d" % self.prefill_port))
+            grpc.insecure_channel("127.0.0.1:%d" % self.prefill.grpc))
         stats = stub.Stats(worker_pb2.StatsRequest(), timeout=5)
         return stats.running_requests, stats.used_cache_bytes
 
