@@ -55,7 +55,9 @@ def run_mode(args, model, mode, lengths):
     try:
         router = c.start_router("router", ["--disagg-min-prompt-tokens", "1",
                                            "--reservation-lease-ms", "1800000",
-                                           "--request-timeout-s", "1800"])
+                                           "--request-timeout-s", "1800",
+                                           # a 32k-token prefill takes minutes on a CPU
+                                           "--prefill-attempt-timeout-ms", "1800000"])
         tls = ["--ucx-tls", args.ucx_tls]
         prefill = c.start_worker("prefill", "prefill", [router],
                                  tls + ["--kv-transfer", mode, "--transfer-timeout-ms", "600000"])
