@@ -15,10 +15,19 @@ import urllib.error
 import urllib.request
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before by this process: a process started earlier may
+    not have bound its port yet, and the kernel can offer that port again."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class Process:
