@@ -107,14 +107,18 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     receiver_ = decode::KvReceiver::Create(decode_agent_.get(), options, metrics_.get()).value();
   }
 
-  // The engines outlive the test, the send arena does not: wait until no request (and so no
-  // streamer holding a range of the arena) is left in the prefill engine.
+  // The engines outlive the test, the send arena does not: wait until no request is left in
+  // the prefill engine and no streamer holds a range of the arena. (The engine's counts alone
+  // are not enough: a request moving from the queue to the batch is briefly in neither count,
+  // and a cancelled one is counted until the loop reaps it.)
   void TearDown() override { ASSERT_TRUE(PrefillEngineIdle()); }
 
-  static bool PrefillEngineIdle() {
+  bool PrefillEngineIdle() const {
     for (int i = 0; i < 1500; ++i) {
       const auto stats = prefill_->Stats();
-      if (stats.running == 0 && stats.waiting == 0) return true;
+      if (stats.running == 0 && stats.waiting == 0 && send_arena_->bytes_in_use() == 0) {
+        return true;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;
