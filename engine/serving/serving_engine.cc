@@ -30,6 +30,8 @@ struct ServingEngine::Active {
   // DSpark: the drafter context of the first drafter_state->num_positions() tokens, and this
   // round's drafts with the distributions they were drawn from (empty rows when greedy).
   std::unique_ptr<dspark::DrafterState> drafter_state;
+  // Target features of the positions after the ring's, not appended yet (see CatchUpRing).
+  std::vector<float> pending_context;
   std::vector<int32_t> draft;
   std::vector<float> draft_probs;
   // auto: this round's confidence logits (every drafted slot) and the survivals expected of
@@ -307,8 +309,7 @@ StatusOr<std::shared_ptr<PrefilledState>> ServingEngine::RestorePrefilled(
 // max_tokens or the model length (the round emits up to gamma + 1 tokens).
 int64_t ServingEngine::DraftLength(const Active& r) const {
   // A prefill_only request ends at its first token: its ring is only built to be shipped.
-  if (!r.drafter_state || r.spec.prefill_only || r.pending() != 1 ||
-      r.drafter_state->num_positions() != r.fed()) {
+  if (!r.drafter_state || r.spec.prefill_only || r.pending() != 1 || RingPositions(r) != r.fed()) {
     return 0;
   }
   const int64_t block = options_.drafter->block_size();
@@ -322,7 +323,7 @@ int64_t ServingEngine::DraftLength(const Active& r) const {
 // ChooseDrafting picks). Drafts use the request's own logits processing (stop-token
 // suppression, temperature, top-k/p) so that q is the distribution the acceptance rule divides
 // by, and the request's sampler (seeded runs stay reproducible).
-void ServingEngine::DraftAll() {
+bool ServingEngine::DraftAll() {
   std::vector<Active*> candidates;
   std::vector<int64_t> caps;
   for (auto& r : running_) {
@@ -335,7 +336,7 @@ void ServingEngine::DraftAll() {
     candidates.push_back(r.get());
     caps.push_back(cap);
   }
-  if (candidates.empty()) return;
+  if (candidates.empty()) return false;
   std::vector<Active*> drafting;
   std::vector<int64_t> gammas;
   if (options_.spec_auto) {
@@ -344,11 +345,12 @@ void ServingEngine::DraftAll() {
     drafting = candidates;
     gammas = caps;
   }
-  if (drafting.empty()) return;
+  if (drafting.empty()) return false;
   std::vector<dspark::DraftInput> inputs;
   const int64_t vocab = model_->config().vocab_size;
   for (size_t i = 0; i < drafting.size(); ++i) {
     Active* req = drafting[i];
+    CatchUpRing(*req);
     dspark::DraftInput in;
     in.state = req->drafter_state.get();
     in.anchor_token = req->tokens.back();
@@ -374,6 +376,7 @@ void ServingEngine::DraftAll() {
   }
   for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->draft = drafts[i].tokens;
   if (options_.spec_auto) ScheduleVerifyLengths(drafting, drafts);
+  return true;
 }
 
 // The step without drafts, as PlanStep will build it: every decoding request feeds one token
@@ -401,10 +404,12 @@ dspark::ConfidenceCalibration& ServingEngine::Calibration(const Active& request)
 }
 
 // auto, before drafting: PlanDrafts on each candidate's predicted survivals and the measured
-// costs decides whether drafting pays this step, for whom and with how many slots. When it
-// does not, drafting stops except for probes — a full draft of two candidates (round robin)
-// after 8 idle steps, the gap doubling up to 256 while probes keep showing it does not pay —
-// which keep the predictions and the calibration following the workload.
+// costs decides whether drafting pays this step, for whom and with how many slots; the
+// DraftingGuard vetoes the plan where drafting steps of this batch size have realized fewer
+// tokens per CPU-second than plain ones. When drafting does not happen, it stops except for
+// probes — the vetoed plan, or else a full draft of two candidates (round robin), after 8 idle
+// steps, the gap doubling up to 256 while probes keep showing it does not pay — which keep the
+// predictions, the calibration and the guard's figures following the workload.
 void ServingEngine::ChooseDrafting(const std::vector<Active*>& candidates,
                                    const std::vector<int64_t>& caps, std::vector<Active*>& drafting,
                                    std::vector<int64_t>& gammas) {
@@ -417,21 +422,27 @@ void ServingEngine::ChooseDrafting(const std::vector<Active*>& candidates,
                             : r->predicted_survival);
   }
   const int64_t block = options_.drafter->block_size();
+  const dspark::StepBase base = BaseOfStep();
   dspark::DraftPlan plan = dspark::PlanDrafts(
-      predicted, caps, block, BaseOfStep(),
+      predicted, caps, block, base,
       [this](int64_t s, int64_t rows) { return spec_costs_.TargetSeconds(s, rows); },
       [this](int64_t r, int64_t g) { return spec_costs_.DraftSeconds(r, g); },
       options_.spec_auto_min_survival, options_.spec_auto_min_speedup);
-  if (plan.gamma > 0) {
+  // Unprofiled, drafting is free by definition: nothing to guard.
+  const bool vetoed =
+      plan.gamma > 0 && spec_costs_.profiled() && !drafting_guard_.AllowDrafting(base.sequences);
+  if (plan.gamma > 0 && !vetoed) {
     auto_idle_steps_ = 0;
     auto_probe_gap_ = kFirstProbeGap;
   } else {
     if (++auto_idle_steps_ < std::max(auto_probe_gap_, kFirstProbeGap)) return;
     auto_idle_steps_ = 0;
     auto_probe_gap_ = std::min(2 * std::max(auto_probe_gap_, kFirstProbeGap), kMaxProbeGap);
-    plan.gamma = block;
-    for (size_t i = 0; i < std::min(kProbeRequests, candidates.size()); ++i) {
-      plan.requests.push_back(auto_probe_cursor_++ % candidates.size());
+    if (!vetoed) {
+      plan.gamma = block;
+      for (size_t i = 0; i < std::min(kProbeRequests, candidates.size()); ++i) {
+        plan.requests.push_back(auto_probe_cursor_++ % candidates.size());
+      }
     }
   }
   for (size_t i : plan.requests) {
@@ -514,9 +525,17 @@ void ServingEngine::RunStep() {
   std::vector<engine::StepInput> inputs;
   std::vector<std::vector<int32_t>> chunks;
   chunks.reserve(running_.size());
-  if (SpecEnabled()) DraftAll();
+  const double cpu_start = SpecCostModel::ThreadCpuSeconds();
+  const bool drafted = SpecEnabled() && DraftAll();
   std::vector<Active*> planned = PlanStep(inputs, chunks);
   if (planned.empty()) return;
+  // auto: a decode step (no prefill chunk) is a sample for the DraftingGuard.
+  bool decode_step = options_.spec_auto;
+  std::vector<int64_t> generated_before;
+  for (Active* r : planned) {
+    decode_step = decode_step && r->pending() == 1;
+    generated_before.push_back(r->generated);
+  }
   bool verifying = false;
   for (Active* r : planned) verifying = verifying || !r->draft.empty();
   engine::StepOptions step_options;
@@ -550,15 +569,17 @@ void ServingEngine::RunStep() {
     return;
   }
   const int64_t vocab = model_->config().vocab_size;
-  const int64_t feature_width =
-      options_.drafter ? options_.drafter->num_feature_layers() * model_->config().hidden_size : 0;
+  const int64_t feature_width = FeatureWidth();
   for (size_t i = 0; i < planned.size(); ++i) {
     Active& r = *planned[i];
     const int64_t begin = output->row_offsets[i], end = output->row_offsets[i + 1];
-    // The state already holds this step's tokens; the ring catches up to it.
-    if (r.drafter_state && r.drafter_state->num_positions() == r.fed() - (end - begin)) {
-      options_.drafter->AppendContext(*r.drafter_state,
-                                      output->features.data() + begin * feature_width, end - begin);
+    // The state already holds this step's tokens; the ring's context follows it.
+    if (r.drafter_state && RingPositions(r) == r.fed() - (end - begin)) {
+      r.pending_context.insert(r.pending_context.end(),
+                               output->features.data() + begin * feature_width,
+                               output->features.data() + end * feature_width);
+      if (static_cast<int64_t>(r.pending_context.size()) >= kMaxPendingContext * feature_width)
+        CatchUpRing(r);
     }
     if (!r.draft.empty()) {
       AfterVerify(r, output->logits.data() + begin * vocab);
@@ -566,6 +587,13 @@ void ServingEngine::RunStep() {
       const int64_t row = verifying ? end - 1 : static_cast<int64_t>(i);
       AfterStep(r, output->logits.data() + row * vocab, true);
     }
+  }
+  if (decode_step) {
+    double committed = 0;
+    for (size_t i = 0; i < planned.size(); ++i)
+      committed += static_cast<double>(planned[i]->generated - generated_before[i]);
+    drafting_guard_.Observe(static_cast<int64_t>(planned.size()), drafted, committed,
+                            SpecCostModel::ThreadCpuSeconds() - cpu_start);
   }
   std::lock_guard lock(mu_);
   ++stats_.steps;
@@ -595,6 +623,7 @@ void ServingEngine::Emit(Active& request, std::vector<int32_t> emitted,
   RequestEvent event;
   event.tokens = emitted;
   if (request.spec.prefill_only) {
+    if (request.drafter_state) CatchUpRing(request);
     if (request.spec.state_observer) {
       request.spec.state_observer->OnPrefilled(*request.state, request.drafter_state.get());
     } else {
@@ -692,7 +721,7 @@ void ServingEngine::AfterVerify(Active& r, const float* logits) {
                                               static_cast<int32_t>(r.generated), &*result);
   const int64_t committed = anchor_position + 1 + result->num_accepted;
   Status st_target = r.state->Truncate(committed);
-  Status st_drafter = r.drafter_state->Truncate(committed);
+  Status st_drafter = TruncateRing(r, committed);
   r.draft.clear();
   r.draft_probs.clear();
   if (!st_target.ok() || !st_drafter.ok()) {
@@ -701,6 +730,38 @@ void ServingEngine::AfterVerify(Active& r, const float* logits) {
     return;
   }
   Emit(r, std::move(result->tokens), reason);
+}
+
+int64_t ServingEngine::FeatureWidth() const {
+  return options_.drafter ? options_.drafter->num_feature_layers() * model_->config().hidden_size
+                          : 0;
+}
+
+int64_t ServingEngine::RingPositions(const Active& r) const {
+  return r.drafter_state->num_positions() +
+         static_cast<int64_t>(r.pending_context.size()) / FeatureWidth();
+}
+
+// The drafter context of a position is only needed once the request drafts (or ships its ring),
+// so it is appended lazily: one matrix product over up to kMaxPendingContext positions instead
+// of a matrix-vector product per position and step. A request that seldom drafts (auto where
+// speculation does not pay) thus keeps its ring for a fraction of the cost, and the features
+// held meanwhile stay bounded.
+void ServingEngine::CatchUpRing(Active& r) const {
+  if (r.pending_context.empty()) return;
+  options_.drafter->AppendContext(*r.drafter_state, r.pending_context.data(),
+                                  static_cast<int64_t>(r.pending_context.size()) / FeatureWidth());
+  r.pending_context.clear();
+}
+
+Status ServingEngine::TruncateRing(Active& r, int64_t positions) const {
+  const int64_t appended = r.drafter_state->num_positions();
+  if (positions >= appended) {
+    r.pending_context.resize((positions - appended) * FeatureWidth());
+    return absl::OkStatus();
+  }
+  r.pending_context.clear();
+  return r.drafter_state->Truncate(positions);
 }
 
 void ServingEngine::MarkDone(Active& request) {

@@ -20,6 +20,7 @@
 #include "engine/dspark/drafter.h"
 #include "engine/dspark/verify_scheduler.h"
 #include "engine/model/model.h"
+#include "engine/serving/drafting_guard.h"
 #include "engine/serving/request.h"
 #include "engine/serving/spec_cost_model.h"
 
@@ -130,11 +131,17 @@ class ServingEngine {
   void ScheduleVerifyLengths(const std::vector<Active*>& drafting,
                              const std::vector<dspark::DraftOutput>& drafts);
   int64_t DraftLength(const Active& request) const;
-  void DraftAll();
+  // The DSpark context ring with lazily appended positions (see CatchUpRing).
+  static constexpr int64_t kMaxPendingContext = 16;
+  int64_t FeatureWidth() const;
+  int64_t RingPositions(const Active& request) const;
+  void CatchUpRing(Active& request) const;
+  Status TruncateRing(Active& request, int64_t positions) const;
+  // Drafts for this step's speculating requests; whether the drafter ran.
+  bool DraftAll();
   void AfterVerify(Active& request, const float* logits);
   void Emit(Active& request, std::vector<int32_t> emitted, sampling::FinishReason reason);
-  void Finish(Active& request, Outcome outcome, sampling::FinishReason reason,
-              std::string error);
+  void Finish(Active& request, Outcome outcome, sampling::FinishReason reason, std::string error);
   void MarkDone(Active& request);
   void ReapFinished();
   int64_t CacheReservation(const RequestSpec& spec) const;
@@ -161,6 +168,7 @@ class ServingEngine {
   int64_t live_drafter_states_ = 0;
   // auto (owned by the loop thread too).
   SpecCostModel spec_costs_;
+  DraftingGuard drafting_guard_;
   std::vector<dspark::ConfidenceCalibration> calibration_;  // [0] greedy, [1] sampled requests
   std::vector<std::vector<double>> prior_survival_;         // same index: for requests without
                                                             // rounds of their own yet

@@ -1,0 +1,50 @@
+#include "engine/serving/drafting_guard.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace pdspark::serving {
+
+namespace {
+
+// Weight of the past per new step: about the last ten steps of a kind count.
+constexpr double kDecay = 0.9;
+
+}  // namespace
+
+size_t DraftingGuard::Class(int64_t sequences) {
+  return static_cast<size_t>(
+      std::bit_width(static_cast<uint64_t>(std::max<int64_t>(sequences, 1))));
+}
+
+void DraftingGuard::Observe(int64_t sequences, bool drafted, double tokens, double seconds) {
+  if (sequences <= 0 || seconds <= 0) return;
+  const size_t c = Class(sequences);
+  if (classes_.size() <= c) classes_.resize(c + 1);
+  Throughput& t = classes_[c][drafted ? 1 : 0];
+  t.tokens = kDecay * t.tokens + tokens;
+  t.seconds = kDecay * t.seconds + seconds;
+  ++t.samples;
+}
+
+const DraftingGuard::Throughput* DraftingGuard::Find(int64_t sequences, bool drafted) const {
+  const size_t c = Class(sequences);
+  if (c >= classes_.size()) return nullptr;
+  const Throughput& t = classes_[c][drafted ? 1 : 0];
+  return t.samples >= kMinSamples ? &t : nullptr;
+}
+
+double DraftingGuard::Rate(int64_t sequences, bool drafted) const {
+  const Throughput* t = Find(sequences, drafted);
+  return t ? t->tokens / t->seconds : 0.0;
+}
+
+bool DraftingGuard::AllowDrafting(int64_t sequences) const {
+  const Throughput* drafting = Find(sequences, true);
+  if (!drafting) return true;  // drafting not measured yet here: let it measure
+  const Throughput* plain = Find(sequences, false);
+  if (!plain) return false;  // measure plain steps to compare with
+  return drafting->tokens / drafting->seconds >= plain->tokens / plain->seconds;
+}
+
+}  // namespace pdspark::serving
