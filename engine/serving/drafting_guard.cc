@@ -12,25 +12,25 @@ constexpr double kDecay = 0.9;
 
 }  // namespace
 
-size_t DraftingGuard::Class(int64_t sequences) {
+size_t DraftingGuard::ClassOf(int64_t sequences) {
   return static_cast<size_t>(
       std::bit_width(static_cast<uint64_t>(std::max<int64_t>(sequences, 1))));
 }
 
 void DraftingGuard::Observe(int64_t sequences, bool drafted, double tokens, double seconds) {
   if (sequences <= 0 || seconds <= 0) return;
-  const size_t c = Class(sequences);
+  const size_t c = ClassOf(sequences);
   if (classes_.size() <= c) classes_.resize(c + 1);
-  Throughput& t = classes_[c][drafted ? 1 : 0];
+  Throughput& t = classes_[c].by_kind[drafted ? 1 : 0];
   t.tokens = kDecay * t.tokens + tokens;
   t.seconds = kDecay * t.seconds + seconds;
   ++t.samples;
 }
 
 const DraftingGuard::Throughput* DraftingGuard::Find(int64_t sequences, bool drafted) const {
-  const size_t c = Class(sequences);
+  const size_t c = ClassOf(sequences);
   if (c >= classes_.size()) return nullptr;
-  const Throughput& t = classes_[c][drafted ? 1 : 0];
+  const Throughput& t = classes_[c].by_kind[drafted ? 1 : 0];
   return t.samples >= kMinSamples ? &t : nullptr;
 }
 
@@ -39,12 +39,16 @@ double DraftingGuard::Rate(int64_t sequences, bool drafted) const {
   return t ? t->tokens / t->seconds : 0.0;
 }
 
-bool DraftingGuard::AllowDrafting(int64_t sequences) const {
+bool DraftingGuard::AllowDrafting(int64_t sequences) {
   const Throughput* drafting = Find(sequences, true);
   if (!drafting) return true;  // drafting not measured yet here: let it measure
   const Throughput* plain = Find(sequences, false);
   if (!plain) return false;  // measure plain steps to compare with
-  return drafting->tokens / drafting->seconds >= plain->tokens / plain->seconds;
+  if (drafting->tokens / drafting->seconds < plain->tokens / plain->seconds) return false;
+  int64_t& allowed = classes_[ClassOf(sequences)].allowed_since_plain;
+  if (++allowed < kPlainRefreshEvery) return true;
+  allowed = 0;
+  return false;
 }
 
 }  // namespace pdspark::serving

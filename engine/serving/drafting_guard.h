@@ -28,11 +28,17 @@ class DraftingGuard {
   // time (drafter forward included); `drafted`: whether the drafter ran for it.
   void Observe(int64_t sequences, bool drafted, double tokens, double seconds);
 
+  // Steps of a class in which drafting is allowed before one is kept plain, so the plain
+  // figure stays as current as the drafting one (a stale plain figure could keep drafting
+  // allowed after the workload or the machine's load changed).
+  static constexpr int64_t kPlainRefreshEvery = 16;
+
   // Whether a step over `sequences` sequences the scheduler wants to draft for should draft:
   // false when drafting steps of this batch-size class realized fewer tokens per CPU-second
-  // than plain steps, and also while plain steps of the class are not measured yet but drafting
-  // steps are (a few plain steps make the comparison possible); true otherwise.
-  bool AllowDrafting(int64_t sequences) const;
+  // than plain steps, while plain steps of the class are not measured yet but drafting steps
+  // are (a few plain steps make the comparison possible), and for one step in
+  // kPlainRefreshEvery of those where drafting is allowed; true otherwise.
+  bool AllowDrafting(int64_t sequences);
 
   // Realized tokens per CPU-second of plain / drafting steps of the class (0 = not measured).
   double PlainRate(int64_t sequences) const { return Rate(sequences, false); }
@@ -43,12 +49,16 @@ class DraftingGuard {
     double tokens = 0, seconds = 0;
     int64_t samples = 0;
   };
+  struct Class {
+    std::array<Throughput, 2> by_kind;  // [drafted]
+    int64_t allowed_since_plain = 0;    // drafting steps allowed since the last plain refresh
+  };
   // Batch-size classes 1, 2-3, 4-7, ...: the per-token cost of a step falls with its size.
-  static size_t Class(int64_t sequences);
+  static size_t ClassOf(int64_t sequences);
   const Throughput* Find(int64_t sequences, bool drafted) const;
   double Rate(int64_t sequences, bool drafted) const;
 
-  std::vector<std::array<Throughput, 2>> classes_;  // [class][drafted]
+  std::vector<Class> classes_;
 };
 
 }  // namespace pdspark::serving

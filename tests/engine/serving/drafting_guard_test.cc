@@ -59,5 +59,19 @@ TEST(DraftingGuardTest, JudgesEachBatchSizeClassOnItsOwn) {
   EXPECT_TRUE(guard.AllowDrafting(16));    // not measured
 }
 
+TEST(DraftingGuardTest, KeepsOneAllowedStepInEveryFewPlainSoThePlainFigureStaysCurrent) {
+  DraftingGuard guard;
+  Feed(guard, false, 16, 10);
+  Feed(guard, true, 24, 5);  // drafting pays
+  int plain = 0;
+  for (int i = 0; i < 4 * DraftingGuard::kPlainRefreshEvery; ++i) {
+    plain += guard.AllowDrafting(16) ? 0 : 1;
+  }
+  EXPECT_EQ(plain, 4);
+  // The refreshed plain figure now beats drafting (the machine changed): drafting stops.
+  Feed(guard, false, 40, 10);
+  EXPECT_FALSE(guard.AllowDrafting(16));
+}
+
 }  // namespace
 }  // namespace pdspark::serving
