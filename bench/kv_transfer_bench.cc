@@ -9,9 +9,7 @@
 // (all its puts into distinct memory, then one flush, awaited), our bandwidth for puts of the
 // request's mean segment size all to one address as ucx_perftest does (then one flush), and
 // ucx_perftest's at that size. MiB/s throughout (ucx_perftest's "MB/s").
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +24,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "common/base/free_port.h"
 #include "common/config/model_config.h"
 #include "common/transport/ucx_agent.h"
 #include "engine/cache/cache_layout.h"
@@ -145,18 +144,6 @@ double MemcpyBandwidth(const std::vector<WriteOp>& ops, uint64_t total, int repe
   return static_cast<double>(total) * repetitions / seconds / kMiB;
 }
 
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 pid_t Spawn(const std::vector<std::string>& args, const std::string& transports, int out_fd) {
   std::fflush(stdout);
   const pid_t pid = fork();
@@ -176,7 +163,7 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& transports,
 // client both on loopback, or 0 when it could not run.
 double PerftestBandwidth(const std::string& perftest, const std::string& transports, uint64_t size,
                          int64_t iterations) {
-  const std::string port = std::to_string(FreePort());
+  const std::string port = std::to_string(pdspark::FreeLoopbackPort());
   FILE* server_out = tmpfile();
   const pid_t server = Spawn({perftest, "-p", port}, transports, fileno(server_out));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "common/base/free_port.h"
 #include "nlohmann/json.hpp"
 
 extern char** environ;
@@ -30,18 +31,6 @@ struct Child {
   int metrics_port = 0;
   std::string component;  // router | prefill | decode | prometheus
 };
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Starts `argv` with stdout and stderr appended to `log`; the child gets default signal
 // handling back (the launcher blocks SIGINT/SIGTERM for itself).
@@ -155,7 +144,7 @@ int Launch(const LaunchOptions& o) {
                   {bin + "/pdspark-router", "--model", o.model, "--http-port",
                    std::to_string(o.http_port), "--grpc-port", std::to_string(o.grpc_port)});
   auto worker = [&](const std::string& role, int index) {
-    const int metrics = FreePort();
+    const int metrics = FreeLoopbackPort();
     std::vector<std::string> argv = {bin + "/pdspark-" + role, "--model", o.model, "--router",
                                      router_grpc, "--metrics-port", std::to_string(metrics),
                                      "--ucx-tls", o.ucx_tls, "--tensor-parallel-size",
