@@ -14,28 +14,11 @@
 #include "engine/serving/serving_engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/dspark/random_drafter.h"
+#include "tests/engine/serving/golden_requests.h"
 #include "tests/engine/serving/request_collector.h"
 
 namespace pdspark::serving {
 namespace {
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back((i * 37 + salt * 101 + 5) % 1024);
-  return ids;
-}
-
-RequestSpec Spec(std::string id, std::vector<int32_t> prompt, int max_tokens, float temperature,
-                 std::optional<uint64_t> seed = std::nullopt) {
-  RequestSpec spec;
-  spec.id = std::move(id);
-  spec.prompt = std::move(prompt);
-  spec.sampling.temperature = temperature;
-  spec.sampling.max_tokens = max_tokens;
-  spec.sampling.ignore_eos = true;
-  spec.sampling.seed = seed;
-  return spec;
-}
 
 class SpecDecodeTest : public ::testing::Test {
  protected:
