@@ -9,6 +9,7 @@
 #include "engine/cache/cache_budget.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/speculative_acceptance.h"
+#include "engine/serving/pending_context.h"
 
 namespace pdspark::serving {
 
@@ -30,8 +31,9 @@ struct ServingEngine::Active {
   // DSpark: the drafter context of the first drafter_state->num_positions() tokens, and this
   // round's drafts with the distributions they were drawn from (empty rows when greedy).
   std::unique_ptr<dspark::DrafterState> drafter_state;
-  // Target features of the positions after the ring's, not appended yet (see CatchUpRing).
-  std::vector<float> pending_context;
+  // Target features of the positions after the ring's, not appended yet (see CatchUpRing);
+  // set whenever drafter_state is.
+  std::optional<PendingContext> pending_context;
   std::vector<int32_t> draft;
   std::vector<float> draft_probs;
   // auto: this round's confidence logits (every drafted slot) and the survivals expected of
@@ -236,7 +238,10 @@ Status ServingEngine::StartRequest(Active& request) {
     for (size_t i = 0; i < spec.generated.size(); ++i) request.sampler->Uniform();
   }
   RETURN_IF_ERROR(AdoptPrefilledState(request));
-  if (request.drafter_state) ++live_drafter_states_;
+  if (request.drafter_state) {
+    ++live_drafter_states_;
+    request.pending_context.emplace(FeatureWidth(), *request.drafter_state);
+  }
   request.tokens = spec.prompt;
   request.tokens.insert(request.tokens.end(), spec.generated.begin(), spec.generated.end());
   request.generated = static_cast<int64_t>(spec.generated.size());
@@ -575,11 +580,8 @@ void ServingEngine::RunStep() {
     const int64_t begin = output->row_offsets[i], end = output->row_offsets[i + 1];
     // The state already holds this step's tokens; the ring's context follows it.
     if (r.drafter_state && RingPositions(r) == r.fed() - (end - begin)) {
-      r.pending_context.insert(r.pending_context.end(),
-                               output->features.data() + begin * feature_width,
-                               output->features.data() + end * feature_width);
-      if (static_cast<int64_t>(r.pending_context.size()) >= kMaxPendingContext * feature_width)
-        CatchUpRing(r);
+      r.pending_context->Add(output->features.data() + begin * feature_width, end - begin);
+      if (r.pending_context->MustFlush()) CatchUpRing(r);
     }
     if (!r.draft.empty()) {
       AfterVerify(r, output->logits.data() + begin * vocab);
@@ -738,29 +740,19 @@ int64_t ServingEngine::FeatureWidth() const {
 }
 
 int64_t ServingEngine::RingPositions(const Active& r) const {
-  return r.drafter_state->num_positions() +
-         static_cast<int64_t>(r.pending_context.size()) / FeatureWidth();
+  return r.drafter_state->num_positions() + r.pending_context->positions();
 }
 
-// The drafter context of a position is only needed once the request drafts (or ships its ring),
-// so it is appended lazily: one matrix product over up to kMaxPendingContext positions instead
-// of a matrix-vector product per position and step. A request that seldom drafts (auto where
-// speculation does not pay) thus keeps its ring for a fraction of the cost, and the features
-// held meanwhile stay bounded.
+// The drafter context of a position is only needed once the request drafts or ships its ring,
+// so it is appended then (see PendingContext).
 void ServingEngine::CatchUpRing(Active& r) const {
-  if (r.pending_context.empty()) return;
-  options_.drafter->AppendContext(*r.drafter_state, r.pending_context.data(),
-                                  static_cast<int64_t>(r.pending_context.size()) / FeatureWidth());
-  r.pending_context.clear();
+  r.pending_context->Flush(*options_.drafter, *r.drafter_state);
 }
 
 Status ServingEngine::TruncateRing(Active& r, int64_t positions) const {
   const int64_t appended = r.drafter_state->num_positions();
-  if (positions >= appended) {
-    r.pending_context.resize((positions - appended) * FeatureWidth());
-    return absl::OkStatus();
-  }
-  r.pending_context.clear();
+  if (positions >= appended) return r.pending_context->Truncate(positions - appended);
+  RETURN_IF_ERROR(r.pending_context->Truncate(0));
   return r.drafter_state->Truncate(positions);
 }
 

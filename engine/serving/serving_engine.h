@@ -132,7 +132,6 @@ class ServingEngine {
                              const std::vector<dspark::DraftOutput>& drafts);
   int64_t DraftLength(const Active& request) const;
   // The DSpark context ring with lazily appended positions (see CatchUpRing).
-  static constexpr int64_t kMaxPendingContext = 16;
   int64_t FeatureWidth() const;
   int64_t RingPositions(const Active& request) const;
   void CatchUpRing(Active& request) const;
