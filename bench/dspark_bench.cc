@@ -163,9 +163,11 @@ std::string Row(const std::string& mode, int c, const Result& r, const Result& o
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   char line[512];
   std::snprintf(line, sizeof(line),
-                "| %s | %d | %.1f | %.2fx | %.1f | %.2fx | %.2f | %.2f | %.2f | %s |", mode.c_str(),
-                c, r.tokens_per_s, ratio(r.tokens_per_s, off.tokens_per_s), r.tokens_per_cpu_s,
-                ratio(r.tokens_per_cpu_s, off.tokens_per_cpu_s), tau, rate, len, per_pos.c_str());
+                "| %s | %d | %.1f | %.2fx | %.1f | %.2fx | %.2f | %.2f | %.2f | %.1f | %s |",
+                mode.c_str(), c, r.tokens_per_s, ratio(r.tokens_per_s, off.tokens_per_s),
+                r.tokens_per_cpu_s, ratio(r.tokens_per_cpu_s, off.tokens_per_cpu_s), tau, rate, len,
+                100.0 * static_cast<double>(s.drafts) / std::max<double>(r.tokens, 1),
+                per_pos.c_str());
   return line;
 }
 
@@ -218,7 +220,8 @@ int main(int argc, char** argv) {
               w.tokens, w.temperature, repeats);
   std::printf(
       "| spec | conc | out tok/s | vs off | out tok/CPU-s | vs off | tau | accept rate | "
-      "verified/round | accepted@pos (per round) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "verified/round | rounds per 100 tok | accepted@pos (per round) |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int c : concurrency) {
     std::vector<pdspark::Result> best(modes.size());
     std::vector<double> temperatures;

@@ -63,7 +63,9 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
       for (int64_t k = 0; k < block; ++k)
         prior_survival_.back().push_back(prior[std::min<int64_t>(k, 6)]);
     }
-    if (options_.spec_auto_profile) {
+    if (options_.spec_auto_costs) {
+      spec_costs_ = *options_.spec_auto_costs;
+    } else {
       auto costs = SpecCostModel::Measure(*model_, *options_.drafter,
                                           std::min<int64_t>(options_.max_num_seqs, 128));
       if (costs.ok()) {
@@ -384,23 +386,20 @@ bool ServingEngine::DraftAll() {
   return true;
 }
 
-// The step without drafts, as PlanStep will build it: every decoding request feeds one token
-// (and commits one), prefill chunks share the rest of the token budget.
+// The decode part of the step without drafts, as PlanStep will build it: every decoding request
+// feeds one token and commits one. Prefill chunks that share the step are left out: their rows
+// commit no token, so counting them would make the plain step look slow and every verify row
+// look worth its cost; verify rows are judged against plain decoding. (They come first in the
+// token budget, so the prefill chunks do not limit them either.)
 dspark::StepBase ServingEngine::BaseOfStep() const {
   dspark::StepBase base;
   base.max_rows = options_.max_batch_tokens;
-  int64_t prefill = 0;
   for (const auto& r : running_) {
-    if (r->done || !r->started || r->pending() < 1) continue;
+    if (r->done || !r->started || r->pending() != 1) continue;
     ++base.sequences;
-    if (r->pending() == 1) {
-      ++base.rows;
-      base.tokens += 1;
-    } else {
-      prefill += r->pending();
-    }
+    ++base.rows;
+    base.tokens += 1;
   }
-  base.rows += std::min(prefill, std::max<int64_t>(options_.max_batch_tokens - base.rows, 0));
   return base;
 }
 
@@ -534,7 +533,8 @@ void ServingEngine::RunStep() {
   const bool drafted = SpecEnabled() && DraftAll();
   std::vector<Active*> planned = PlanStep(inputs, chunks);
   if (planned.empty()) return;
-  // auto: a decode step (no prefill chunk) is a sample for the DraftingGuard.
+  // auto: a decode step (no prefill chunk) is a sample for the cost model and the DraftingGuard
+  // (prefill chunks are shaped unlike anything they predict).
   bool decode_step = options_.spec_auto;
   std::vector<int64_t> generated_before;
   for (Active* r : planned) {
@@ -560,7 +560,7 @@ void ServingEngine::RunStep() {
   }
   const double start = SpecCostModel::ThreadCpuSeconds();
   auto output = model_->Step(inputs, step_options);
-  if (options_.spec_auto && output.ok()) {
+  if (decode_step && output.ok()) {
     spec_costs_.ObserveTarget(static_cast<int64_t>(planned.size()), output->row_offsets.back(),
                               SpecCostModel::ThreadCpuSeconds() - start);
   }

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,10 +48,11 @@ struct ServingOptions {
   // Draft only when that is predicted to beat a plain step by this factor (hysteresis against
   // drafting on a gain within the cost model's error).
   double spec_auto_min_speedup = 1.03;
-  // false: no startup profile; every step costs the same and drafting is free (so every
-  // candidate drafts and verifies whatever clears the survival floor). Tests use it to exercise
-  // the schedule independently of machine timing.
-  bool spec_auto_profile = true;
+  // The costs auto schedules with; unset: measured at startup (SpecCostModel::Measure). Tests
+  // give fixed ones to exercise the schedule independently of machine timing, e.g.
+  // SpecCostModel::Unprofiled(): every step costs the same and drafting is free, so every
+  // candidate drafts and verifies whatever clears the survival floor.
+  std::optional<SpecCostModel> spec_auto_costs;
   // Cache memory budget in bytes (--kv-cache-memory-bytes; 0 = unlimited). A request is
   // admitted only when its worst-case cache (CacheBytesFor its prompt + max_tokens) fits next to
   // the reservations of the requests already admitted; until then it waits in the queue.

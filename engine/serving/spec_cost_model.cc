@@ -74,6 +74,18 @@ void Correct(double& scale, double measured, double predicted) {
 
 SpecCostModel SpecCostModel::Unprofiled() { return SpecCostModel(); }
 
+SpecCostModel SpecCostModel::FromTables(std::vector<int64_t> requests,
+                                        std::vector<std::vector<double>> target,
+                                        std::vector<std::vector<double>> draft) {
+  SpecCostModel m;
+  m.requests_ = std::move(requests);
+  m.target_ = std::move(target);
+  m.draft_ = std::move(draft);
+  m.target_scales_.assign(m.target_.at(0).size(), 1.0);
+  m.corrected_ = false;
+  return m;
+}
+
 double SpecCostModel::ThreadCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -194,14 +206,14 @@ double SpecCostModel::DraftSeconds(int64_t requests, int64_t gamma) const {
 }
 
 void SpecCostModel::ObserveTarget(int64_t sequences, int64_t rows, double seconds) {
-  if (profiled()) {
+  if (profiled() && corrected_) {
     Correct(target_scales_[ScaleIndex(VerifyColumn(sequences, rows))], seconds,
             TargetSeconds(sequences, rows));
   }
 }
 
 void SpecCostModel::ObserveDraft(int64_t requests, int64_t gamma, double seconds) {
-  if (profiled()) Correct(draft_scale_, seconds, DraftSeconds(requests, gamma));
+  if (profiled() && corrected_) Correct(draft_scale_, seconds, DraftSeconds(requests, gamma));
 }
 
 std::string SpecCostModel::Describe() const {

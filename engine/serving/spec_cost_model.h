@@ -28,6 +28,13 @@ class SpecCostModel {
   // Every step costs 1 second and drafting is free: the schedule then depends only on the
   // confidences (tests use it to be independent of machine timing).
   static SpecCostModel Unprofiled();
+  // Given costs in seconds: target[i][L] for requests[i] sequences of 1 + L rows each,
+  // draft[i][g-1] for requests[i] requests drafting g slots (requests ascending, tables as wide as
+  // the drafter's block + 1 and block). Used as they are, without running corrections: tests use it
+  // to give the schedule a cost shape independent of the machine's timing.
+  static SpecCostModel FromTables(std::vector<int64_t> requests,
+                                  std::vector<std::vector<double>> target,
+                                  std::vector<std::vector<double>> draft);
   // Profiles R = 1, 2, 4, ... up to max_requests sequences of `context` tokens: target steps of
   // R x (1 + L) rows for L = 0..block_size (logits of every row and drafter features, as a
   // verify step runs) and drafter forwards of R x g slots for g = 1..block_size; best of
@@ -62,6 +69,7 @@ class SpecCostModel {
   std::vector<std::vector<double>> draft_;   // [R index][g - 1]
   std::vector<double> target_scales_;        // [L] running corrections
   double draft_scale_ = 1.0;
+  bool corrected_ = true;  // whether Observe* corrects the tables
 };
 
 }  // namespace pdspark::serving

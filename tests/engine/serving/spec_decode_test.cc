@@ -35,19 +35,21 @@ class SpecDecodeTest : public ::testing::Test {
 
   // spec_tokens: 0 off, N fixed, kAuto confidence-scheduled.
   static constexpr int64_t kAuto = -1;
-  static std::unique_ptr<ServingEngine> Engine(int64_t spec_tokens, int64_t max_batch_tokens = 512,
-                                               const std::string* dir = dir_) {
+  static std::unique_ptr<ServingEngine> Engine(
+      int64_t spec_tokens, int64_t max_batch_tokens = 512, const std::string* dir = dir_,
+      SpecCostModel auto_costs = SpecCostModel::Unprofiled(), int64_t max_num_seqs = 64) {
     engine::ModelOptions mo;
     mo.show_progress = false;
     auto model = engine::Model::Load(*dir, mo).value();
     ServingOptions options;
     options.max_batch_tokens = max_batch_tokens;
+    options.max_num_seqs = max_num_seqs;
     if (spec_tokens != 0) {
       options.drafter = dspark::Drafter::Load(*dir, model->config()).value();
       options.spec_tokens = std::max<int64_t>(spec_tokens, 0);
       options.spec_auto = spec_tokens == kAuto;
       // Timing-independent schedule in tests: the confidence floor alone decides.
-      options.spec_auto_profile = false;
+      options.spec_auto_costs = std::move(auto_costs);
       options.spec_auto_min_survival = 0.02;
     }
     return std::make_unique<ServingEngine>(std::move(model), options);
@@ -93,6 +95,31 @@ void ExpectConsistentCounters(const SpecStats& s) {
     if (k > 0) EXPECT_LE(s.accepted_per_position[k], s.accepted_per_position[k - 1]);
   }
   EXPECT_EQ(sum, s.accepted_tokens);
+}
+
+// auto judges a verify row against plain decoding. A prefill chunk in the same step commits no
+// token, so it must not make the plain step look slow and drafting look worth its cost. Under
+// these costs a verify row (3 ms) never pays next to decoding (about 1 ms a token) and a draft
+// costs 20 ms: no round may be verified, however many steps carry prefill chunks.
+TEST_F(SpecDecodeTest, AutoDoesNotDraftOnTheCostOfPrefillChunks) {
+  const std::vector<int64_t> requests{1, 2, 4, 8};
+  std::vector<std::vector<double>> target, draft;
+  for (int64_t r : requests) {
+    target.emplace_back();
+    draft.emplace_back();
+    for (int64_t l = 0; l <= 5; ++l) target.back().push_back(1e-3 * (0.1 + r + 3.0 * r * l));
+    for (int64_t g = 1; g <= 5; ++g) draft.back().push_back(20e-3);
+  }
+  auto engine = Engine(kAuto, /*max_batch_tokens=*/512, dir_,
+                       SpecCostModel::FromTables(requests, target, draft), /*max_num_seqs=*/3);
+  // A new request's prompt (one chunk) joins the steps of the two decoding ones.
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 9; ++i) {
+    specs.push_back(Spec("p" + std::to_string(i), Prompt(60 + 40 * (i % 3), i), 10 + 3 * i, 0.f));
+  }
+  int64_t rounds = 0;
+  for (const auto& [tokens, event] : RunAll(*engine, specs)) rounds += event.spec.drafts;
+  EXPECT_EQ(rounds, 0);
 }
 
 TEST_F(SpecDecodeTest, GreedyEqualsPlainDecodingForEveryGamma) {
