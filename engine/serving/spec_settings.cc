@@ -14,8 +14,8 @@ Status ApplySpecSettings(const std::string& method, const std::string& tokens,
   options.spec_auto = false;
   if (method == "none") return absl::OkStatus();
   if (method != "dspark") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--spec-method ", method, ": expected none or dspark"));
+    return absl::InvalidArgumentError(absl::StrCat("--spec-method ", method,
+                                                   ": expected none or dspark"));
   }
   const bool automatic = tokens == "auto";
   int64_t n = 0;
