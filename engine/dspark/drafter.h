@@ -9,6 +9,12 @@
 //   head:    y = hc_head(streams); base logits U = head(norm(y)) (shared target head);
 //            slot k: logits = U_k + markov_w2 . markov_w1[prev], prev = anchor then the drafted
 //            tokens (sequential); confidence = sigmoid(proj . [y_k ; markov_w1[prev]]).
+//
+// Tensor parallelism (docs/tensor_parallel.md, "DSpark"): loaded on the target's RankRunner, each
+// rank holds its ShardPlan slice (heads, output-projection units, experts, shared-expert chunks,
+// vocabulary rows of the head and of markov_w2) and runs its share of every Draft on its rank
+// thread; the drafts and confidences are bitwise those of one rank. The context rings are
+// replicated state, written once (AppendContext, on the caller's thread) and read by every rank.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +29,8 @@
 #include "engine/dspark/drafter_state.h"
 #include "engine/dspark/drafter_weights.h"
 #include "engine/model/model_dims.h"
+#include "engine/model/rank_context.h"
+#include "engine/parallel/rank_runner.h"
 #include "kernels/cpu/kernels.h"
 
 namespace pdspark::dspark {
@@ -48,14 +56,15 @@ struct DraftOutput {
 class Drafter {
  public:
   // Loads the `mtp.*` tensors of the checkpoint in `dir` (see LoadDrafterWeights for errors).
-  static StatusOr<std::unique_ptr<Drafter>> Load(const std::string& dir,
-                                                 const config::ModelConfig& config,
-                                                 int64_t max_rollback = 64);
-  Drafter(const config::ModelConfig& config, DrafterWeights weights, int64_t max_rollback,
-          std::vector<double> confidence_temperatures = {});
+  // With `ranks` (the target's, Model::rank_runner()) each of its ranks loads its slice and
+  // drafts on its thread; without, the drafter is whole and drafts on the caller's thread.
+  static StatusOr<std::unique_ptr<Drafter>> Load(
+      const std::string& dir, const config::ModelConfig& config,
+      std::shared_ptr<parallel::RankRunner> ranks = nullptr, int64_t max_rollback = 64);
 
   int64_t block_size() const { return block_size_; }
   int64_t num_feature_layers() const { return num_features_; }
+  int tensor_parallel_size() const { return ranks_->world_size(); }
   // The checkpoint's offline STS temperatures (empty: none shipped); see confidence_calibration.h.
   const std::vector<double>& confidence_temperatures() const { return temperatures_; }
   std::unique_ptr<DrafterState> NewState() const;
@@ -63,21 +72,42 @@ class Drafter {
   // Appends the context rows of `count` new committed positions from target features
   // [count, feature_layers, dim] (StepOutput.features rows of that sequence).
   void AppendContext(DrafterState& state, const float* features, int64_t count) const;
-  // One batched drafter forward over every input's block, then the sequential Markov head.
+  // One batched drafter forward over every input's block, then the sequential Markov head; the
+  // `choose` callbacks run on the calling thread. Should the ranks fail (their group was broken
+  // by a failed target step, which reports the error), every output is empty: nothing drafted.
   std::vector<DraftOutput> Draft(std::span<const DraftInput> inputs) const;
 
  private:
-  std::vector<float> StageAttention(int64_t stage, const std::vector<float>& u,
-                                    std::span<const DraftInput> inputs,
-                                    const std::vector<int64_t>& row_begin) const;
-  std::vector<DraftOutput> MarkovHead(std::span<const DraftInput> inputs,
-                                      const std::vector<int64_t>& row_begin,
-                                      std::vector<float>& base, const std::vector<float>& y) const;
+  struct Shard {
+    engine::ShardPlan plan;
+    DrafterWeights w;
+  };
+  // Rows of one Draft call: request i's block is rows row_begin[i] .. row_begin[i+1].
+  struct Batch {
+    std::vector<int64_t> row_begin{0};
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> positions;
+  };
+
+  Drafter(const config::ModelConfig& config, std::shared_ptr<parallel::RankRunner> ranks,
+          int64_t max_rollback, std::vector<double> confidence_temperatures);
+  // One rank's share of a Draft; `out` on rank 0 only.
+  Status RankDraft(const engine::RankContext& ctx, std::span<const DraftInput> inputs,
+                   const Batch& batch, std::vector<DraftOutput>* out) const;
+  StatusOr<std::vector<float>> StageAttention(const engine::RankContext& ctx, int64_t stage,
+                                              const std::vector<float>& u,
+                                              std::span<const DraftInput> inputs,
+                                              const Batch& batch) const;
+  // base: this rank's vocabulary slice of the head logits, [rows, plan.vocab.size()].
+  Status MarkovHead(const engine::RankContext& ctx, std::span<const DraftInput> inputs,
+                    const Batch& batch, const std::vector<float>& base, const std::vector<float>& y,
+                    std::vector<DraftOutput>* out) const;
 
   engine::ModelDims dims_;
-  DrafterWeights w_;
+  std::shared_ptr<parallel::RankRunner> ranks_;
+  std::vector<Shard> shards_;  // per rank
   kernels::cpu::RopeTable rope_;
-  int64_t block_size_, noise_token_, num_features_, rank_, max_rollback_;
+  int64_t block_size_, noise_token_, num_features_, markov_rank_, max_rollback_;
   std::vector<double> temperatures_;
 };
 

@@ -4,6 +4,9 @@
 // (norm, hc_head, Markov head, confidence head) on the last stage. The drafter shares the
 // target's embedding and output head, which are loaded here again so the drafter does not
 // need the target's private weights.
+//
+// Under tensor parallelism each rank loads only its slice (the target's ShardPlan, noted "TP:"),
+// so the drafter is sharded exactly as the target (docs/tensor_parallel.md, "DSpark").
 #pragma once
 
 #include <string>
@@ -11,27 +14,40 @@
 
 #include "common/base/status.h"
 #include "common/config/model_config.h"
+#include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
 
 namespace pdspark::dspark {
 
 struct DrafterWeights {
+  // V4 blocks (ratio 0, score gate), sliced as the target's layers: heads, output-projection
+  // units, routed experts, shared-expert chunks.
   std::vector<engine::BlockWeights> stages;
-  engine::Matrix main_proj;                // [dim, n_target_layers * dim]
-  std::vector<float> main_norm;            // [dim]
+  // [dim, n_target_layers * dim] and [dim]: the context rows. TP: rank 0 only (it alone writes
+  // the replicated context rings); empty on the other ranks.
+  engine::Matrix main_proj;
+  std::vector<float> main_norm;
   std::vector<float> norm;                 // [dim], last stage, before the shared head
   engine::HyperConnectionWeights hc_head;  // last stage's hc_head_{fn,base,scale}
   engine::Matrix markov_w1;                // [vocab, rank]: embedding of the previous token
-  engine::Matrix markov_w2;                // [vocab, rank]: bias = w2 . w1[prev]
-  std::vector<float> confidence;           // [dim + rank], no bias
+  engine::Matrix markov_w2;                // [vocab, rank]: bias = w2 . w1[prev] (TP: plan.vocab)
+  std::vector<float> confidence;           // [dim + rank], no bias (TP: rank 0 only)
   engine::Matrix embed;                    // shared with the target [vocab, dim]
-  engine::Matrix head;                     // shared with the target [vocab, dim]
+  engine::Matrix head;                     // shared with the target [vocab, dim] (TP: plan.vocab)
 };
 
-// Fails with FailedPrecondition when the config has no DSpark keys, NotFound naming the first
-// missing `mtp.*` tensor when the checkpoint has no (complete) drafter, InvalidArgument naming
-// the tensor on a dtype or shape mismatch.
+// The slice `plan` of the drafter in `dir` (ShardPlan::Full: all of it). Fails with
+// FailedPrecondition when the config has no DSpark keys, NotFound naming the first missing
+// `mtp.*` tensor when the checkpoint has no (complete) drafter, InvalidArgument naming the
+// tensor on a dtype or shape mismatch.
 StatusOr<DrafterWeights> LoadDrafterWeights(const std::string& dir,
-                                            const config::ModelConfig& config);
+                                            const config::ModelConfig& config,
+                                            const engine::ShardPlan& plan);
+// The same from an open checkpoint; safe to call from several threads at once (one per rank).
+StatusOr<DrafterWeights> LoadDrafterWeights(const safetensors::Checkpoint& checkpoint,
+                                            const config::ModelConfig& config,
+                                            const engine::ShardPlan& plan);
+// The config checks of the above, without reading tensors.
+Status CheckDrafterConfig(const std::string& dir, const config::ModelConfig& config);
 
 }  // namespace pdspark::dspark

@@ -36,25 +36,10 @@ struct AttentionProjections {
   std::vector<float> index_w;  // [rows, local index heads]
 };
 
-// y[:, h, :] = x . w[h]^T for each of `n` heads of width `width`, one GEMM per head: a head's
-// result is then the same bits whichever heads a rank holds (see shard_plan.h).
-void PerHeadLinear(const float* x, int64_t rows, int64_t k, const Matrix& w, int64_t n,
-                   int64_t width, float* y) {
-  for (int64_t h = 0; h < n; ++h) {
-    kc::MatMulTransB(x, rows, k, k, w.ptr() + h * width * k, width, k, y + h * width, n * width);
-  }
-}
-
 void ProjectCache(const ModelDims& d, const AttentionWeights& w, const kc::RopeTable& rope,
                   const std::vector<float>& u, const BatchLayout& batch, AttentionProjections& p) {
-  const int64_t rows = batch.rows(), hd = d.head_dim;
-  p.kv.resize(rows * hd);
-  kc::Linear(u.data(), rows, d.dim, w.wkv.ptr(), hd, p.kv.data());
-  kc::RmsNorm(p.kv.data(), w.kv_norm.data(), rows, hd, d.norm_eps, p.kv.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    kc::ApplyRope(rope, batch.positions[r], false, p.kv.data() + r * hd + d.nope_dim);
-  }
-  kc::Fp8QuantDequant(p.kv.data(), rows, d.nope_dim, hd, kKvFp8Block);
+  const int64_t rows = batch.rows();
+  p.kv = ProjectLatentKv(d, w, rope, u.data(), rows, batch.positions.data());
   auto project = [&](const CompressorWeights& c, std::vector<float>& kv,
                      std::vector<float>& score) {
     kv.resize(rows * c.wkv.rows);
@@ -69,20 +54,9 @@ void ProjectCache(const ModelDims& d, const AttentionWeights& w, const kc::RopeT
 AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
                              const kc::RopeTable& rope, const std::vector<float>& u,
                              const BatchLayout& batch) {
-  const int64_t rows = batch.rows(), hd = d.head_dim, heads = ctx.plan->heads.size();
+  const int64_t rows = batch.rows();
   AttentionProjections p;
-  p.qr.resize(rows * d.q_lora);
-  kc::Linear(u.data(), rows, d.dim, w.wq_a.ptr(), d.q_lora, p.qr.data());
-  kc::RmsNorm(p.qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, p.qr.data());
-  p.q.resize(rows * heads * hd);
-  PerHeadLinear(p.qr.data(), rows, d.q_lora, w.wq_b, heads, hd, p.q.data());
-  kc::RmsNorm(p.q.data(), nullptr, rows * heads, hd, d.norm_eps, p.q.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t h = 0; h < heads; ++h) {
-      kc::ApplyRope(rope, batch.positions[r], false,
-                    p.q.data() + (r * heads + h) * hd + d.nope_dim);
-    }
-  }
+  p.q = ProjectQueries(d, ctx.plan->heads.size(), w, rope, u, batch.positions.data(), &p.qr);
   if (ctx.writes_cache || ctx.check_replicas) ProjectCache(d, w, rope, u, batch, p);
 
   if (w.indexer) {
@@ -247,6 +221,47 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
   return absl::OkStatus();
 }
 
+}  // namespace
+
+void PerHeadLinear(const float* x, int64_t rows, int64_t k, const Matrix& w, int64_t n,
+                   int64_t width, float* y) {
+  for (int64_t h = 0; h < n; ++h) {
+    kc::MatMulTransB(x, rows, k, k, w.ptr() + h * width * k, width, k, y + h * width, n * width);
+  }
+}
+
+std::vector<float> ProjectQueries(const ModelDims& d, int64_t heads, const AttentionWeights& w,
+                                  const kc::RopeTable& rope, const std::vector<float>& u,
+                                  const int64_t* positions, std::vector<float>* qr_out) {
+  const int64_t rows = static_cast<int64_t>(u.size()) / d.dim, hd = d.head_dim;
+  std::vector<float> qr(rows * d.q_lora), q(rows * heads * hd);
+  kc::Linear(u.data(), rows, d.dim, w.wq_a.ptr(), d.q_lora, qr.data());
+  kc::RmsNorm(qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, qr.data());
+  PerHeadLinear(qr.data(), rows, d.q_lora, w.wq_b, heads, hd, q.data());
+  kc::RmsNorm(q.data(), nullptr, rows * heads, hd, d.norm_eps, q.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
+      kc::ApplyRope(rope, positions[r], false, q.data() + (r * heads + h) * hd + d.nope_dim);
+    }
+  }
+  if (qr_out) *qr_out = std::move(qr);
+  return q;
+}
+
+std::vector<float> ProjectLatentKv(const ModelDims& d, const AttentionWeights& w,
+                                   const kc::RopeTable& rope, const float* x, int64_t rows,
+                                   const int64_t* positions) {
+  const int64_t hd = d.head_dim;
+  std::vector<float> kv(rows * hd);
+  kc::Linear(x, rows, d.dim, w.wkv.ptr(), hd, kv.data());
+  kc::RmsNorm(kv.data(), w.kv_norm.data(), rows, hd, d.norm_eps, kv.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    kc::ApplyRope(rope, positions[r], false, kv.data() + r * hd + d.nope_dim);
+  }
+  kc::Fp8QuantDequant(kv.data(), rows, d.nope_dim, hd, kKvFp8Block);
+  return kv;
+}
+
 // out = wo_b . concat_g(wo_a[g] . o_g) in two stages (see shard_plan.h): z_g from this rank's
 // units (summed over the heads of a group and over the ranks in double when units are heads),
 // then the wo_b products of plan.out_groups, summed in double here and over the ranks.
@@ -282,8 +297,6 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
   }
   return ReduceToFloat(ctx, sum, out);
 }
-
-}  // namespace
 
 void AttendOneQuery(const ModelDims& d, int64_t heads, const float* q,
                     const std::vector<const float*>& keys, const float* sink, float* out) {

@@ -37,6 +37,27 @@ StatusOr<std::vector<float>> AttentionForward(const ModelDims& d, const RankCont
                                               const std::vector<float>& u,
                                               const BatchLayout& batch);
 
+// Pieces of the attention sub-layer shared with the DSpark drafter, whose stages are V4 blocks
+// without compressors. x / u: [rows, dim]; positions: [rows].
+//
+// y[:, h, :] = x . w[h]^T for each of `n` heads of width `width`, one GEMM per head: a head's
+// result is then the same bits whichever heads a rank holds (see shard_plan.h).
+void PerHeadLinear(const float* x, int64_t rows, int64_t k, const Matrix& w, int64_t n,
+                   int64_t width, float* y);
+// The queries of the `heads` heads w.wq_b holds, [rows, heads, head_dim]: q_norm(wq_a u), wq_b
+// per head, per-head RMS norm, RoPE. *qr (if given) receives q_norm(wq_a u), the indexer's input.
+std::vector<float> ProjectQueries(const ModelDims& d, int64_t heads, const AttentionWeights& w,
+                                  const kernels::cpu::RopeTable& rope, const std::vector<float>& u,
+                                  const int64_t* positions, std::vector<float>* qr = nullptr);
+// The latent K=V rows [rows, head_dim]: kv_norm(wkv x), RoPE, FP8-simulated non-RoPE part.
+std::vector<float> ProjectLatentKv(const ModelDims& d, const AttentionWeights& w,
+                                   const kernels::cpu::RopeTable& rope, const float* x,
+                                   int64_t rows, const int64_t* positions);
+// out = wo_b . concat_g(wo_a[g] . o_g) of o [rows, this rank's heads, head_dim], in the fixed
+// units of shard_plan.h; `out` [rows, dim] is the sum over all ranks.
+Status OutputProjection(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
+                        const std::vector<float>& o, int64_t rows, std::vector<float>& out);
+
 // Softmax attention of `heads` heads of one query over gathered keys (K = V), the sink adding
 // exp(sink - max) to the denominator only; q, sink and out start at the first of those heads.
 // Shared by the target and the DSpark drafter.
@@ -54,7 +75,7 @@ StatusOr<std::vector<float>> MoeForward(const ModelDims& d, const RankContext& c
                                         const MoeWeights& w, bool hash_gate,
                                         const std::vector<float>& v,
                                         const std::vector<int32_t>& token_ids);
-// The same with whole weights on one rank (the DSpark drafter).
+// The same with whole weights on one rank.
 std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
                               const std::vector<float>& v, const std::vector<int32_t>& token_ids);
 

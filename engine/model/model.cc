@@ -7,8 +7,8 @@
 #include "common/safetensors/safetensors.h"
 #include "engine/model/batch.h"
 #include "engine/model/layers.h"
-#include "engine/parallel/in_process_communicator.h"
-#include "engine/parallel/rank_threads.h"
+#include "engine/model/vocab_parallel.h"
+#include "engine/parallel/rank_runner.h"
 
 namespace pdspark::engine {
 
@@ -21,11 +21,10 @@ namespace {
 kc::RopeTable LayerRope(const config::ModelConfig& c, int64_t layer, int64_t max_positions) {
   const bool compressed = c.CompressRatio(layer) > 0;
   const bool yarn = compressed && c.rope_scaling.type == "yarn";
-  return kc::BuildRopeTable(c.qk_rope_head_dim, max_positions,
-                            yarn ? c.rope_scaling.original_max_position_embeddings : 0,
-                            compressed ? c.compress_rope_theta : c.rope_theta,
-                            c.rope_scaling.factor, c.rope_scaling.beta_fast,
-                            c.rope_scaling.beta_slow);
+  return kc::BuildRopeTable(
+      c.qk_rope_head_dim, max_positions, yarn ? c.rope_scaling.original_max_position_embeddings : 0,
+      compressed ? c.compress_rope_theta : c.rope_theta, c.rope_scaling.factor,
+      c.rope_scaling.beta_fast, c.rope_scaling.beta_slow);
 }
 
 std::vector<int64_t> DefaultFeatureLayers(const config::ModelConfig& c) {
@@ -91,16 +90,16 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
       check_replicas_(options.check_replicas) {
   // Tables cover the first 64k positions; later positions are computed on the fly.
   const int64_t table_positions = std::min<int64_t>(dims_.max_positions, 65536);
-  for (int64_t l = 0; l < dims_.layers; ++l) rope_.push_back(LayerRope(config_, l, table_positions));
-  feature_layers_ = options.feature_layers.empty() ? DefaultFeatureLayers(config_)
-                                                   : options.feature_layers;
+  for (int64_t l = 0; l < dims_.layers; ++l)
+    rope_.push_back(LayerRope(config_, l, table_positions));
+  feature_layers_ =
+      options.feature_layers.empty() ? DefaultFeatureLayers(config_) : options.feature_layers;
   const int world = tensor_parallel_size();
   for (int r = 0; r < world; ++r) {
     ranks_[r].plan = ShardPlan::Make(dims_, r, world, options.shared_expert);
   }
+  runner_ = parallel::RankRunner::Create(world).value();  // world is in range
   if (world > 1) {
-    group_ = parallel::InProcessGroup::Create(world).value();  // world is in range
-    threads_ = std::make_unique<parallel::RankThreads>(world);
     // The ranks are the parallelism: each gets its share of the cores for its GEMMs.
     kc::SetGemmThreads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world));
   }
@@ -119,19 +118,7 @@ Status Model::LoadRanks(const std::string& dir, bool show_progress) {
     ASSIGN_OR_RETURN(ranks_[rank].weights, LoadModelWeights(*checkpoint, config_, load));
     return absl::OkStatus();
   };
-  return threads_ ? threads_->Run(load) : load(0);
-}
-
-Status Model::OnAllRanks(const std::function<Status(int rank)>& job) {
-  if (!threads_) return job(0);
-  RETURN_IF_ERROR(broken_);
-  Status st = threads_->Run([&](int rank) {
-    Status rank_status = job(rank);
-    if (!rank_status.ok()) group_->Abort(rank_status);
-    return rank_status;
-  });
-  if (!st.ok()) broken_ = st;
-  return st;
+  return runner_->RunIndependent(load);
 }
 
 std::unique_ptr<SequenceState> Model::NewSequence() {
@@ -155,8 +142,8 @@ Status Model::Validate(std::span<const StepInput> inputs) const {
     }
     for (int32_t id : in.tokens) {
       if (id < 0 || id >= dims_.vocab) {
-        return absl::InvalidArgumentError(absl::StrCat("input ", s, ": token id ", id,
-                                                       " outside the vocabulary"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("input ", s, ": token id ", id, " outside the vocabulary"));
       }
     }
   }
@@ -170,7 +157,7 @@ StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOp
   for (const BatchSequence& seq : batch.sequences) out.row_offsets.push_back(seq.row_begin);
   out.row_offsets.push_back(batch.rows());
   std::vector<Status> mismatches(tensor_parallel_size());
-  RETURN_IF_ERROR(OnAllRanks([&](int rank) {
+  RETURN_IF_ERROR(runner_->Run([&](int rank) {
     return RankStep(rank, batch, options, rank == 0 ? &out : nullptr, mismatches[rank]);
   }));
   for (const Status& st : mismatches) RETURN_IF_ERROR(st);
@@ -180,9 +167,9 @@ StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOp
 RankContext Model::Context(int rank, Status* replica_mismatch) const {
   RankContext ctx;
   ctx.plan = &ranks_[rank].plan;
-  ctx.comm = group_ ? group_->Rank(rank) : nullptr;
+  ctx.comm = runner_->comm(rank);
   ctx.writes_cache = rank == 0;
-  ctx.check_replicas = check_replicas_ && group_ != nullptr;
+  ctx.check_replicas = check_replicas_ && ctx.comm != nullptr;
   ctx.replica_mismatch = replica_mismatch;
   return ctx;
 }
@@ -197,7 +184,8 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
   std::vector<float> streams(rows * d.hc * d.dim);
   for (int64_t r = 0; r < rows; ++r) {
     const float* e = w.embed.ptr() + static_cast<int64_t>(batch.token_ids[r]) * d.dim;
-    for (int64_t j = 0; j < d.hc; ++j) std::copy_n(e, d.dim, streams.data() + (r * d.hc + j) * d.dim);
+    for (int64_t j = 0; j < d.hc; ++j)
+      std::copy_n(e, d.dim, streams.data() + (r * d.hc + j) * d.dim);
   }
   const bool features = out && options.features, block_io = out && options.block_io;
   const int64_t slots = static_cast<int64_t>(feature_layers_.size());
@@ -266,37 +254,12 @@ Status Model::Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode 
   std::vector<float> y = HcHead(d, w.hc_head, *head_in, rows);
   kc::RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, y.data());
   // One GEMM per fixed vocabulary chunk, so a chunk's logits are the same bits at every TP size.
-  const ShardPlan& plan = *ctx.plan;
-  const int64_t local = plan.vocab.size();
-  std::vector<float> logits(rows * local);
-  for (int64_t c = plan.vocab_chunks.begin; c < plan.vocab_chunks.end; ++c) {
-    const parallel::Range chunk = FixedChunk(d.vocab, c);
-    const int64_t offset = chunk.begin - plan.vocab.begin;
-    kc::MatMulTransB(y.data(), rows, d.dim, d.dim, w.head.ptr() + offset * d.dim, chunk.size(),
-                     d.dim, logits.data() + offset, local);
-  }
+  std::vector<float> logits = VocabSliceLogits(*ctx.plan, d.vocab, y.data(), rows, d.dim, w.head);
   if (!ctx.distributed()) {
     out->logits = std::move(logits);
     return absl::OkStatus();
   }
-  // Vocabulary-parallel head: every rank's rows, padded to the largest slice, gathered.
-  int64_t padded = 0;
-  for (const Rank& r : ranks_) padded = std::max(padded, r.plan.vocab.size());
-  std::vector<float> mine(rows * padded, 0.0f), all(ranks_.size() * rows * padded);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::copy_n(logits.data() + r * local, local, mine.data() + r * padded);
-  }
-  RETURN_IF_ERROR(ctx.comm->AllGather(mine.data(), mine.size(), all.data()));
-  if (!out) return absl::OkStatus();
-  out->logits.resize(rows * d.vocab);
-  for (size_t k = 0; k < ranks_.size(); ++k) {
-    const parallel::Range vocab = ranks_[k].plan.vocab;
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(all.data() + (k * rows + r) * padded, vocab.size(),
-                  out->logits.data() + r * d.vocab + vocab.begin);
-    }
-  }
-  return absl::OkStatus();
+  return GatherVocab(ctx, d.vocab, logits.data(), rows, out ? &out->logits : nullptr);
 }
 
 }  // namespace pdspark::engine

@@ -33,8 +33,7 @@
 #include "kernels/cpu/kernels.h"
 
 namespace pdspark::parallel {
-class InProcessGroup;
-class RankThreads;
+class RankRunner;
 }  // namespace pdspark::parallel
 
 namespace pdspark::engine {
@@ -100,6 +99,8 @@ class Model {
   const std::vector<int64_t>& feature_layers() const { return feature_layers_; }
   int64_t parameter_count() const { return ranks_[0].weights.total_parameters; }
   int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
+  // The model's ranks, for the DSpark drafter to run its shards on (dspark::Drafter::Load).
+  const std::shared_ptr<parallel::RankRunner>& rank_runner() const { return runner_; }
 
  private:
   struct Rank {
@@ -109,9 +110,6 @@ class Model {
 
   Model(config::ModelConfig config, const ModelOptions& options);
   Status LoadRanks(const std::string& dir, bool show_progress);
-  // Runs job(rank) on every rank; a failure breaks the group for good (the ranks meet in
-  // collectives, so the others must be released).
-  Status OnAllRanks(const std::function<Status(int rank)>& job);
   Status Validate(std::span<const StepInput> inputs) const;
   RankContext Context(int rank, Status* replica_mismatch) const;
   // One rank's share of a step; `out` only on rank 0.
@@ -131,9 +129,9 @@ class Model {
   CachePools pools_;
   std::vector<int64_t> feature_layers_;
   bool check_replicas_ = false;
-  std::unique_ptr<parallel::InProcessGroup> group_;  // TP > 1
-  std::unique_ptr<parallel::RankThreads> threads_;   // TP > 1
-  Status broken_;  // set when a rank failed mid-step; every later Step returns it
+  // The rank threads and their group; a rank failing mid-step breaks it, and every later Step
+  // returns that error.
+  std::shared_ptr<parallel::RankRunner> runner_;
 };
 
 }  // namespace pdspark::engine

@@ -50,7 +50,7 @@ struct ShardPlan {
   // world in [1, kMaxTensorParallel], rank in [0, world).
   static ShardPlan Make(const ModelDims& d, int rank, int world,
                         SharedExpertMode shared = SharedExpertMode::kSplit);
-  // Everything on one rank (the drafter's full weights).
+  // Everything on one rank.
   static ShardPlan Full(const ModelDims& d) { return Make(d, 0, 1); }
 };
 

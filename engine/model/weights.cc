@@ -1,227 +1,15 @@
 #include "engine/model/weights.h"
 
-#include <unistd.h>
-
-#include <cstdio>
 #include <memory>
-#include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/safetensors/safetensors.h"
-#include "engine/model/dequant.h"
+#include "engine/model/tensor_loader.h"
 
 namespace pdspark::engine {
 namespace {
 
 namespace st = ::pdspark::safetensors;
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
-
-// Reads tensors by name with dtype/shape checks and draws a progress bar on stderr.
-class TensorLoader {
- public:
-  TensorLoader(const st::Checkpoint& checkpoint, bool show_progress)
-      : checkpoint_(checkpoint), show_progress_(show_progress), total_(checkpoint.Names().size()) {}
-  ~TensorLoader() {
-    if (!show_progress_) return;
-    // A tensor-parallel rank skips other ranks' experts: its bar ends full all the same.
-    total_ = done_;
-    Draw();
-    std::fprintf(stderr, "\n");
-  }
-
-  StatusOr<Matrix> LoadMatrix(const std::string& name, int64_t rows, int64_t cols) {
-    return LoadMatrix(name, rows, cols, Rect{0, rows, 0, cols});
-  }
-
-  // Only `rect` of the [rows, cols] tensor (a tensor-parallel slice).
-  StatusOr<Matrix> LoadMatrix(const std::string& name, int64_t rows, int64_t cols,
-                              const Rect& rect) {
-    ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
-    Matrix m{rect.rows(), rect.cols(), {}};
-    switch (view.dtype) {
-      case st::DType::kF8E4M3: {
-        RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
-        const int64_t block = 128;
-        ASSIGN_OR_RETURN(st::TensorView scale, FetchScale(name, {(rows + block - 1) / block,
-                                                                 (cols + block - 1) / block}));
-        m.data = DequantFp8Blocks(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect);
-        break;
-      }
-      case st::DType::kI8: {  // packed FP4 E2M1, two values per byte
-        RETURN_IF_ERROR(CheckShape(view, {rows, cols / 2}));
-        const int64_t block = 32;
-        ASSIGN_OR_RETURN(st::TensorView scale, FetchScale(name, {rows, cols / block}));
-        m.data = DequantFp4Packed(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect);
-        break;
-      }
-      case st::DType::kBF16:
-      case st::DType::kF32: {
-        RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
-        m.data = ToFloat(view, cols, rect);
-        break;
-      }
-      default:
-        return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": unsupported dtype ",
-                                                       std::string(st::DTypeName(view.dtype))));
-    }
-    CountParameters(name, rows * cols);
-    return m;
-  }
-
-  StatusOr<std::vector<float>> LoadVector(const std::string& name, int64_t n) {
-    ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
-    if (view.dtype != st::DType::kBF16 && view.dtype != st::DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", name, ": expected BF16 or F32, got ", std::string(st::DTypeName(view.dtype))));
-    }
-    RETURN_IF_ERROR(CheckShape(view, {n}));
-    CountParameters(name, n);
-    return ToFloat(view, n, Rect{0, 1, 0, n});
-  }
-
-  // Elements [begin, end) of a vector.
-  StatusOr<std::vector<float>> LoadVector(const std::string& name, int64_t n, parallel::Range r) {
-    ASSIGN_OR_RETURN(std::vector<float> all, LoadVector(name, n));
-    return std::vector<float>(all.begin() + r.begin, all.begin() + r.end);
-  }
-
-  // A float matrix flattened (hc_* parameters, ape).
-  StatusOr<std::vector<float>> LoadFlat(const std::string& name, int64_t rows, int64_t cols) {
-    ASSIGN_OR_RETURN(Matrix m, LoadMatrix(name, rows, cols));
-    return std::move(m.data);
-  }
-
-  StatusOr<std::vector<int32_t>> LoadIndexTable(const std::string& name, int64_t rows, int64_t cols,
-                                                int64_t max_value) {
-    ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
-    RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
-    std::vector<int32_t> out(rows * cols);
-    if (view.dtype == st::DType::kI64) {
-      auto src = view.As<int64_t>();
-      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(src[i]);
-    } else if (view.dtype == st::DType::kI32) {
-      auto src = view.As<int32_t>();
-      for (size_t i = 0; i < out.size(); ++i) out[i] = src[i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": expected I64 or I32, got ",
-                                                     std::string(st::DTypeName(view.dtype))));
-    }
-    for (int32_t v : out) {
-      if (v < 0 || v >= max_value) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor ", name, ": entry ", v, " outside [0, ", max_value, ")"));
-      }
-    }
-    return out;
-  }
-
-  // Checks that a tensor another rank loads exists, and counts it.
-  Status Skip(const std::string& name, int64_t parameters) {
-    RETURN_IF_ERROR(Fetch(name).status());
-    CountParameters(name, parameters);
-    return absl::OkStatus();
-  }
-
-  int64_t parameters() const { return parameters_; }
-
- private:
-  StatusOr<st::TensorView> Fetch(const std::string& name) {
-    if (!checkpoint_.Contains(name)) {
-      return absl::NotFoundError(
-          absl::StrCat("checkpoint ", checkpoint_.directory(), " lacks tensor ", name));
-    }
-    ASSIGN_OR_RETURN(st::TensorView view, checkpoint_.Get(name));
-    // A sharded tensor may be read in several pieces; it is one tick of the progress bar.
-    if (fetched_.insert(name).second) Tick();
-    return view;
-  }
-
-  // The whole model's parameter count, however much of a tensor this rank keeps.
-  void CountParameters(const std::string& name, int64_t n) {
-    if (counted_.insert(name).second) parameters_ += n;
-  }
-
-  StatusOr<st::TensorView> FetchScale(const std::string& weight_name,
-                                      const std::vector<int64_t>& shape) {
-    std::string name = weight_name;
-    const std::string suffix = ".weight";
-    if (name.size() > suffix.size() && name.ends_with(suffix)) {
-      name = name.substr(0, name.size() - suffix.size());
-    }
-    name += ".scale";
-    ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
-    if (view.dtype != st::DType::kF8E8M0) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": expected F8_E8M0, got ",
-                                                     std::string(st::DTypeName(view.dtype))));
-    }
-    RETURN_IF_ERROR(CheckShape(view, shape));
-    return view;
-  }
-
-  static Status CheckShape(const st::TensorView& view, const std::vector<int64_t>& shape) {
-    if (view.shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", view.name, ": shape ",
-                                                     ShapeString(view.shape), ", config implies ",
-                                                     ShapeString(shape)));
-    }
-    return absl::OkStatus();
-  }
-
-  // `rect` of a BF16/F32 tensor with `cols` columns.
-  static std::vector<float> ToFloat(const st::TensorView& view, int64_t cols, const Rect& rect) {
-    std::vector<float> out;
-    out.reserve(rect.rows() * rect.cols());
-    for (int64_t i = rect.row_begin; i < rect.row_end; ++i) {
-      const int64_t first = i * cols + rect.col_begin;
-      if (view.dtype == st::DType::kBF16) {
-        const std::vector<float> row =
-            Bf16ToFloatVector(view.As<uint16_t>().subspan(first, rect.cols()));
-        out.insert(out.end(), row.begin(), row.end());
-      } else {
-        auto row = view.As<float>().subspan(first, rect.cols());
-        out.insert(out.end(), row.begin(), row.end());
-      }
-    }
-    return out;
-  }
-
-  void Tick() {
-    ++done_;
-    if (!show_progress_) return;
-    // Redraw every 1% on a terminal; into a log file only the final state.
-    const size_t step = isatty(STDERR_FILENO) ? total_ / 100 + 1 : total_ + 1;
-    if (done_ % step != 0 && done_ != total_) return;
-    Draw();
-  }
-
-  void Draw() const {
-    const int width = 40;
-    const int filled = total_ ? static_cast<int>(width * done_ / total_) : width;
-    std::fprintf(stderr, "\rloading weights [%s%s] %zu/%zu tensors",
-                 std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(), done_,
-                 total_);
-  }
-
-  const st::Checkpoint& checkpoint_;
-  bool show_progress_;
-  size_t total_;
-  size_t done_ = 0;
-  int64_t parameters_ = 0;
-  std::set<std::string> fetched_, counted_;
-};
-
-StatusOr<HyperConnectionWeights> LoadHc(TensorLoader& loader, const std::string& prefix,
-                                        int64_t mix, int64_t hc_dim, int64_t n_scale) {
-  HyperConnectionWeights hc;
-  ASSIGN_OR_RETURN(hc.fn, loader.LoadMatrix(prefix + "_fn", mix, hc_dim));
-  ASSIGN_OR_RETURN(hc.base, loader.LoadVector(prefix + "_base", mix));
-  ASSIGN_OR_RETURN(hc.scale, loader.LoadVector(prefix + "_scale", n_scale));
-  return hc;
-}
 
 StatusOr<CompressorWeights> LoadCompressor(TensorLoader& loader, const std::string& prefix,
                                            int64_t ratio, int64_t head_dim, int64_t dim) {
@@ -338,22 +126,6 @@ StatusOr<MoeWeights> LoadMoe(TensorLoader& loader, const config::ModelConfig& c,
   return m;
 }
 
-StatusOr<BlockWeights> LoadBlock(TensorLoader& loader, const config::ModelConfig& c,
-                                 const ShardPlan& plan, int64_t layer) {
-  BlockWeights b;
-  const std::string p = absl::StrCat("layers.", layer);
-  const int64_t hc = c.hc_mult, mix = (2 + hc) * hc, hc_dim = hc * c.hidden_size;
-  b.compress_ratio = c.CompressRatio(layer);
-  b.hash_gate = c.IsHashLayer(layer);
-  ASSIGN_OR_RETURN(b.hc_attn, LoadHc(loader, p + ".hc_attn", mix, hc_dim, 3));
-  ASSIGN_OR_RETURN(b.hc_ffn, LoadHc(loader, p + ".hc_ffn", mix, hc_dim, 3));
-  ASSIGN_OR_RETURN(b.attn_norm, loader.LoadVector(p + ".attn_norm.weight", c.hidden_size));
-  ASSIGN_OR_RETURN(b.ffn_norm, loader.LoadVector(p + ".ffn_norm.weight", c.hidden_size));
-  ASSIGN_OR_RETURN(b.attn, LoadAttention(loader, c, plan, p + ".attn", b.compress_ratio));
-  ASSIGN_OR_RETURN(b.ffn, LoadMoe(loader, c, plan, p + ".ffn", b.hash_gate));
-  return b;
-}
-
 Status CheckSupportedConfig(const config::ModelConfig& c) {
   if (c.num_key_value_heads != 1) {
     return absl::InvalidArgumentError("config: num_key_value_heads must be 1 (single K=V latent)");
@@ -379,6 +151,31 @@ Status CheckSupportedConfig(const config::ModelConfig& c) {
 
 }  // namespace
 
+StatusOr<HyperConnectionWeights> LoadHc(TensorLoader& loader, const std::string& prefix,
+                                        int64_t mix, int64_t hc_dim, int64_t n_scale) {
+  HyperConnectionWeights hc;
+  ASSIGN_OR_RETURN(hc.fn, loader.LoadMatrix(prefix + "_fn", mix, hc_dim));
+  ASSIGN_OR_RETURN(hc.base, loader.LoadVector(prefix + "_base", mix));
+  ASSIGN_OR_RETURN(hc.scale, loader.LoadVector(prefix + "_scale", n_scale));
+  return hc;
+}
+
+StatusOr<BlockWeights> LoadBlock(TensorLoader& loader, const config::ModelConfig& c,
+                                 const ShardPlan& plan, const std::string& p,
+                                 int64_t compress_ratio, bool hash_gate) {
+  BlockWeights b;
+  const int64_t hc = c.hc_mult, mix = (2 + hc) * hc, hc_dim = hc * c.hidden_size;
+  b.compress_ratio = compress_ratio;
+  b.hash_gate = hash_gate;
+  ASSIGN_OR_RETURN(b.hc_attn, LoadHc(loader, p + ".hc_attn", mix, hc_dim, 3));
+  ASSIGN_OR_RETURN(b.hc_ffn, LoadHc(loader, p + ".hc_ffn", mix, hc_dim, 3));
+  ASSIGN_OR_RETURN(b.attn_norm, loader.LoadVector(p + ".attn_norm.weight", c.hidden_size));
+  ASSIGN_OR_RETURN(b.ffn_norm, loader.LoadVector(p + ".ffn_norm.weight", c.hidden_size));
+  ASSIGN_OR_RETURN(b.attn, LoadAttention(loader, c, plan, p + ".attn", b.compress_ratio));
+  ASSIGN_OR_RETURN(b.ffn, LoadMoe(loader, c, plan, p + ".ffn", b.hash_gate));
+  return b;
+}
+
 StatusOr<ModelWeights> LoadModelWeights(const std::string& dir, const config::ModelConfig& c,
                                         const LoadOptions& options) {
   RETURN_IF_ERROR(CheckSupportedConfig(c));
@@ -395,7 +192,8 @@ StatusOr<ModelWeights> LoadModelWeights(const st::Checkpoint& checkpoint,
   const int64_t dim = c.hidden_size;
   ASSIGN_OR_RETURN(w.embed, loader.LoadMatrix("embed.weight", c.vocab_size, dim));
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    ASSIGN_OR_RETURN(BlockWeights block, LoadBlock(loader, c, plan, layer));
+    ASSIGN_OR_RETURN(BlockWeights block, LoadBlock(loader, c, plan, absl::StrCat("layers.", layer),
+                                                   c.CompressRatio(layer), c.IsHashLayer(layer)));
     w.layers.push_back(std::move(block));
   }
   ASSIGN_OR_RETURN(w.hc_head, LoadHc(loader, "hc_head", c.hc_mult, c.hc_mult * dim, 1));

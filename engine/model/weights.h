@@ -1,8 +1,8 @@
 // Dequantised fp32 weights of the DeepSeek-V4-Flash target model, one struct per module so the
 // forward code reads like the architecture. Every matrix is row-major [out, in] (the
 // checkpoint's layout). A tensor-parallel rank holds the slices its ShardPlan names (noted on
-// each field as "TP:"); everything else is replicated. The DSpark drafter loads the same structs
-// whole (ShardPlan::Full), in which case every field has the checkpoint's shape.
+// each field as "TP:"); everything else is replicated. With ShardPlan::Full every field has the
+// checkpoint's shape. The DSpark drafter's stages use the same structs, sliced the same way.
 #pragma once
 
 #include <cstdint>

@@ -24,7 +24,9 @@ Status ApplySpecSettings(const std::string& method, const std::string& tokens,
         absl::StrCat("--spec-tokens ", tokens, ": expected a non-negative integer or auto"));
   }
   if (!automatic && n == 0) return absl::OkStatus();  // speculation explicitly off
-  ASSIGN_OR_RETURN(auto drafter, dspark::Drafter::Load(model_dir, model.config()));
+  // Sharded like the target, on its ranks.
+  ASSIGN_OR_RETURN(auto drafter,
+                   dspark::Drafter::Load(model_dir, model.config(), model.rank_runner()));
   if (n > drafter->block_size()) {
     return absl::InvalidArgumentError(absl::StrCat("--spec-tokens ", n, " exceeds the drafter's ",
                                                    "dspark_block_size ", drafter->block_size()));

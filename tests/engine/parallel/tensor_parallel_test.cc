@@ -16,6 +16,7 @@
 #include "engine/serving/serving_engine.h"
 #include "gtest/gtest.h"
 #include "tests/engine/dspark/random_drafter.h"
+#include "tests/engine/parallel/block_slices.h"
 #include "tests/engine/serving/request_collector.h"
 
 namespace pdspark::engine {
@@ -223,9 +224,6 @@ TEST(TensorParallelTest, RanksLoadTheirSliceOfEveryShardedTensor) {
   LoadOptions whole_options;
   whole_options.show_progress = false;
   const ModelWeights whole = LoadModelWeights(kGoldenDir, config, whole_options).value();
-  auto rows_of = [](const Matrix& m, int64_t begin, int64_t end) {
-    return std::vector<float>(m.data.begin() + begin * m.cols, m.data.begin() + end * m.cols);
-  };
   for (int world : {2, 4, 8}) {
     for (int rank = 0; rank < world; ++rank) {
       LoadOptions options = whole_options;
@@ -234,63 +232,27 @@ TEST(TensorParallelTest, RanksLoadTheirSliceOfEveryShardedTensor) {
       const ModelWeights part = LoadModelWeights(kGoldenDir, config, options).value();
       const std::string where = "rank " + std::to_string(rank) + "/" + std::to_string(world);
       EXPECT_EQ(part.total_parameters, whole.total_parameters) << where;
-      EXPECT_EQ(part.head.data, rows_of(whole.head, p.vocab.begin, p.vocab.end)) << where;
+      EXPECT_EQ(part.head.data, testing::RowsOf(whole.head, p.vocab.begin, p.vocab.end)) << where;
       const BlockWeights& b = part.layers[2];  // a CSA layer: compressor and indexer
       const BlockWeights& w = whole.layers[2];
-      EXPECT_EQ(b.attn.wq_b.data,
-                rows_of(w.attn.wq_b, p.heads.begin * d.head_dim, p.heads.end * d.head_dim))
-          << where;
       EXPECT_EQ(b.attn.indexer->wq_b.data,
-                rows_of(w.attn.indexer->wq_b, p.index_heads.begin * d.index_dim,
-                        p.index_heads.end * d.index_dim))
+                testing::RowsOf(w.attn.indexer->wq_b, p.index_heads.begin * d.index_dim,
+                                p.index_heads.end * d.index_dim))
           << where;
-      EXPECT_EQ(b.attn.attn_sink, std::vector<float>(w.attn.attn_sink.begin() + p.heads.begin,
-                                                     w.attn.attn_sink.begin() + p.heads.end));
-      ASSERT_EQ(b.ffn.experts.size(), static_cast<size_t>(p.experts.size())) << where;
-      EXPECT_EQ(b.ffn.first_expert, p.experts.begin);
-      for (size_t e = 0; e < b.ffn.experts.size(); ++e) {
-        EXPECT_EQ(b.ffn.experts[e].w2.data, w.ffn.experts[p.experts.begin + e].w2.data) << where;
-      }
-      // Shared expert: rows of w1, columns of w2.
-      const parallel::Range inter = FixedChunks(d.moe_inter, p.shared_chunks);
-      EXPECT_EQ(b.ffn.shared.w1.data, rows_of(w.ffn.shared.w1, inter.begin, inter.end)) << where;
-      ASSERT_EQ(b.ffn.shared.w2.cols, inter.size());
-      for (int64_t r = 0; r < d.dim; ++r) {
-        for (int64_t c = 0; c < inter.size(); ++c) {
-          ASSERT_EQ(b.ffn.shared.w2.data[r * inter.size() + c],
-                    w.ffn.shared.w2.data[r * d.moe_inter + inter.begin + c])
-              << where;
-        }
-      }
-      // wo_a is held per output-projection unit (a head here: 2 groups < 8), wo_b by group.
-      ASSERT_EQ(p.unit_heads, 1);
-      EXPECT_EQ(b.attn.wo_a.data,
-                rows_of(w.attn.wo_a, p.heads.begin * d.o_lora, p.heads.end * d.o_lora))
-          << where;
-      // wo_b by whole groups: the wo_b stage's groups, spread over the ranks independently
-      // of the heads (z is reduced first since units are smaller than groups).
-      ASSERT_TRUE(p.reduce_z);
-      ASSERT_EQ(b.attn.wo_b.cols, p.out_groups.size() * d.o_lora) << where;
-      for (int64_t r = 0; r < d.dim; ++r) {
-        for (int64_t c = 0; c < b.attn.wo_b.cols; ++c) {
-          ASSERT_EQ(b.attn.wo_b.data[r * b.attn.wo_b.cols + c],
-                    w.attn.wo_b.data[r * w.attn.wo_b.cols + p.out_groups.begin * d.o_lora + c])
-              << where;
-        }
-      }
+      testing::ExpectBlockIsSlice(d, p, b, w, where);
     }
   }
 }
 
-// DSpark with a TP target: the drafter runs replicated on the caller's thread; greedy output
-// at every TP size equals plain greedy decoding at TP=1.
+// DSpark with a TP target: the drafter is sharded on the target's ranks (as ApplySpecSettings
+// loads it); greedy output at every TP size equals plain greedy decoding at TP=1.
 std::vector<std::vector<int32_t>> ServeGreedy(std::unique_ptr<Model> model,
                                               const std::string& drafter_dir,
                                               const std::vector<std::vector<int32_t>>& prompts,
                                               int max_tokens) {
   serving::ServingOptions options;
   if (!drafter_dir.empty()) {
-    auto drafter = dspark::Drafter::Load(drafter_dir, model->config());
+    auto drafter = dspark::Drafter::Load(drafter_dir, model->config(), model->rank_runner());
     EXPECT_TRUE(drafter.ok()) << drafter.status();
     options.drafter = std::move(drafter).value();
     options.spec_tokens = 4;

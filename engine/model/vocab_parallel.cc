@@ -1,0 +1,53 @@
+#include "engine/model/vocab_parallel.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/kernels.h"
+
+namespace pdspark::engine {
+
+std::vector<float> VocabSliceLogits(const ShardPlan& plan, int64_t vocab, const float* x,
+                                    int64_t rows, int64_t k, const Matrix& w) {
+  const int64_t local = plan.vocab.size();
+  std::vector<float> logits(rows * local);
+  for (int64_t c = plan.vocab_chunks.begin; c < plan.vocab_chunks.end; ++c) {
+    const parallel::Range chunk = FixedChunk(vocab, c);
+    const int64_t offset = chunk.begin - plan.vocab.begin;
+    kernels::cpu::MatMulTransB(x, rows, k, k, w.ptr() + offset * k, chunk.size(), k,
+                               logits.data() + offset, local);
+  }
+  return logits;
+}
+
+Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
+                   std::vector<float>* full) {
+  const int world = ctx.distributed() ? ctx.comm->world_size() : 1;
+  if (world == 1) {
+    if (full) full->assign(slice, slice + rows * vocab);
+    return absl::OkStatus();
+  }
+  // The ranks' vocabulary rows, as ShardPlan::Make gives them.
+  std::vector<parallel::Range> ranges;
+  int64_t padded = 0;
+  for (int r = 0; r < world; ++r) {
+    ranges.push_back(FixedChunks(vocab, parallel::EvenSplit(kFixedChunks, r, world)));
+    padded = std::max(padded, ranges.back().size());
+  }
+  const int64_t local = ctx.plan->vocab.size();
+  std::vector<float> mine(rows * padded, 0.0f), all(world * rows * padded);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(slice + r * local, local, mine.data() + r * padded);
+  }
+  RETURN_IF_ERROR(ctx.comm->AllGather(mine.data(), mine.size(), all.data()));
+  if (!full) return absl::OkStatus();
+  full->resize(rows * vocab);
+  for (int k = 0; k < world; ++k) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(all.data() + (k * rows + r) * padded, ranges[k].size(),
+                  full->data() + r * vocab + ranges[k].begin);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pdspark::engine

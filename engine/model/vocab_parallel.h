@@ -1,0 +1,27 @@
+// The vocabulary-parallel output projections (the target's head; the DSpark drafter's shared
+// head and Markov bias): a rank holds the rows of its fixed vocabulary chunks (ShardPlan::vocab)
+// and computes one GEMM per chunk, so a chunk's values are the same bits at every TP size; the
+// slices are then all-gathered into whole rows. Internal to the engine and the drafter.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/base/status.h"
+#include "engine/model/rank_context.h"
+#include "engine/model/weights.h"
+
+namespace pdspark::engine {
+
+// [rows, plan.vocab.size()] = x [rows, k] . w^T, where w holds the rows plan.vocab of a
+// [vocab, k] matrix.
+std::vector<float> VocabSliceLogits(const ShardPlan& plan, int64_t vocab, const float* x,
+                                    int64_t rows, int64_t k, const Matrix& w);
+
+// Every rank's slice [rows, its vocab rows] gathered into whole rows [rows, vocab] (an
+// all-gather padded to the largest slice; every rank must call it). `full` may be null on ranks
+// that do not need the result. One rank: `full` is a copy of `slice`.
+Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
+                   std::vector<float>* full);
+
+}  // namespace pdspark::engine
