@@ -10,8 +10,10 @@
 // trainer's acceptance measurement does). Throughput is reported per wall second and per CPU
 // second of the process (engine thread; the waiting main thread costs nothing): on a shared
 // machine the first moves with the neighbours' load, the second is what an idle core would
-// give. --repeats K runs the modes round-robin K times and keeps each mode's best figures, so a
-// burst of load hits one run, not the comparison.
+// give. --repeats K runs the modes round-robin K times (every other round in reverse order):
+// the tokens/s columns are each mode's best run, the "vs off" columns the median over rounds of
+// the ratio to spec off in the same round, so neither a burst of load in one run nor the
+// machine's drift between rounds decides the comparison.
 //   dspark_bench --model models/tiny-dsv4-dspark \
 //       --prompts tools/train/data/sharegpt_heldout.json --concurrency 1,16,64 --tokens 64
 #include <algorithm>
@@ -148,7 +150,25 @@ std::vector<std::vector<int32_t>> LoadPrompts(const std::string& path, const std
   return prompts;
 }
 
-std::string Row(const std::string& mode, int c, const Result& r, const Result& off) {
+// Median over rounds of this mode's tokens/s (wall, CPU) over spec off's in the same round:
+// paired ratios cancel the machine's drift between rounds, which best-of ratios do not.
+std::pair<double, double> MedianRatios(const std::vector<std::vector<Result>>& rounds, size_t mode,
+                                       size_t off) {
+  std::vector<double> wall, cpu;
+  for (const auto& round : rounds) {
+    wall.push_back(round[mode].tokens_per_s / round[off].tokens_per_s);
+    cpu.push_back(round[mode].tokens_per_cpu_s / round[off].tokens_per_cpu_s);
+  }
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  return {median(wall), median(cpu)};
+}
+
+// Best-of tokens/s, the median paired ratios to spec off (wall, CPU) and the spec counters.
+std::string Row(const std::string& mode, int c, const Result& r, std::pair<double, double> vs_off) {
   const serving::SpecStats& s = r.spec;
   const double tau = s.drafts ? 1.0 + static_cast<double>(s.accepted_tokens) / s.drafts : 1.0;
   const double rate = s.draft_tokens ? static_cast<double>(s.accepted_tokens) / s.draft_tokens : 0;
@@ -160,14 +180,12 @@ std::string Row(const std::string& mode, int c, const Result& r, const Result& o
                   static_cast<double>(s.accepted_per_position[k]) / std::max<int64_t>(s.drafts, 1));
     per_pos += buf;
   }
-  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   char line[512];
-  std::snprintf(line, sizeof(line),
-                "| %s | %d | %.1f | %.2fx | %.1f | %.2fx | %.2f | %.2f | %.2f | %.1f | %s |",
-                mode.c_str(), c, r.tokens_per_s, ratio(r.tokens_per_s, off.tokens_per_s),
-                r.tokens_per_cpu_s, ratio(r.tokens_per_cpu_s, off.tokens_per_cpu_s), tau, rate, len,
-                100.0 * static_cast<double>(s.drafts) / std::max<double>(r.tokens, 1),
-                per_pos.c_str());
+  std::snprintf(
+      line, sizeof(line),
+      "| %s | %d | %.1f | %.2fx | %.1f | %.2fx | %.2f | %.2f | %.2f | %.1f | %s |", mode.c_str(), c,
+      r.tokens_per_s, vs_off.first, r.tokens_per_cpu_s, vs_off.second, tau, rate, len,
+      100.0 * static_cast<double>(s.drafts) / std::max<double>(r.tokens, 1), per_pos.c_str());
   return line;
 }
 
@@ -190,7 +208,8 @@ int main(int argc, char** argv) {
   app.add_option("--modes", modes)->delimiter(',');
   app.add_option("--tokens", w.tokens, "output tokens per request")->capture_default_str();
   app.add_option("--temperature", w.temperature, "0 = greedy")->capture_default_str();
-  app.add_option("--repeats", repeats, "runs per mode (round-robin), the fastest is reported");
+  app.add_option("--repeats", repeats,
+                 "rounds of every mode: best tok/s, median paired ratio to off are reported");
   app.add_flag("--profile", profile, "print the target/drafter cost profile auto uses, then exit");
   CLI11_PARSE(app, argc, argv);
   if (profile) {
@@ -216,31 +235,38 @@ int main(int argc, char** argv) {
                            static_cast<int32_t>((37 * i + 11) % config.vocab_size)});
     }
   }
-  std::printf("%zu prompts, %d tokens each, temperature %.2f, best of %d\n\n", w.prompts.size(),
-              w.tokens, w.temperature, repeats);
+  std::printf(
+      "%zu prompts, %d tokens each, temperature %.2f, %d rounds: tok/s best run, vs off the "
+      "median of per-round ratios\n\n",
+      w.prompts.size(), w.tokens, w.temperature, repeats);
   std::printf(
       "| spec | conc | out tok/s | vs off | out tok/CPU-s | vs off | tau | accept rate | "
       "verified/round | rounds per 100 tok | accepted@pos (per round) |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const size_t off_mode = std::find(modes.begin(), modes.end(), "off") - modes.begin();
   for (int c : concurrency) {
     std::vector<pdspark::Result> best(modes.size());
+    std::vector<std::vector<pdspark::Result>> rounds(repeats);
     std::vector<double> temperatures;
     for (int rep = 0; rep < repeats; ++rep) {
-      for (size_t m = 0; m < modes.size(); ++m) {
+      rounds[rep].resize(modes.size());
+      // Every other round runs the modes in reverse, so a machine that speeds up or slows down
+      // during a round does not always favour the same modes.
+      for (size_t i = 0; i < modes.size(); ++i) {
+        const size_t m = rep % 2 ? modes.size() - 1 - i : i;
         const int64_t spec = modes[m] == "off" ? 0 : modes[m] == "auto" ? -1 : std::stoll(modes[m]);
         pdspark::Result r = pdspark::RunOnce(w, spec, c);
+        rounds[rep][m] = r;
         const double wall = std::max(r.tokens_per_s, best[m].tokens_per_s);
         if (r.tokens_per_cpu_s > best[m].tokens_per_cpu_s) best[m] = r;
         best[m].tokens_per_s = wall;
         if (spec < 0) temperatures = r.temperatures;
       }
     }
-    pdspark::Result off;
     for (size_t m = 0; m < modes.size(); ++m) {
-      if (modes[m] == "off") off = best[m];
-    }
-    for (size_t m = 0; m < modes.size(); ++m) {
-      std::printf("%s\n", pdspark::Row(modes[m], c, best[m], off).c_str());
+      const auto ratios = off_mode < modes.size() ? pdspark::MedianRatios(rounds, m, off_mode)
+                                                  : std::pair<double, double>{0, 0};
+      std::printf("%s\n", pdspark::Row(modes[m], c, best[m], ratios).c_str());
     }
     if (!temperatures.empty()) {
       std::fprintf(stderr, "conc %d auto STS temperatures (greedy):", c);
