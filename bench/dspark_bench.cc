@@ -10,7 +10,8 @@
 // trainer's acceptance measurement does). Throughput is reported per wall second and per CPU
 // second of the process (engine thread; the waiting main thread costs nothing): on a shared
 // machine the first moves with the neighbours' load, the second is what an idle core would
-// give. --repeats K runs the modes round-robin K times (every other round in reverse order):
+// give. Every run is a fresh process (see RunInChild). --repeats K runs the modes round-robin
+// K times (every other round in reverse order):
 // the tokens/s columns are each mode's best run, the "vs off" columns the median over rounds of
 // the ratio to spec off in the same round, so neither a burst of load in one run nor the
 // machine's drift between rounds decides the comparison.
@@ -21,6 +22,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -126,6 +128,52 @@ Result RunOnce(const Workload& w, int64_t spec, int concurrency) {
   return r;
 }
 
+nlohmann::json ToJson(const Result& r) {
+  return {{"tokens_per_s", r.tokens_per_s},
+          {"tokens_per_cpu_s", r.tokens_per_cpu_s},
+          {"tokens", r.tokens},
+          {"drafts", r.spec.drafts},
+          {"draft_tokens", r.spec.draft_tokens},
+          {"accepted_tokens", r.spec.accepted_tokens},
+          {"accepted_per_position", r.spec.accepted_per_position},
+          {"temperatures", r.temperatures}};
+}
+
+Result FromJson(const nlohmann::json& j) {
+  Result r;
+  r.tokens_per_s = j.at("tokens_per_s");
+  r.tokens_per_cpu_s = j.at("tokens_per_cpu_s");
+  r.tokens = j.at("tokens");
+  r.spec.drafts = j.at("drafts");
+  r.spec.draft_tokens = j.at("draft_tokens");
+  r.spec.accepted_tokens = j.at("accepted_tokens");
+  r.spec.accepted_per_position = j.at("accepted_per_position").get<std::vector<int64_t>>();
+  r.temperatures = j.at("temperatures").get<std::vector<double>>();
+  return r;
+}
+
+// One run in a fresh process (this binary with --one-run): runs in one process interact through
+// its heap and caches (a run after five drafting runs measured 10 % slower than the same run
+// after one), so every measurement starts from the same state, as a fresh server would.
+Result RunInChild(const std::vector<std::string>& workload_args, const std::string& mode, int c) {
+  // popen runs a shell, whose /proc/self/exe is the shell: resolve ours first.
+  static const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string cmd =
+      "'" + self + "' --one-run --modes " + mode + " --concurrency " + std::to_string(c);
+  for (const std::string& a : workload_args) cmd += " '" + a + "'";
+  FILE* out = popen(cmd.c_str(), "r");
+  std::string text;
+  char buf[4096];
+  for (size_t n; out && (n = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, n);
+  if (!out || pclose(out) != 0) {
+    std::fprintf(stderr, "run %s at concurrency %d failed: %s\n", mode.c_str(), c, cmd.c_str());
+    std::exit(1);
+  }
+  // The result is the last line; the engine may log before it.
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return FromJson(nlohmann::json::parse(text.substr(text.rfind('\n') + 1)));
+}
+
 // The trainer's chat prompt (tools/train/bpe_tokenizer.py chat_prompt) of every entry.
 std::vector<std::vector<int32_t>> LoadPrompts(const std::string& path, const std::string& model,
                                               int limit) {
@@ -200,7 +248,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> modes{"off", "1", "2", "3", "4", "5", "auto"};
   std::string prompts_file;
   int num_prompts = 0, repeats = 1;
-  bool profile = false;
+  bool profile = false, one_run = false;
   app.add_option("--model", w.model)->capture_default_str();
   app.add_option("--prompts", prompts_file, "JSON list of {id, text}; default synthetic [bos, t]");
   app.add_option("--num-prompts", num_prompts, "use the first N prompts (0: all; synthetic: 64)");
@@ -211,6 +259,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", repeats,
                  "rounds of every mode: best tok/s, median paired ratio to off are reported");
   app.add_flag("--profile", profile, "print the target/drafter cost profile auto uses, then exit");
+  app.add_flag("--one-run", one_run, "internal: run the one mode and concurrency, print JSON");
   CLI11_PARSE(app, argc, argv);
   if (profile) {
     pdspark::engine::ModelOptions mo;
@@ -235,10 +284,23 @@ int main(int argc, char** argv) {
                            static_cast<int32_t>((37 * i + 11) % config.vocab_size)});
     }
   }
+  if (one_run) {
+    const std::string& m = modes.at(0);
+    const int64_t spec = m == "off" ? 0 : m == "auto" ? -1 : std::stoll(m);
+    std::printf("%s\n",
+                pdspark::ToJson(pdspark::RunOnce(w, spec, concurrency.at(0))).dump().c_str());
+    return 0;
+  }
+  std::vector<std::string> workload_args{"--model",       w.model,
+                                         "--num-prompts", std::to_string(num_prompts),
+                                         "--tokens",      std::to_string(w.tokens),
+                                         "--temperature", std::to_string(w.temperature)};
+  if (!prompts_file.empty()) workload_args.insert(workload_args.end(), {"--prompts", prompts_file});
   std::printf(
-      "%zu prompts, %d tokens each, temperature %.2f, %d rounds: tok/s best run, vs off the "
-      "median of per-round ratios\n\n",
+      "%zu prompts, %d tokens each, temperature %.2f, %d rounds, every run in a fresh process: "
+      "tok/s best run, vs off the median of per-round ratios\n\n",
       w.prompts.size(), w.tokens, w.temperature, repeats);
+  std::fflush(stdout);
   std::printf(
       "| spec | conc | out tok/s | vs off | out tok/CPU-s | vs off | tau | accept rate | "
       "verified/round | rounds per 100 tok | accepted@pos (per round) |\n"
@@ -254,13 +316,12 @@ int main(int argc, char** argv) {
       // during a round does not always favour the same modes.
       for (size_t i = 0; i < modes.size(); ++i) {
         const size_t m = rep % 2 ? modes.size() - 1 - i : i;
-        const int64_t spec = modes[m] == "off" ? 0 : modes[m] == "auto" ? -1 : std::stoll(modes[m]);
-        pdspark::Result r = pdspark::RunOnce(w, spec, c);
+        pdspark::Result r = pdspark::RunInChild(workload_args, modes[m], c);
         rounds[rep][m] = r;
         const double wall = std::max(r.tokens_per_s, best[m].tokens_per_s);
         if (r.tokens_per_cpu_s > best[m].tokens_per_cpu_s) best[m] = r;
         best[m].tokens_per_s = wall;
-        if (spec < 0) temperatures = r.temperatures;
+        if (modes[m] == "auto") temperatures = r.temperatures;
       }
     }
     for (size_t m = 0; m < modes.size(); ++m) {
