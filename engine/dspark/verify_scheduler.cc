@@ -46,19 +46,21 @@ std::vector<int64_t> ChooseVerifyLengths(const std::vector<std::vector<double>>&
 DraftPlan PlanDrafts(const std::vector<std::vector<double>>& predicted,
                      const std::vector<int64_t>& cap, int64_t max_slots, const StepBase& base,
                      const TargetCost& target, const DraftCost& draft, double min_survival,
-                     double min_speedup) {
+                     double min_speedup, const std::vector<double>& setup) {
   DraftPlan plan;
   const size_t n = predicted.size();
   if (n == 0 || max_slots <= 0) return plan;
   const double plain = base.tokens / target(base.sequences, base.rows);
   double best = plain * min_speedup;
+  auto setup_of = [&](size_t r) { return setup.empty() ? 0.0 : setup[r]; };
   std::vector<size_t> order(n);
   std::vector<double> gain(n);
   std::vector<std::vector<double>> chosen;
   for (int64_t g = 1; g <= max_slots; ++g) {
     for (size_t r = 0; r < n; ++r) {
       const int64_t m = std::min(g, cap[r]);
-      gain[r] = std::accumulate(predicted[r].begin(), predicted[r].begin() + m, 0.0);
+      gain[r] = std::accumulate(predicted[r].begin(), predicted[r].begin() + m, 0.0) -
+                plain * setup_of(r);
     }
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
@@ -70,15 +72,16 @@ DraftPlan PlanDrafts(const std::vector<std::vector<double>>& predicted,
         chosen.emplace_back(predicted[r].begin(), predicted[r].begin() + std::min(g, cap[r]));
       }
       const std::vector<int64_t> lengths = ChooseVerifyLengths(chosen, base, target, min_survival);
-      double tokens = base.tokens;
+      double tokens = base.tokens, setup_seconds = 0;
       int64_t rows = base.rows;
       for (size_t i = 0; i < k; ++i) {
+        setup_seconds += setup_of(order[i]);
         if (lengths[i] > 0)
           tokens += std::accumulate(chosen[i].begin(), chosen[i].begin() + lengths[i], 0.0);
         rows += lengths[i];
       }
-      const double theta =
-          tokens / (draft(static_cast<int64_t>(k), g) + target(base.sequences, rows));
+      const double theta = tokens / (setup_seconds + draft(static_cast<int64_t>(k), g) +
+                                     target(base.sequences, rows));
       if (theta > best) {
         best = theta;
         plan.gamma = g;

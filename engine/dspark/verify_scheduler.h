@@ -54,10 +54,13 @@ struct DraftPlan {
 // where the step verifies what ChooseVerifyLengths would pick on the predictions; gamma 0 when
 // no choice beats the plain step by the factor min_speedup (a margin against drafting on a
 // predicted gain smaller than the predictions' error). predicted[r]: survivals expected for
-// candidate r (length >= its cap), cap[r]: the most slots r may draft.
+// candidate r (length >= its cap), cap[r]: the most slots r may draft; setup[r] (empty: none):
+// seconds r costs before it can draft at all (its drafter ring catching up with the positions
+// it has not drafted from), added to the plan's cost and, at the plain rate, taken from r's
+// gain when candidates are ranked.
 DraftPlan PlanDrafts(const std::vector<std::vector<double>>& predicted,
                      const std::vector<int64_t>& cap, int64_t max_slots, const StepBase& base,
                      const TargetCost& target, const DraftCost& draft, double min_survival,
-                     double min_speedup = 1.0);
+                     double min_speedup = 1.0, const std::vector<double>& setup = {});
 
 }  // namespace pdspark::dspark

@@ -425,13 +425,17 @@ void ServingEngine::ChooseDrafting(const std::vector<Active*>& candidates,
                             ? prior_survival_[r->sampler->greedy() ? 0 : 1]
                             : r->predicted_survival);
   }
+  // A candidate's ring catches up with the positions it holds back before it can draft.
+  std::vector<double> setup;
+  for (Active* r : candidates)
+    setup.push_back(spec_costs_.ContextSeconds(r->pending_context->held()));
   const int64_t block = options_.drafter->block_size();
   const dspark::StepBase base = BaseOfStep();
   dspark::DraftPlan plan = dspark::PlanDrafts(
       predicted, caps, block, base,
       [this](int64_t s, int64_t rows) { return spec_costs_.TargetSeconds(s, rows); },
       [this](int64_t r, int64_t g) { return spec_costs_.DraftSeconds(r, g); },
-      options_.spec_auto_min_survival, options_.spec_auto_min_speedup);
+      options_.spec_auto_min_survival, options_.spec_auto_min_speedup, setup);
   // Unprofiled, drafting is free by definition: nothing to guard.
   const bool vetoed =
       plan.gamma > 0 && spec_costs_.profiled() && !drafting_guard_.AllowDrafting(base.sequences);

@@ -121,6 +121,14 @@ StatusOr<SpecCostModel> SpecCostModel::Measure(engine::Model& model, const dspar
     drafter.AppendContext(*states[i], prefill.features.data() + prefill.row_offsets[i] * width,
                           context);
   }
+  {
+    auto scratch = drafter.NewState();
+    ASSIGN_OR_RETURN(const double best, BestTime(repeats, [&] {
+                       drafter.AppendContext(*scratch, prefill.features.data(), context);
+                       return absl::OkStatus();
+                     }));
+    m.context_per_position_ = best / static_cast<double>(context);
+  }
   so.logits = engine::LogitsMode::kAllTokens;
   for (int64_t r : m.requests_) {
     std::vector<double>& target = m.target_.emplace_back();
@@ -205,6 +213,11 @@ double SpecCostModel::DraftSeconds(int64_t requests, int64_t gamma) const {
   return draft_scale_ * Interpolate(draft_, requests, static_cast<double>(gamma - 1));
 }
 
+double SpecCostModel::ContextSeconds(int64_t positions) const {
+  return draft_scale_ * context_per_position_ *
+         static_cast<double>(std::max<int64_t>(positions, 0));
+}
+
 void SpecCostModel::ObserveTarget(int64_t sequences, int64_t rows, double seconds) {
   if (profiled() && corrected_) {
     Correct(target_scales_[ScaleIndex(VerifyColumn(sequences, rows))], seconds,
@@ -235,7 +248,8 @@ std::string SpecCostModel::Describe() const {
   for (size_t l = 0; l < target_scales_.size(); ++l) {
     absl::StrAppendFormat(&out, "%s%.2f", l ? "/" : "", target_scales_[l]);
   }
-  absl::StrAppendFormat(&out, " drafter=%.2f", draft_scale_);
+  absl::StrAppendFormat(&out, " drafter=%.2f; drafter ring %.3f per position", draft_scale_,
+                        1e3 * context_per_position_);
   return out;
 }
 

@@ -48,6 +48,8 @@ class SpecCostModel {
   double TargetSeconds(int64_t sequences, int64_t rows) const;
   // Drafter forward for `requests` requests drafting `gamma` slots each (0 when either is 0).
   double DraftSeconds(int64_t requests, int64_t gamma) const;
+  // Appending `positions` positions to a drafter ring (a request's catch-up before it drafts).
+  double ContextSeconds(int64_t positions) const;
   // Feeds a measured step / draft back (see the file comment).
   void ObserveTarget(int64_t sequences, int64_t rows, double seconds);
   void ObserveDraft(int64_t requests, int64_t gamma, double seconds);
@@ -68,6 +70,7 @@ class SpecCostModel {
   std::vector<std::vector<double>> target_;  // [R index][L]: R x (1 + L) rows
   std::vector<std::vector<double>> draft_;   // [R index][g - 1]
   std::vector<double> target_scales_;        // [L] running corrections
+  double context_per_position_ = 0;          // seconds of Drafter::AppendContext per position
   double draft_scale_ = 1.0;
   bool corrected_ = true;  // whether Observe* corrects the tables
 };

@@ -3,6 +3,7 @@
 // pre-draft plan pricing the drafter.
 #include "engine/dspark/verify_scheduler.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "gtest/gtest.h"
@@ -102,6 +103,14 @@ TEST(VerifySchedulerTest, PlanDraftsPricesTheDrafter) {
       predicted, caps, 3, base, target, [](int64_t, int64_t) { return 3.0; }, 0.0);
   EXPECT_EQ(dear.gamma, 0);
   EXPECT_TRUE(dear.requests.empty());
+  // A request whose drafter ring must first catch up (5 steps' worth) is ranked by its gain net
+  // of that cost: the other good request drafts without it.
+  DraftPlan catching_up =
+      PlanDrafts(predicted, caps, 3, base, target, [](int64_t, int64_t) { return 0.0; }, 0.0, 1.0,
+                 {5.0, 0.0, 0.0, 0.0});
+  ASSERT_GE(catching_up.gamma, 1);
+  EXPECT_EQ(catching_up.requests.front(), 2u);
+  EXPECT_EQ(std::count(catching_up.requests.begin(), catching_up.requests.end(), 0u), 0);
   // Caps bound the slots a request can use.
   DraftPlan capped = PlanDrafts(
       predicted, {1, 1, 1, 1}, 3, base, target, [](int64_t, int64_t) { return 0.0; }, 0.0);
