@@ -1,0 +1,18 @@
+// The GEMM path MatMulTransB takes for few rows (see gemm_few_rows.cc for why and for its
+// batch-invariance guarantee).
+#pragma once
+
+#include <cstdint>
+
+namespace pdspark::kernels::cpu {
+
+// Up to this many rows the row-batched kernel beats OpenBLAS on this project's shapes
+// (docs/perf.md); above it OpenBLAS's packed kernels win.
+inline constexpr int64_t kFewRowsMax = 16;
+
+// y[m, n] = x[m, k] * w[n, k]^T when m <= kFewRowsMax and the CPU has AVX2 and FMA; returns
+// false (and writes nothing) otherwise.
+bool MatMulTransBFewRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
+                         int64_t n, int64_t ldw, float* y, int64_t ldy);
+
+}  // namespace pdspark::kernels::cpu
