@@ -43,6 +43,10 @@ std::vector<float> ToFloat(const st::TensorView& view, int64_t cols, const Rect&
   return out;
 }
 
+WeightVector ToWeights(const std::vector<float>& values) {
+  return WeightVector(values.begin(), values.end());
+}
+
 }  // namespace
 
 TensorLoader::TensorLoader(const st::Checkpoint& checkpoint, bool show_progress)
@@ -70,20 +74,22 @@ StatusOr<Matrix> TensorLoader::LoadMatrix(const std::string& name, int64_t rows,
       const int64_t block = 128;
       ASSIGN_OR_RETURN(st::TensorView scale,
                        FetchScale(name, {(rows + block - 1) / block, (cols + block - 1) / block}));
-      m.data = DequantFp8Blocks(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect);
+      m.data = ToWeights(
+          DequantFp8Blocks(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect));
       break;
     }
     case st::DType::kI8: {  // packed FP4 E2M1, two values per byte
       RETURN_IF_ERROR(CheckShape(view, {rows, cols / 2}));
       const int64_t block = 32;
       ASSIGN_OR_RETURN(st::TensorView scale, FetchScale(name, {rows, cols / block}));
-      m.data = DequantFp4Packed(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect);
+      m.data = ToWeights(
+          DequantFp4Packed(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect));
       break;
     }
     case st::DType::kBF16:
     case st::DType::kF32: {
       RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
-      m.data = ToFloat(view, cols, rect);
+      m.data = ToWeights(ToFloat(view, cols, rect));
       break;
     }
     default:
@@ -114,7 +120,7 @@ StatusOr<std::vector<float>> TensorLoader::LoadVector(const std::string& name, i
 StatusOr<std::vector<float>> TensorLoader::LoadFlat(const std::string& name, int64_t rows,
                                                     int64_t cols) {
   ASSIGN_OR_RETURN(Matrix m, LoadMatrix(name, rows, cols));
-  return std::move(m.data);
+  return std::vector<float>(m.data.begin(), m.data.end());
 }
 
 StatusOr<std::vector<int32_t>> TensorLoader::LoadIndexTable(const std::string& name, int64_t rows,

@@ -13,6 +13,7 @@
 #include "common/base/status.h"
 #include "common/config/model_config.h"
 #include "engine/model/shard_plan.h"
+#include "engine/model/weight_memory.h"
 
 namespace pdspark::safetensors {
 class Checkpoint;
@@ -23,7 +24,7 @@ namespace pdspark::engine {
 struct Matrix {
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features
-  std::vector<float> data;
+  WeightVector data;  // huge-page backed (weight_memory.h)
   const float* ptr() const { return data.data(); }
 };
 

@@ -10,7 +10,9 @@ namespace {
 
 namespace kc = ::pdspark::kernels::cpu;
 
-Matrix Mat(int64_t rows, int64_t cols, std::vector<float> data) { return {rows, cols, std::move(data)}; }
+Matrix Mat(int64_t rows, int64_t cols, const std::vector<float>& data) {
+  return {rows, cols, WeightVector(data.begin(), data.end())};
+}
 
 TEST(Moe, HashGateRoutesByTokenId) {
   ModelDims d;
@@ -24,8 +26,8 @@ TEST(Moe, HashGateRoutesByTokenId) {
   w.tid2eid = {1, 0};  // token 0 -> expert 1, token 1 -> expert 0
   // Expert e: w1 = w3 = [1 1] (inter 1), w2 = [[e+1], [0]].
   for (int e = 0; e < 2; ++e) {
-    w.experts.push_back({Mat(1, 2, {1, 1}), Mat(2, 1, {static_cast<float>(e + 1), 0}),
-                         Mat(1, 2, {1, 1})});
+    w.experts.push_back(
+        {Mat(1, 2, {1, 1}), Mat(2, 1, {static_cast<float>(e + 1), 0}), Mat(1, 2, {1, 1})});
   }
   w.shared = {Mat(1, 2, {0, 0}), Mat(2, 1, {0, 0}), Mat(1, 2, {0, 0})};  // contributes 0
   const std::vector<float> v = {0.5f, 0.25f, 0.5f, 0.25f};
@@ -47,8 +49,8 @@ TEST(Moe, ScoreGateSelectsByBiasButWeighsWithoutIt) {
   w.gate = Mat(2, 2, {1, 0, 0, 1});
   w.gate_bias = {0.0f, 5.0f};  // bias forces expert 1 despite a lower score
   for (int e = 0; e < 2; ++e) {
-    w.experts.push_back({Mat(1, 2, {1, 0}), Mat(2, 1, {static_cast<float>(e + 1), 0}),
-                         Mat(1, 2, {1, 0})});
+    w.experts.push_back(
+        {Mat(1, 2, {1, 0}), Mat(2, 1, {static_cast<float>(e + 1), 0}), Mat(1, 2, {1, 0})});
   }
   w.shared = {Mat(1, 2, {0, 0}), Mat(2, 1, {0, 0}), Mat(1, 2, {0, 0})};
   const std::vector<float> y = MoeForward(d, w, false, {2.0f, 1.0f}, {0});

@@ -11,8 +11,8 @@
 
 namespace pdspark::engine::testing {
 
-inline std::vector<float> RowsOf(const Matrix& m, int64_t begin, int64_t end) {
-  return std::vector<float>(m.data.begin() + begin * m.cols, m.data.begin() + end * m.cols);
+inline WeightVector RowsOf(const Matrix& m, int64_t begin, int64_t end) {
+  return WeightVector(m.data.begin() + begin * m.cols, m.data.begin() + end * m.cols);
 }
 
 // `part` is rank p.rank's load, `whole` the ShardPlan::Full load of the same block. Assumes the
