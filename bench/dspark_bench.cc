@@ -215,6 +215,22 @@ std::pair<double, double> MedianRatios(const std::vector<std::vector<Result>>& r
   return {median(wall), median(cpu)};
 }
 
+// The order a round runs the modes in: as given, but with auto right after off. The target
+// compares those two, and on a machine whose speed drifts by 10-20 % over minutes, runs minutes
+// apart differ by more than the two modes do.
+std::vector<size_t> RunOrder(const std::vector<std::string>& modes) {
+  std::vector<size_t> order;
+  const auto off = std::find(modes.begin(), modes.end(), "off");
+  const auto automatic = std::find(modes.begin(), modes.end(), "auto");
+  for (size_t m = 0; m < modes.size(); ++m) {
+    if (modes.begin() + m == automatic && off != modes.end()) continue;
+    order.push_back(m);
+    if (modes.begin() + m == off && automatic != modes.end())
+      order.push_back(automatic - modes.begin());
+  }
+  return order;
+}
+
 // Best-of tokens/s, the median paired ratios to spec off (wall, CPU) and the spec counters.
 std::string Row(const std::string& mode, int c, const Result& r, std::pair<double, double> vs_off) {
   const serving::SpecStats& s = r.spec;
@@ -306,6 +322,7 @@ int main(int argc, char** argv) {
       "verified/round | rounds per 100 tok | accepted@pos (per round) |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n");
   const size_t off_mode = std::find(modes.begin(), modes.end(), "off") - modes.begin();
+  const std::vector<size_t> order = pdspark::RunOrder(modes);
   for (int c : concurrency) {
     std::vector<pdspark::Result> best(modes.size());
     std::vector<std::vector<pdspark::Result>> rounds(repeats);
@@ -315,7 +332,7 @@ int main(int argc, char** argv) {
       // Every other round runs the modes in reverse, so a machine that speeds up or slows down
       // during a round does not always favour the same modes.
       for (size_t i = 0; i < modes.size(); ++i) {
-        const size_t m = rep % 2 ? modes.size() - 1 - i : i;
+        const size_t m = order[rep % 2 ? modes.size() - 1 - i : i];
         pdspark::Result r = pdspark::RunInChild(workload_args, modes[m], c);
         rounds[rep][m] = r;
         const double wall = std::max(r.tokens_per_s, best[m].tokens_per_s);
