@@ -412,12 +412,12 @@ dspark::ConfidenceCalibration& ServingEngine::Calibration(const Active& request)
 // DraftingGuard vetoes the plan where drafting steps of this batch size have realized fewer
 // tokens per CPU-second than plain ones. When drafting does not happen, it stops except for
 // probes — the vetoed plan, or else a full draft of two candidates (round robin), after 8 idle
-// steps, the gap doubling up to 256 while probes keep showing it does not pay — which keep the
+// steps, the gap doubling up to 1024 while probes keep showing it does not pay — which keep the
 // predictions, the calibration and the guard's figures following the workload.
 void ServingEngine::ChooseDrafting(const std::vector<Active*>& candidates,
                                    const std::vector<int64_t>& caps, std::vector<Active*>& drafting,
                                    std::vector<int64_t>& gammas) {
-  constexpr int64_t kFirstProbeGap = 8, kMaxProbeGap = 256;
+  constexpr int64_t kFirstProbeGap = 8, kMaxProbeGap = 1024;
   constexpr size_t kProbeRequests = 2;
   std::vector<std::vector<double>> predicted;
   for (Active* r : candidates) {
