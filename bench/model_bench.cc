@@ -2,6 +2,9 @@
 // memory-bandwidth bound measured in the same run.
 //   pdspark_model_bench --model tests/data/golden/dsv4-tiny-a --batch 1,8,32
 //                       --prefill-len 128 --decode-steps 64 [--threads N]
+// With --variants, engine options are compared in one run: each round loads the model afresh
+// for every variant in turn, and each variant's decode tok/s is reported as the median over
+// rounds of its ratio to the first variant in the same round.
 #include <cblas.h>
 
 #include <algorithm>
@@ -13,6 +16,8 @@
 
 #include "CLI/CLI.hpp"
 #include "engine/model/model.h"
+#include "engine/model/weight_memory.h"
+#include "kernels/cpu/gemm_few_rows.h"
 
 namespace {
 
@@ -52,72 +57,132 @@ double DecodeWeightBytes(const pdspark::engine::Model& model, int64_t batch) {
   return total - all_experts + expert * used * d.layers;
 }
 
+struct Throughput {
+  double prefill = 0, decode = 0;  // tokens per second
+};
+
+// Engine switches a variant names: "default", "openblas" (no few-rows GEMM kernel), "4k-pages"
+// (weights without huge pages).
+bool ApplyVariant(const std::string& variant) {
+  pdspark::kernels::cpu::SetFewRowsGemm(variant != "openblas");
+  pdspark::engine::SetWeightHugePages(variant != "4k-pages");
+  return variant == "default" || variant == "openblas" || variant == "4k-pages";
+}
+
+// Prefill of `batch` random prompts in one step, then `decode_steps` steps of one token each.
+bool RunBatch(pdspark::engine::Model& model, int64_t batch, int64_t prefill_len,
+              int64_t decode_steps, Throughput& out) {
+  const auto& d = model.dims();
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(d.vocab) - 1);
+  pdspark::engine::StepOptions step_options;
+  step_options.logits = pdspark::engine::LogitsMode::kLastTokenPerSequence;
+  std::vector<std::unique_ptr<pdspark::engine::SequenceState>> seqs;
+  std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prefill_len));
+  std::vector<pdspark::engine::StepInput> inputs(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    seqs.push_back(model.NewSequence());
+    for (auto& t : prompts[b]) t = token(rng);
+    inputs[b] = {seqs[b].get(), prompts[b]};
+  }
+  auto t0 = Clock::now();
+  if (!model.Step(inputs, step_options).ok()) return false;
+  out.prefill = batch * prefill_len / Seconds(t0);
+  std::vector<int32_t> next(batch);
+  t0 = Clock::now();
+  for (int64_t step = 0; step < decode_steps; ++step) {
+    for (int64_t b = 0; b < batch; ++b) {
+      next[b] = token(rng);
+      inputs[b] = {seqs[b].get(), std::span<const int32_t>(&next[b], 1)};
+    }
+    if (!model.Step(inputs, step_options).ok()) return false;
+  }
+  out.decode = batch * decode_steps / Seconds(t0);
+  return true;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"pdspark model benchmark"};
   std::string model_dir;
   std::vector<int64_t> batches = {1, 8, 32};
-  int64_t prefill_len = 128, decode_steps = 64, threads = 0;
+  std::vector<std::string> variants = {"default"};
+  int64_t prefill_len = 128, decode_steps = 64, threads = 0, rounds = 1;
   app.add_option("--model", model_dir, "checkpoint directory")->required();
   app.add_option("--batch", batches, "batch sizes")->delimiter(',');
   app.add_option("--prefill-len", prefill_len, "prompt tokens per sequence");
   app.add_option("--decode-steps", decode_steps, "decode steps per batch size");
   app.add_option("--threads", threads, "OpenBLAS threads (0 = library default)");
+  app.add_option("--variants", variants, "default, openblas (no few-rows GEMM), 4k-pages")
+      ->delimiter(',');
+  app.add_option("--rounds", rounds, "rounds of every variant (each loads the model afresh)");
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) openblas_set_num_threads(static_cast<int>(threads));
+  for (const std::string& v : variants) {
+    if (!ApplyVariant(v)) {
+      std::fprintf(stderr, "unknown variant %s (default, openblas, 4k-pages)\n", v.c_str());
+      return 2;
+    }
+  }
 
   pdspark::engine::ModelOptions options;
   options.show_progress = false;
-  auto loaded = pdspark::engine::Model::Load(model_dir, options);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
-    return 1;
-  }
-  auto& model = **loaded;
-  const auto& d = model.dims();
-  if (prefill_len + decode_steps > d.max_positions) {
-    std::fprintf(stderr, "prefill-len + decode-steps exceeds max_position_embeddings %ld\n",
-                 static_cast<long>(d.max_positions));
-    return 1;
-  }
-  const double bandwidth = MeasureReadBandwidth();
-  std::printf("model=%s params=%ld (%.1f MiB fp32) read_bandwidth=%.2f GB/s blas_threads=%d\n",
-              model_dir.c_str(), static_cast<long>(model.parameter_count()),
-              model.parameter_count() * 4.0 / (1 << 20), bandwidth / 1e9,
-              openblas_get_num_threads());
-  std::printf("%6s %14s %14s %16s %10s\n", "batch", "prefill_tok/s", "decode_tok/s",
-              "decode_bound/s", "bound_%");
-  std::mt19937 rng(1);
-  std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(d.vocab) - 1);
-  pdspark::engine::StepOptions step_options;
-  step_options.logits = pdspark::engine::LogitsMode::kLastTokenPerSequence;
-  for (int64_t batch : batches) {
-    std::vector<std::unique_ptr<pdspark::engine::SequenceState>> seqs;
-    std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prefill_len));
-    std::vector<pdspark::engine::StepInput> inputs(batch);
-    for (int64_t b = 0; b < batch; ++b) {
-      seqs.push_back(model.NewSequence());
-      for (auto& t : prompts[b]) t = token(rng);
-      inputs[b] = {seqs[b].get(), prompts[b]};
-    }
-    auto t0 = Clock::now();
-    if (!model.Step(inputs, step_options).ok()) return 1;
-    const double prefill_s = Seconds(t0);
-    std::vector<int32_t> next(batch);
-    t0 = Clock::now();
-    for (int64_t step = 0; step < decode_steps; ++step) {
-      for (int64_t b = 0; b < batch; ++b) {
-        next[b] = token(rng);
-        inputs[b] = {seqs[b].get(), std::span<const int32_t>(&next[b], 1)};
+  // results[variant][round][batch]
+  std::vector<std::vector<std::vector<Throughput>>> results(variants.size());
+  double bandwidth = 0;
+  std::vector<double> bounds;
+  for (int64_t round = 0; round < std::max<int64_t>(rounds, 1); ++round) {
+    for (size_t v = 0; v < variants.size(); ++v) {
+      ApplyVariant(variants[v]);
+      auto loaded = pdspark::engine::Model::Load(model_dir, options);
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
+        return 1;
       }
-      if (!model.Step(inputs, step_options).ok()) return 1;
+      auto& model = **loaded;
+      if (prefill_len + decode_steps > model.dims().max_positions) {
+        std::fprintf(stderr, "prefill-len + decode-steps exceeds max_position_embeddings %ld\n",
+                     static_cast<long>(model.dims().max_positions));
+        return 1;
+      }
+      if (bandwidth == 0) {
+        bandwidth = MeasureReadBandwidth();
+        std::printf(
+            "model=%s params=%ld (%.1f MiB fp32) read_bandwidth=%.2f GB/s blas_threads=%d\n",
+            model_dir.c_str(), static_cast<long>(model.parameter_count()),
+            model.parameter_count() * 4.0 / (1 << 20), bandwidth / 1e9, openblas_get_num_threads());
+        for (int64_t batch : batches) {
+          bounds.push_back(batch * bandwidth / DecodeWeightBytes(model, batch));
+        }
+      }
+      std::vector<Throughput>& row = results[v].emplace_back(batches.size());
+      for (size_t b = 0; b < batches.size(); ++b) {
+        if (!RunBatch(model, batches[b], prefill_len, decode_steps, row[b])) return 1;
+      }
     }
-    const double decode_s = Seconds(t0);
-    const double decode_tps = batch * decode_steps / decode_s;
-    const double bound = batch * bandwidth / DecodeWeightBytes(model, batch);
-    std::printf("%6ld %14.1f %14.1f %16.1f %9.1f%%\n", static_cast<long>(batch),
-                batch * prefill_len / prefill_s, decode_tps, bound, 100.0 * decode_tps / bound);
+  }
+  ApplyVariant("default");
+  std::printf("%10s %6s %14s %14s %16s %10s %14s\n", "variant", "batch", "prefill_tok/s",
+              "decode_tok/s", "decode_bound/s", "bound_%", "decode_vs_1st");
+  for (size_t v = 0; v < variants.size(); ++v) {
+    for (size_t b = 0; b < batches.size(); ++b) {
+      Throughput best;
+      std::vector<double> ratios;
+      for (size_t r = 0; r < results[v].size(); ++r) {
+        best.prefill = std::max(best.prefill, results[v][r][b].prefill);
+        best.decode = std::max(best.decode, results[v][r][b].decode);
+        ratios.push_back(results[v][r][b].decode / results[0][r][b].decode);
+      }
+      std::printf("%10s %6ld %14.1f %14.1f %16.1f %9.1f%% %13.2fx\n", variants[v].c_str(),
+                  static_cast<long>(batches[b]), best.prefill, best.decode, bounds[b],
+                  100.0 * best.decode / bounds[b], Median(ratios));
+    }
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <new>
@@ -15,10 +16,13 @@ constexpr size_t kArenaBytes = size_t{32} << 20;
 constexpr size_t kSmallBytes = size_t{64} << 10;  // below this, the ordinary heap
 constexpr size_t kAlign = 64;
 
+std::atomic<bool> huge_pages{true};
+
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // A 2 MiB-aligned mapping; matrices are carved from it in order and it is unmapped when the last
-// one is freed (weights live as long as the model, so holes are rare and short-lived).
+// one is freed (weights live as long as the model, so holes are rare and short-lived; a model
+// unloaded gives all of its memory back).
 struct Arena {
   char* base = nullptr;
   size_t size = 0, used = 0, live = 0;
@@ -55,10 +59,6 @@ class ArenaPool {
     if (it == arenas_.end()) return;  // not ours: cannot happen through WeightAllocator
     it->live -= bytes;
     if (it->live > 0) return;
-    if (&*it == &arenas_.back()) {
-      it->used = 0;  // the arena being filled: reuse it from the start
-      return;
-    }
     munmap(it->base, it->size);
     mapped_ -= it->size;
     arenas_.erase(it);
@@ -82,7 +82,8 @@ class ArenaPool {
     if (tail > 0) munmap(reinterpret_cast<void*>(aligned + size), tail);
     auto* base = reinterpret_cast<char*>(aligned);
 #ifdef MADV_HUGEPAGE
-    madvise(base, size, MADV_HUGEPAGE);  // advice only: a kernel without THP ignores it
+    // Advice only: a kernel without THP ignores it.
+    if (huge_pages.load(std::memory_order_relaxed)) madvise(base, size, MADV_HUGEPAGE);
 #endif
     return base;
   }
@@ -114,5 +115,7 @@ void FreeWeightBytes(void* p, size_t bytes) noexcept {
 }
 
 size_t WeightArenaBytes() { return Pool().mapped(); }
+
+void SetWeightHugePages(bool enabled) { huge_pages = enabled; }
 
 }  // namespace pdspark::engine

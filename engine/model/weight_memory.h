@@ -20,6 +20,9 @@ void* AllocateWeightBytes(size_t bytes);
 void FreeWeightBytes(void* p, size_t bytes) noexcept;
 // Bytes currently mapped for arenas (tests and the load log line).
 size_t WeightArenaBytes();
+// Process-wide switch (default on): off leaves arenas created from now on with ordinary pages.
+// For benchmarks that compare the two in one run (pdspark_model_bench --variants).
+void SetWeightHugePages(bool enabled);
 
 template <class T>
 struct WeightAllocator {

@@ -14,11 +14,18 @@
 // the batch (up to kFewRowsMax rows) and a column slice equals the same columns of the whole.
 #include "kernels/cpu/gemm_few_rows.h"
 
+#include <atomic>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
 namespace pdspark::kernels::cpu {
+namespace {
+std::atomic<bool> few_rows_enabled{true};
+}  // namespace
+
+void SetFewRowsGemm(bool enabled) { few_rows_enabled = enabled; }
 
 #if defined(__x86_64__)
 namespace {
@@ -78,7 +85,9 @@ bool CpuHasAvx2Fma() {
 
 bool MatMulTransBFewRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                          int64_t n, int64_t ldw, float* y, int64_t ldy) {
-  if (m > kFewRowsMax || !CpuHasAvx2Fma()) return false;
+  if (m > kFewRowsMax || !few_rows_enabled.load(std::memory_order_relaxed) || !CpuHasAvx2Fma()) {
+    return false;
+  }
   // Groups of four rows share each weight row while it is in registers and L1.
   int64_t i = 0;
   for (; i + 4 <= m; i += 4) AllColumns<4>(x + i * ldx, ldx, k, w, n, ldw, y + i * ldy, ldy);

@@ -15,4 +15,8 @@ inline constexpr int64_t kFewRowsMax = 16;
 bool MatMulTransBFewRows(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w,
                          int64_t n, int64_t ldw, float* y, int64_t ldy);
 
+// Process-wide switch (default on); off sends every GEMM to OpenBLAS. For benchmarks that
+// compare the two paths in one run (pdspark_model_bench --variants).
+void SetFewRowsGemm(bool enabled);
+
 }  // namespace pdspark::kernels::cpu

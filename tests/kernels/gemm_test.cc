@@ -92,5 +92,16 @@ TEST(GemmTest, ManyRowsAreNotTakenByTheFewRowsKernel) {
   EXPECT_EQ(y[0], -1);  // untouched
 }
 
+TEST(GemmTest, FewRowsKernelCanBeSwitchedOff) {
+  const int64_t k = 16, n = 2;
+  std::vector<float> x(k, 1), w(n * k, 1), y(n, -1);
+  SetFewRowsGemm(false);
+  EXPECT_FALSE(MatMulTransBFewRows(x.data(), 1, k, k, w.data(), n, k, y.data(), n));
+  MatMulTransB(x.data(), 1, k, k, w.data(), n, k, y.data(), n);  // OpenBLAS
+  SetFewRowsGemm(true);
+  EXPECT_EQ(y[0], 16.0f);
+  EXPECT_TRUE(MatMulTransBFewRows(x.data(), 1, k, k, w.data(), n, k, y.data(), n));
+}
+
 }  // namespace
 }  // namespace pdspark::kernels::cpu
