@@ -2,11 +2,12 @@
 //
 // Why: a decode step streams every active weight once. With 4 KiB pages the tiny model's 36 MiB
 // span about 9000 pages, far more than the TLB covers, so every step also pays page walks and
-// its speed depends on where the allocator happened to put each matrix (docs/perf.md, "Weights
-// in huge pages"). Matrices of 64 KiB and more are therefore carved from 2 MiB-aligned arenas
-// marked madvise(MADV_HUGEPAGE), which the kernel backs with 2 MiB pages when
-// /sys/kernel/mm/transparent_hugepage/enabled is "madvise" or "always" (with "never" they are
-// ordinary pages and nothing else changes). Smaller ones come from the ordinary heap.
+// its speed depends on where the allocator happened to put each matrix (docs/perf.md, "Few-rows
+// GEMM kernel and weights in huge pages"). Matrices of 64 KiB and more are therefore carved
+// from 2 MiB-aligned arenas marked madvise(MADV_HUGEPAGE), which the kernel backs with 2 MiB
+// pages when /sys/kernel/mm/transparent_hugepage/enabled is "madvise" or "always" (with
+// "never" they are ordinary pages and nothing else changes). Smaller ones come from the
+// ordinary heap.
 #pragma once
 
 #include <cstddef>

@@ -3,9 +3,9 @@
 //
 // Why not OpenBLAS here: its sgemm either runs a small-matrix kernel that is latency-bound on
 // one accumulator chain or, from about four rows on, packs the whole weight matrix on every
-// call. For the 1-16 rows a decode or verify step feeds, both cost 2-4x the time it takes to
-// stream the weights once (docs/perf.md, "CPU GEMM for few rows"), and verify rows looked
-// expensive for that reason rather than for the arithmetic they add.
+// call. For the 1-16 rows a decode or verify step feeds, both took up to 3.5x the time it takes to
+// stream the weights once (docs/perf.md, "Few-rows GEMM kernel and weights in huge pages"),
+// and made every verify row cost more than the arithmetic it adds.
 //
 // Every output element is computed by the same sequence of operations whatever m, n, the row's
 // place in its group of four or the column's place in the matrix: two 8-lane accumulators over
