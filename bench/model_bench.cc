@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/prefill_decode_round.h"
 #include "engine/model/model.h"
 #include "engine/model/weight_memory.h"
 #include "kernels/cpu/gemm_few_rows.h"
@@ -57,9 +58,7 @@ double DecodeWeightBytes(const pdspark::engine::Model& model, int64_t batch) {
   return total - all_experts + expert * used * d.layers;
 }
 
-struct Throughput {
-  double prefill = 0, decode = 0;  // tokens per second
-};
+using Throughput = ::pdspark::bench::Rates;
 
 // Engine switches a variant names: "default", "openblas" (no few-rows GEMM kernel), "4k-pages"
 // (weights without huge pages).
@@ -67,38 +66,6 @@ bool ApplyVariant(const std::string& variant) {
   pdspark::kernels::cpu::SetFewRowsGemm(variant != "openblas");
   pdspark::engine::SetWeightHugePages(variant != "4k-pages");
   return variant == "default" || variant == "openblas" || variant == "4k-pages";
-}
-
-// Prefill of `batch` random prompts in one step, then `decode_steps` steps of one token each.
-bool RunBatch(pdspark::engine::Model& model, int64_t batch, int64_t prefill_len,
-              int64_t decode_steps, Throughput& out) {
-  const auto& d = model.dims();
-  std::mt19937 rng(1);
-  std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(d.vocab) - 1);
-  pdspark::engine::StepOptions step_options;
-  step_options.logits = pdspark::engine::LogitsMode::kLastTokenPerSequence;
-  std::vector<std::unique_ptr<pdspark::engine::SequenceState>> seqs;
-  std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prefill_len));
-  std::vector<pdspark::engine::StepInput> inputs(batch);
-  for (int64_t b = 0; b < batch; ++b) {
-    seqs.push_back(model.NewSequence());
-    for (auto& t : prompts[b]) t = token(rng);
-    inputs[b] = {seqs[b].get(), prompts[b]};
-  }
-  auto t0 = Clock::now();
-  if (!model.Step(inputs, step_options).ok()) return false;
-  out.prefill = batch * prefill_len / Seconds(t0);
-  std::vector<int32_t> next(batch);
-  t0 = Clock::now();
-  for (int64_t step = 0; step < decode_steps; ++step) {
-    for (int64_t b = 0; b < batch; ++b) {
-      next[b] = token(rng);
-      inputs[b] = {seqs[b].get(), std::span<const int32_t>(&next[b], 1)};
-    }
-    if (!model.Step(inputs, step_options).ok()) return false;
-  }
-  out.decode = batch * decode_steps / Seconds(t0);
-  return true;
 }
 
 double Median(std::vector<double> v) {
@@ -163,7 +130,11 @@ int main(int argc, char** argv) {
       }
       std::vector<Throughput>& row = results[v].emplace_back(batches.size());
       for (size_t b = 0; b < batches.size(); ++b) {
-        if (!RunBatch(model, batches[b], prefill_len, decode_steps, row[b])) return 1;
+        std::mt19937 rng(1);
+        if (!pdspark::bench::RunPrefillDecodeRound(model, batches[b], prefill_len, decode_steps,
+                                                   rng, row[b])) {
+          return 1;
+        }
       }
     }
   }

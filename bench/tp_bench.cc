@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/prefill_decode_round.h"
 #include "engine/dspark/drafter.h"
 #include "engine/model/model.h"
 
@@ -29,38 +30,17 @@ double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-struct Rates {
-  double prefill = 0;  // tokens/s
-  double decode = 0;
-};
+using ::pdspark::bench::Rates;
 
-// One round: `batch` fresh sequences prefilled in one step, then `steps` batched decode steps.
+// One round; `best` keeps the best rates seen.
 bool RunRound(engine::Model& model, int64_t batch, int64_t prefill_len, int64_t steps,
               std::mt19937& rng, Rates& best) {
-  std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(model.dims().vocab) - 1);
-  engine::StepOptions options;
-  options.logits = engine::LogitsMode::kLastTokenPerSequence;
-  std::vector<std::unique_ptr<engine::SequenceState>> seqs;
-  std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prefill_len));
-  std::vector<engine::StepInput> inputs(batch);
-  for (int64_t b = 0; b < batch; ++b) {
-    seqs.push_back(model.NewSequence());
-    for (int32_t& t : prompts[b]) t = token(rng);
-    inputs[b] = {seqs[b].get(), prompts[b]};
+  Rates round;
+  if (!::pdspark::bench::RunPrefillDecodeRound(model, batch, prefill_len, steps, rng, round)) {
+    return false;
   }
-  auto t0 = Clock::now();
-  if (!model.Step(inputs, options).ok()) return false;
-  best.prefill = std::max(best.prefill, batch * prefill_len / Seconds(t0));
-  std::vector<int32_t> next(batch);
-  t0 = Clock::now();
-  for (int64_t step = 0; step < steps; ++step) {
-    for (int64_t b = 0; b < batch; ++b) {
-      next[b] = token(rng);
-      inputs[b] = {seqs[b].get(), std::span<const int32_t>(&next[b], 1)};
-    }
-    if (!model.Step(inputs, options).ok()) return false;
-  }
-  best.decode = std::max(best.decode, batch * steps / Seconds(t0));
+  best.prefill = std::max(best.prefill, round.prefill);
+  best.decode = std::max(best.decode, round.decode);
   return true;
 }
 

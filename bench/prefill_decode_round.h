@@ -1,0 +1,55 @@
+// The measurement both model benchmarks make (pdspark_model_bench, pdspark_tp_bench): `batch`
+// fresh sequences of random prompts prefilled in one step, then `steps` batched decode steps of
+// one random token each, as tokens per second.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/model/model.h"
+
+namespace pdspark::bench {
+
+struct Rates {
+  double prefill = 0;  // tokens/s
+  double decode = 0;
+};
+
+inline bool RunPrefillDecodeRound(engine::Model& model, int64_t batch, int64_t prefill_len,
+                                  int64_t steps, std::mt19937& rng, Rates& out) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(model.dims().vocab) - 1);
+  engine::StepOptions options;
+  options.logits = engine::LogitsMode::kLastTokenPerSequence;
+  std::vector<std::unique_ptr<engine::SequenceState>> seqs;
+  std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prefill_len));
+  std::vector<engine::StepInput> inputs(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    seqs.push_back(model.NewSequence());
+    for (int32_t& t : prompts[b]) t = token(rng);
+    inputs[b] = {seqs[b].get(), prompts[b]};
+  }
+  auto t0 = Clock::now();
+  if (!model.Step(inputs, options).ok()) return false;
+  out.prefill = batch * prefill_len / seconds(t0);
+  std::vector<int32_t> next(batch);
+  t0 = Clock::now();
+  for (int64_t step = 0; step < steps; ++step) {
+    for (int64_t b = 0; b < batch; ++b) {
+      next[b] = token(rng);
+      inputs[b] = {seqs[b].get(), std::span<const int32_t>(&next[b], 1)};
+    }
+    if (!model.Step(inputs, options).ok()) return false;
+  }
+  out.decode = batch * steps / seconds(t0);
+  return true;
+}
+
+}  // namespace pdspark::bench
