@@ -130,14 +130,6 @@ StatusOr<SpecCostModel> SpecCostModel::Measure(engine::Model& model, const dspar
     drafter.AppendContext(*states[i], prefill.features.data() + prefill.row_offsets[i] * width,
                           context);
   }
-  {
-    auto scratch = drafter.NewState();
-    ASSIGN_OR_RETURN(const double best, BestTime(repeats, [&] {
-                       drafter.AppendContext(*scratch, prefill.features.data(), context);
-                       return absl::OkStatus();
-                     }));
-    m.context_per_position_ = best / static_cast<double>(context);
-  }
   so.logits = engine::LogitsMode::kAllTokens;
   // A target step of r sequences feeding 1 + l rows each (the state is rolled back after it).
   auto step = [&](int64_t r, int64_t l) -> Status {
@@ -165,7 +157,15 @@ StatusOr<SpecCostModel> SpecCostModel::Measure(engine::Model& model, const dspar
     return absl::OkStatus();
   };
   // Serving runs a verify step right after the drafter forward that made its drafts, and a
-  // drafter forward right after a plain step: each is timed after its predecessor.
+  // drafter forward, or the ring catch-up before it, right after a plain step: each is timed
+  // after its predecessor.
+  auto scratch = drafter.NewState();
+  auto catch_up = [&] {
+    drafter.AppendContext(*scratch, prefill.features.data(), context);
+    return absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(const double ring, BestTime(repeats, catch_up, [&] { return step(1, 0); }));
+  m.context_per_position_ = ring / static_cast<double>(context);
   for (int64_t r : m.requests_) {
     std::vector<double>& target = m.target_.emplace_back();
     for (int64_t l = 0; l <= block; ++l) {
