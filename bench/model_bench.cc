@@ -58,7 +58,7 @@ double DecodeWeightBytes(const pdspark::engine::Model& model, int64_t batch) {
   return total - all_experts + expert * used * d.layers;
 }
 
-using Throughput = ::pdspark::bench::Rates;
+using ::pdspark::bench::Rates;
 
 // Engine switches a variant names: "default", "openblas" (no few-rows GEMM kernel), "4k-pages"
 // (weights without huge pages).
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   pdspark::engine::ModelOptions options;
   options.show_progress = false;
   // results[variant][round][batch]
-  std::vector<std::vector<std::vector<Throughput>>> results(variants.size());
+  std::vector<std::vector<std::vector<Rates>>> results(variants.size());
   double bandwidth = 0;
   std::vector<double> bounds;
   for (int64_t round = 0; round < std::max<int64_t>(rounds, 1); ++round) {
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
           bounds.push_back(batch * bandwidth / DecodeWeightBytes(model, batch));
         }
       }
-      std::vector<Throughput>& row = results[v].emplace_back(batches.size());
+      std::vector<Rates>& row = results[v].emplace_back(batches.size());
       for (size_t b = 0; b < batches.size(); ++b) {
         std::mt19937 rng(1);
         if (!pdspark::bench::RunPrefillDecodeRound(model, batches[b], prefill_len, decode_steps,
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
               "decode_tok/s", "decode_bound/s", "bound_%", "decode_vs_1st");
   for (size_t v = 0; v < variants.size(); ++v) {
     for (size_t b = 0; b < batches.size(); ++b) {
-      Throughput best;
+      Rates best;
       std::vector<double> ratios;
       for (size_t r = 0; r < results[v].size(); ++r) {
         best.prefill = std::max(best.prefill, results[v][r][b].prefill);
