@@ -1,19 +1,28 @@
-// The few-rows GEMM kernel next to OpenBLAS sgemm on the projection shapes of the bundled tiny
-// model, in one run: y[m, n] = x[m, k] * W[n, k]^T for m = 1..32 rows. Each call uses another
-// copy of W from a pool larger than the last-level cache, as a decode step that streams every
-// weight once does. Prints time per call and the ratio (OpenBLAS / few rows).
+// The checkpoint-format GEMM (kernels/cpu/quant_gemm.h) on DeepSeek-V4-Flash's projection
+// shapes, each format next to OpenBLAS sgemm on the same weights dequantised to fp32, in one
+// run: y[m, n] = x[m, k] . W[n, k]^T. Every call uses another copy of W from a pool larger
+// than the last-level cache, as a decode step that streams every weight once does. Prints time
+// per call, weight bytes streamed per second, GFLOP/s and OpenBLAS's time over ours.
+//
+//   pdspark_gemm_bench --rows 1,4,16,64,256 --threads 2
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "kernels/cpu/gemm_few_rows.h"
+#include "kernels/cpu/quant_gemm.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace {
+
+namespace kc = ::pdspark::kernels::cpu;
+using ::pdspark::kernels::WeightFormat;
+using ::pdspark::kernels::WeightMatrix;
 
 // Best of `repeats` passes of `calls` calls, microseconds per call.
 template <typename F>
@@ -28,51 +37,114 @@ double MicrosPerCall(int repeats, int calls, F&& call) {
   return best;
 }
 
+// `copies` random [n, k] tensors in `format`, back to back, with their scales.
+struct WeightPool {
+  std::vector<uint8_t> codes, scales;
+  std::vector<WeightMatrix> views;
+
+  WeightPool(WeightFormat format, int64_t n, int64_t k, int copies, std::mt19937& rng) {
+    WeightMatrix w;
+    w.format = format;
+    w.rows = n;
+    w.cols = k;
+    w.row_stride = k;
+    int64_t scale_count = 0;
+    if (format == WeightFormat::kFp8E4M3) {
+      w.scale_stride = (k + 127) / 128;
+      scale_count = (n + 127) / 128 * w.scale_stride;
+    } else if (format == WeightFormat::kFp4E2M1) {
+      w.scale_stride = k / 32;
+      scale_count = n * w.scale_stride;
+    }
+    const int64_t code_bytes = w.Bytes() - scale_count;
+    codes.resize(code_bytes * copies);
+    scales.resize(scale_count * copies + 1);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (size_t i = 0; i < codes.size(); ++i) {
+      // Finite, normal values in every format: small random floats, or random FP8/FP4 codes.
+      if (format == WeightFormat::kF32 && i % 4 == 0 && i + 4 <= codes.size()) {
+        const float v = normal(rng);
+        std::memcpy(&codes[i], &v, 4);
+      } else if (format == WeightFormat::kBF16 && i % 2 == 0) {
+        codes[i] = 0;
+        codes[i + 1] = static_cast<uint8_t>(0x3C + rng() % 2);
+      } else if (format == WeightFormat::kFp8E4M3 || format == WeightFormat::kFp4E2M1) {
+        codes[i] = static_cast<uint8_t>(rng() & 0x77);
+      }
+    }
+    for (uint8_t& s : scales) s = 120;
+    for (int c = 0; c < copies; ++c) {
+      w.data = codes.data() + c * code_bytes;
+      w.scales = scales.data() + c * scale_count;
+      views.push_back(w);
+    }
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"few-rows GEMM kernel vs OpenBLAS sgemm"};
-  int pool_mib = 64, repeats = 5;
-  std::vector<int> rows{1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
-  app.add_option("--pool-mib", pool_mib, "weight copies cycled through (beyond the LLC)")
+  CLI::App app{"checkpoint-format GEMM vs OpenBLAS sgemm"};
+  int pool_mib = 1024, repeats = 3, threads = 1;
+  std::vector<int> rows{1, 4, 16, 64, 256};
+  app.add_option("--pool-mib", pool_mib, "weight bytes cycled through (beyond the LLC)")
       ->capture_default_str();
   app.add_option("--rows", rows)->delimiter(',');
   app.add_option("--repeats", repeats)->capture_default_str();
+  app.add_option("--threads", threads, "threads for both libraries")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  openblas_set_num_threads(1);
-  // [k, n]: output head, routed expert w1/w3, expert w2 (and wo_b), indexer/query wq_b of 4
-  // heads, hyper-connection mixes.
-  const int shapes[][2] = {{256, 4096}, {256, 128}, {128, 256}, {128, 512}, {1024, 24}};
+  openblas_set_num_threads(threads);
+  kc::ThreadPool pool(threads);
+  std::fprintf(stderr, "gemm_bench: %s kernels, %d threads\n", kc::GemmIsaName(kc::ActiveGemmIsa()),
+               threads);
+  // [k, n, format]: V4-Flash's wq_a (FP8), a routed expert's w1/w3 and w2 (FP4), a vocabulary
+  // chunk of the output head (BF16), a hyper-connection mix (F32).
+  struct Shape {
+    int64_t k, n;
+    WeightFormat format;
+  };
+  const Shape shapes[] = {{4096, 1024, WeightFormat::kFp8E4M3},
+                          {4096, 2048, WeightFormat::kFp4E2M1},
+                          {2048, 4096, WeightFormat::kFp4E2M1},
+                          {4096, 16160, WeightFormat::kBF16},
+                          {16384, 24, WeightFormat::kF32}};
   std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  std::printf("| k | n | rows | OpenBLAS us | few rows us | OpenBLAS / few rows |\n");
-  std::printf("|---|---|---|---|---|---|\n");
-  for (const auto& [k, n] : shapes) {
-    const size_t matrix = static_cast<size_t>(k) * n;
-    const int copies = std::max<int>(1, (static_cast<size_t>(pool_mib) << 20) / (matrix * 4));
-    std::vector<float> w(matrix * copies), x(32 * k), y(32 * n);
-    for (float& v : w) v = normal(rng);
-    for (float& v : x) v = normal(rng);
+  std::printf(
+      "| format | k | n | rows | ours us | weight GB/s | GFLOP/s | OpenBLAS fp32 us | "
+      "OpenBLAS / ours |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const Shape& s : shapes) {
+    WeightMatrix one;
+    one.format = s.format;
+    one.rows = s.n;
+    one.cols = s.k;
+    const int64_t bytes = one.Bytes();
+    const int copies = std::max<int>(2, (static_cast<int64_t>(pool_mib) << 20) / bytes);
+    WeightPool weights(s.format, s.n, s.k, copies, rng);
+    // OpenBLAS multiplies fp32 copies: fewer of them fit the same pool.
+    const int fp32_copies =
+        std::max<int>(2, (static_cast<int64_t>(pool_mib) << 20) / (4 * s.n * s.k));
+    std::vector<float> fp32(fp32_copies * s.n * s.k);
+    for (int c = 0; c < fp32_copies; ++c) {
+      kc::DequantizeRows(weights.views[c % copies], 0, s.n, fp32.data() + c * s.n * s.k);
+    }
+    const int max_rows = *std::max_element(rows.begin(), rows.end());
+    std::vector<float> x(max_rows * s.k, 0.5f), y(max_rows * s.n);
     for (int m : rows) {
-      if (m > 32) continue;
-      const int calls = std::max(50, 200000 / static_cast<int>(matrix / 256 + 1));
-      auto weights = [&](int i) { return w.data() + (i % copies) * matrix; };
-      const double blas = MicrosPerCall(repeats, calls, [&](int i) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x.data(), k, weights(i),
-                    k, 0.0f, y.data(), n);
+      const double flops = 2.0 * m * s.n * s.k;
+      const int calls = std::max(3, static_cast<int>(2e9 / (flops + 4.0 * bytes)));
+      const double ours = MicrosPerCall(repeats, calls, [&](int i) {
+        kc::Gemm({x.data(), m, s.k, weights.views[i % copies], y.data(), s.n}, &pool);
       });
-      double few = 0;
-      if (m <= pdspark::kernels::cpu::kFewRowsMax) {
-        few = MicrosPerCall(repeats, calls, [&](int i) {
-          pdspark::kernels::cpu::MatMulTransBFewRows(x.data(), m, k, k, weights(i), n, k, y.data(),
-                                                     n);
-        });
-      }
-      if (few > 0) {
-        std::printf("| %d | %d | %d | %.1f | %.1f | %.2fx |\n", k, n, m, blas, few, blas / few);
-      } else {
-        std::printf("| %d | %d | %d | %.1f | (OpenBLAS path) | |\n", k, n, m, blas);
-      }
+      const double blas = MicrosPerCall(repeats, calls, [&](int i) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, static_cast<int>(s.n),
+                    static_cast<int>(s.k), 1.0f, x.data(), static_cast<int>(s.k),
+                    fp32.data() + (i % fp32_copies) * s.n * s.k, static_cast<int>(s.k), 0.0f,
+                    y.data(), static_cast<int>(s.n));
+      });
+      std::printf("| %s | %ld | %ld | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n",
+                  pdspark::kernels::WeightFormatName(s.format), static_cast<long>(s.k),
+                  static_cast<long>(s.n), m, ours, bytes / ours / 1e3, flops / ours / 1e3, blas,
+                  blas / ours);
       std::fflush(stdout);
     }
   }

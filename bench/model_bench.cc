@@ -1,72 +1,77 @@
-// Prefill and decode throughput of the CPU engine at several batch sizes, next to the
-// memory-bandwidth bound measured in the same run.
-//   pdspark_model_bench --model tests/data/golden/dsv4-tiny-a --batch 1,8,32
-//                       --prefill-len 128 --decode-steps 64 [--threads N]
-// With --variants, engine options are compared in one run: each round loads the model afresh
-// for every variant in turn, and each variant's decode tok/s is reported as the median over
-// rounds of its ratio to the first variant in the same round.
-#include <cblas.h>
-
+// Prefill and decode throughput of the CPU engine at several batch sizes, each next to the
+// memory-bandwidth bound measured in the same run, for weights held in the checkpoint's own
+// formats ("native", the default) and as dequantised fp32 copies ("fp32", the old engine):
+//
+//   pdspark_model_bench --model DIR --batch 1,16,64 --prefill-len 128 --decode-steps 64 \
+//       --threads 2 --weights native,fp32 --rounds 3
+//
+// Each round loads the model afresh for every weight storage in turn; a storage's decode tok/s
+// is also reported as the median over rounds of its ratio to the first storage in the same
+// round. The bound of a decode step at batch B is B * bandwidth / bytes, where bytes are every
+// weight the step reads in the storage's format (the routed experts the batch can activate,
+// min(experts, B * top_k) per layer, not the embedding table) and bandwidth is the read
+// bandwidth of `threads` threads over a buffer four times the last-level cache. Resident memory
+// after loading and its peak while that storage ran are printed per storage.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <numeric>
+#include <fstream>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "bench/prefill_decode_round.h"
 #include "engine/model/model.h"
-#include "engine/model/weight_memory.h"
-#include "kernels/cpu/gemm_few_rows.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace engine = ::pdspark::engine;
 
 double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Sustained read bandwidth (bytes/s): summing a buffer much larger than the caches.
-double MeasureReadBandwidth() {
-  const size_t n = size_t{256} << 20 >> 2;  // 256 MiB of floats
+// Sustained read bandwidth (bytes/s) of `threads` threads each summing its part of a 1 GiB
+// buffer (far beyond any last-level cache here).
+double MeasureReadBandwidth(int threads) {
+  const size_t n = size_t{1} << 28;  // floats
   std::vector<float> buffer(n, 1.0f);
   double best = 0;
-  volatile float sink = 0;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> sums(threads);
     const auto t0 = Clock::now();
-    float acc[8] = {0};
-    for (size_t i = 0; i < n; i += 8) {
-      for (int k = 0; k < 8; ++k) acc[k] += buffer[i + k];
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        float acc[16] = {0};
+        const size_t begin = n / threads * t, end = n / threads * (t + 1);
+        for (size_t i = begin; i < end; i += 16) {
+          for (int k = 0; k < 16; ++k) acc[k] += buffer[i + k];
+        }
+        for (float a : acc) sums[t] += a;
+      });
     }
-    const double s = Seconds(t0);
-    sink = sink + acc[0] + acc[7];
-    best = std::max(best, n * sizeof(float) / s);
+    for (std::thread& w : workers) w.join();
+    best = std::max(best, n * sizeof(float) / Seconds(t0));
   }
   return best;
 }
 
-// fp32 bytes a decode step must stream from memory: every dense weight once, plus the routed
-// experts that the step's tokens activate (all of them once the batch covers every expert).
-double DecodeWeightBytes(const pdspark::engine::Model& model, int64_t batch) {
-  const auto& d = model.dims();
-  const double total = static_cast<double>(model.parameter_count()) * sizeof(float);
-  const double expert = 3.0 * d.dim * d.moe_inter * sizeof(float);
-  const double all_experts = expert * d.experts * d.layers;
-  const double used = std::min<double>(d.experts, static_cast<double>(batch) * d.experts_per_token);
-  return total - all_experts + expert * used * d.layers;
+// VmRSS / VmHWM of this process in bytes.
+int64_t StatusBytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
+  }
+  return 0;
 }
 
-using ::pdspark::bench::Rates;
-
-// Engine switches a variant names: "default", "openblas" (no few-rows GEMM kernel), "4k-pages"
-// (weights without huge pages).
-bool ApplyVariant(const std::string& variant) {
-  pdspark::kernels::cpu::SetFewRowsGemm(variant != "openblas");
-  pdspark::engine::SetWeightHugePages(variant != "4k-pages");
-  return variant == "default" || variant == "openblas" || variant == "4k-pages";
-}
+// Starts a new peak for VmHWM (Linux: writing 5 to clear_refs resets it to the current RSS).
+void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -79,56 +84,69 @@ int main(int argc, char** argv) {
   CLI::App app{"pdspark model benchmark"};
   std::string model_dir;
   std::vector<int64_t> batches = {1, 8, 32};
-  std::vector<std::string> variants = {"default"};
-  int64_t prefill_len = 128, decode_steps = 64, threads = 0, rounds = 1;
+  std::vector<std::string> storages = {"native"};
+  int64_t prefill_len = 128, decode_steps = 64, rounds = 1;
+  int threads = 0;
   app.add_option("--model", model_dir, "checkpoint directory")->required();
   app.add_option("--batch", batches, "batch sizes")->delimiter(',');
   app.add_option("--prefill-len", prefill_len, "prompt tokens per sequence");
   app.add_option("--decode-steps", decode_steps, "decode steps per batch size");
-  app.add_option("--threads", threads, "OpenBLAS threads (0 = library default)");
-  app.add_option("--variants", variants, "default, openblas (no few-rows GEMM), 4k-pages")
-      ->delimiter(',');
-  app.add_option("--rounds", rounds, "rounds of every variant (each loads the model afresh)");
+  app.add_option("--threads", threads, "compute threads (0: every core)");
+  app.add_option("--weights", storages, "weight storages to compare: native, fp32")->delimiter(',');
+  app.add_option("--rounds", rounds, "rounds of every storage (each loads the model afresh)");
   CLI11_PARSE(app, argc, argv);
-  if (threads > 0) openblas_set_num_threads(static_cast<int>(threads));
-  for (const std::string& v : variants) {
-    if (!ApplyVariant(v)) {
-      std::fprintf(stderr, "unknown variant %s (default, openblas, 4k-pages)\n", v.c_str());
+  std::vector<engine::WeightStorage> kinds;
+  for (const std::string& s : storages) {
+    auto kind = engine::ParseWeightStorage(s);
+    if (!kind.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(kind.status().message()).c_str());
       return 2;
     }
+    kinds.push_back(*kind);
   }
 
-  pdspark::engine::ModelOptions options;
-  options.show_progress = false;
-  // results[variant][round][batch]
-  std::vector<std::vector<std::vector<Rates>>> results(variants.size());
+  // results[storage][round][batch]
+  std::vector<std::vector<std::vector<pdspark::bench::Rates>>> results(kinds.size());
+  std::vector<std::vector<double>> bounds(kinds.size());
+  std::vector<int64_t> rss_loaded(kinds.size()), rss_peak(kinds.size());
   double bandwidth = 0;
-  std::vector<double> bounds;
   for (int64_t round = 0; round < std::max<int64_t>(rounds, 1); ++round) {
-    for (size_t v = 0; v < variants.size(); ++v) {
-      ApplyVariant(variants[v]);
-      auto loaded = pdspark::engine::Model::Load(model_dir, options);
+    for (size_t v = 0; v < kinds.size(); ++v) {
+      engine::ModelOptions options;
+      options.show_progress = false;
+      options.threads = threads;
+      options.weights = kinds[v];
+      ResetPeakRss();
+      const auto load_start = Clock::now();
+      auto loaded = engine::Model::Load(model_dir, options);
       if (!loaded.ok()) {
         std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
         return 1;
       }
-      auto& model = **loaded;
+      engine::Model& model = **loaded;
+      const double load_s = Seconds(load_start);
+      rss_loaded[v] = StatusBytes("VmRSS");
       if (prefill_len + decode_steps > model.dims().max_positions) {
         std::fprintf(stderr, "prefill-len + decode-steps exceeds max_position_embeddings %ld\n",
                      static_cast<long>(model.dims().max_positions));
         return 1;
       }
-      if (bandwidth == 0) {
-        bandwidth = MeasureReadBandwidth();
-        std::printf(
-            "model=%s params=%ld (%.1f MiB fp32) read_bandwidth=%.2f GB/s blas_threads=%d\n",
-            model_dir.c_str(), static_cast<long>(model.parameter_count()),
-            model.parameter_count() * 4.0 / (1 << 20), bandwidth / 1e9, openblas_get_num_threads());
+      if (bandwidth == 0) bandwidth = MeasureReadBandwidth(model.threads_per_rank());
+      if (bounds[v].empty()) {
+        const engine::WeightFootprint f = model.footprint();
+        const auto& d = model.dims();
+        std::fprintf(stderr,
+                     "model_bench: %s weights=%s %.1f MiB threads=%d read_bandwidth=%.2f GB/s "
+                     "load=%.2f s\n",
+                     model_dir.c_str(), storages[v].c_str(), f.total / 1048576.0,
+                     model.threads_per_rank(), bandwidth / 1e9, load_s);
         for (int64_t batch : batches) {
-          bounds.push_back(batch * bandwidth / DecodeWeightBytes(model, batch));
+          const double active =
+              std::min<double>(d.experts, static_cast<double>(batch) * d.experts_per_token);
+          bounds[v].push_back(batch * bandwidth / f.StepBytes(active, d.layers));
         }
       }
-      std::vector<Rates>& row = results[v].emplace_back(batches.size());
+      std::vector<pdspark::bench::Rates>& row = results[v].emplace_back(batches.size());
       for (size_t b = 0; b < batches.size(); ++b) {
         std::mt19937 rng(1);
         if (!pdspark::bench::RunPrefillDecodeRound(model, batches[b], prefill_len, decode_steps,
@@ -136,24 +154,28 @@ int main(int argc, char** argv) {
           return 1;
         }
       }
+      rss_peak[v] = std::max(rss_peak[v], StatusBytes("VmHWM"));
     }
   }
-  ApplyVariant("default");
-  std::printf("%10s %6s %14s %14s %16s %10s %14s\n", "variant", "batch", "prefill_tok/s",
+  std::printf("%8s %6s %14s %14s %16s %10s %14s\n", "weights", "batch", "prefill_tok/s",
               "decode_tok/s", "decode_bound/s", "bound_%", "decode_vs_1st");
-  for (size_t v = 0; v < variants.size(); ++v) {
+  for (size_t v = 0; v < kinds.size(); ++v) {
     for (size_t b = 0; b < batches.size(); ++b) {
-      Rates best;
+      pdspark::bench::Rates best;
       std::vector<double> ratios;
       for (size_t r = 0; r < results[v].size(); ++r) {
         best.prefill = std::max(best.prefill, results[v][r][b].prefill);
         best.decode = std::max(best.decode, results[v][r][b].decode);
         ratios.push_back(results[v][r][b].decode / results[0][r][b].decode);
       }
-      std::printf("%10s %6ld %14.1f %14.1f %16.1f %9.1f%% %13.2fx\n", variants[v].c_str(),
-                  static_cast<long>(batches[b]), best.prefill, best.decode, bounds[b],
-                  100.0 * best.decode / bounds[b], Median(ratios));
+      std::printf("%8s %6ld %14.1f %14.1f %16.1f %9.1f%% %13.2fx\n", storages[v].c_str(),
+                  static_cast<long>(batches[b]), best.prefill, best.decode, bounds[v][b],
+                  100.0 * best.decode / bounds[v][b], Median(ratios));
     }
+  }
+  for (size_t v = 0; v < kinds.size(); ++v) {
+    std::printf("%8s rss_after_load=%.1f MiB rss_peak=%.1f MiB\n", storages[v].c_str(),
+                rss_loaded[v] / 1048576.0, rss_peak[v] / 1048576.0);
   }
   return 0;
 }

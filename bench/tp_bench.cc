@@ -120,10 +120,8 @@ int RunDrafterBench(const std::string& model_dir, const std::vector<int>& sizes,
       return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     };
   }
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
   for (int64_t round = 0; round < repeats; ++round) {
     for (DrafterConfig& c : configs) {
-      pdspark::kernels::cpu::SetGemmThreads(std::max(1, cores / c.tp));
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < drafts_per_round; ++i) {
         const std::vector<dspark::DraftOutput> out = c.drafter->Draft(inputs);
@@ -199,12 +197,10 @@ int main(int argc, char** argv) {
       configs.push_back({tp, mode, std::move(model).value(), {}});
     }
   }
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
   std::mt19937 rng(1);
   for (int64_t round = 0; round < repeats; ++round) {
     for (Config& c : configs) {
       // What Model does for its ranks (process-wide, so set again before each configuration).
-      pdspark::kernels::cpu::SetGemmThreads(std::max(1, cores / c.tp));
       if (!RunRound(*c.model, batch, prefill_len, decode_steps, rng, c.best)) return 1;
     }
   }

@@ -2,6 +2,8 @@
 // shards listed in model.safetensors.index.json (the Hugging Face layout).
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -63,8 +65,7 @@ StatusOr<std::map<std::string, std::string>> ParseIndex(const std::string& index
   std::map<std::string, std::string> result;
   for (const auto& [tensor, shard] : weight_map->items()) {
     if (!shard.is_string() || !IsPlainFileName(shard.get_ref<const std::string&>())) {
-      return IndexError(index_path,
-                        Cat("tensor '", tensor, "': shard must be a plain file name"));
+      return IndexError(index_path, Cat("tensor '", tensor, "': shard must be a plain file name"));
     }
     result.emplace(tensor, shard.get<std::string>());
   }
@@ -100,6 +101,19 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) 
   return checkpoint;
 }
 
+StatusOr<std::shared_ptr<const Checkpoint>> Checkpoint::OpenShared(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<const Checkpoint>> open;
+  std::error_code ec;
+  const std::string key = fs::weakly_canonical(path, ec).string();
+  std::lock_guard lock(mu);
+  if (std::shared_ptr<const Checkpoint> held = open[key].lock()) return held;
+  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Open(path));
+  std::shared_ptr<const Checkpoint> shared = std::move(checkpoint);
+  open[key] = shared;
+  return shared;
+}
+
 Status Checkpoint::OpenSharded(const std::string& index_path) {
   ASSIGN_OR_RETURN(auto weight_map, ParseIndex(index_path));
   std::map<std::string, const File*> shards;  // shard file name -> opened file
@@ -110,16 +124,15 @@ Status Checkpoint::OpenSharded(const std::string& index_path) {
       StatusOr<std::unique_ptr<File>> file = File::Open(shard_path);
       if (!file.ok()) {
         return Status(file.status().code(),
-                      Cat(index_path, ": shard '", shard, "' (listed for tensor '",
-                                    tensor, "'): ", file.status().message()));
+                      Cat(index_path, ": shard '", shard, "' (listed for tensor '", tensor,
+                          "'): ", file.status().message()));
       }
       files_.push_back(*std::move(file));
       it = shards.emplace(shard, files_.back().get()).first;
     }
     if (!it->second->Contains(tensor)) {
-      return absl::NotFoundError(Cat(index_path, ": tensor '", tensor,
-                                               "' is listed in shard '", shard,
-                                               "' but absent from it"));
+      return absl::NotFoundError(Cat(index_path, ": tensor '", tensor, "' is listed in shard '",
+                                     shard, "' but absent from it"));
     }
     index_.emplace(tensor, it->second);
   }
@@ -139,8 +152,7 @@ bool Checkpoint::Contains(std::string_view name) const { return index_.find(name
 StatusOr<TensorView> Checkpoint::Get(std::string_view name) const {
   auto it = index_.find(name);
   if (it == index_.end()) {
-    return absl::NotFoundError(
-        Cat(directory_, ": tensor '", name, "' not found in checkpoint"));
+    return absl::NotFoundError(Cat(directory_, ": tensor '", name, "' not found in checkpoint"));
   }
   return it->second->Get(name);
 }

@@ -95,6 +95,10 @@ class File {
 class Checkpoint {
  public:
   static StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& path);
+  // The same Checkpoint object for every caller in this process while one of them holds it, so
+  // the target model, its drafter and every tensor-parallel rank share one mapping of the files
+  // (each mapping's resident pages count in the process's RSS). Keyed by the canonical path.
+  static StatusOr<std::shared_ptr<const Checkpoint>> OpenShared(const std::string& path);
 
   bool Contains(std::string_view name) const;
   StatusOr<TensorView> Get(std::string_view name) const;

@@ -9,7 +9,9 @@
 #include "common/safetensors/safetensors.h"
 #include "engine/dspark/confidence_calibration.h"
 #include "engine/model/layers.h"
+#include "engine/model/linear.h"
 #include "engine/model/vocab_parallel.h"
+#include "kernels/cpu/quant_gemm.h"
 
 namespace pdspark::dspark {
 
@@ -23,14 +25,14 @@ namespace {
 // engine::AttendOneQuery). One head at a time, the GEMMs have the same shape whichever heads a
 // rank holds, so a head's output is the same bits at every TP size (shard_plan.h).
 // q and out: [gamma, heads, head_dim].
-void AttendBlock(const engine::ModelDims& d, int64_t heads, const float* q, int64_t gamma,
-                 const float* keys, const float* keys_t, int64_t n, const float* sink,
-                 std::vector<float>& scores, float* out) {
+void AttendBlock(const engine::ModelDims& d, const engine::RankContext& ctx, int64_t heads,
+                 const float* q, int64_t gamma, const float* keys, const float* keys_t, int64_t n,
+                 const float* sink, std::vector<float>& scores, float* out) {
   const int64_t hd = d.head_dim, stride = heads * hd;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   scores.resize(gamma * n);
   for (int64_t h = 0; h < heads; ++h) {
-    kc::MatMulTransB(q + h * hd, gamma, hd, stride, keys, n, hd, scores.data(), n);
+    engine::MatMulF32(ctx, q + h * hd, gamma, hd, stride, keys, n, hd, scores.data(), n);
     for (int64_t r = 0; r < gamma; ++r) {
       float* s = scores.data() + r * n;
       float max_score = -std::numeric_limits<float>::infinity();
@@ -39,7 +41,7 @@ void AttendBlock(const engine::ModelDims& d, int64_t heads, const float* q, int6
       for (int64_t j = 0; j < n; ++j) denom += s[j] = std::exp(s[j] - max_score);
       for (int64_t j = 0; j < n; ++j) s[j] /= denom;
     }
-    kc::MatMulTransB(scores.data(), gamma, n, n, keys_t, hd, n, out + h * hd, stride);
+    engine::MatMulF32(ctx, scores.data(), gamma, n, n, keys_t, hd, n, out + h * hd, stride);
   }
 }
 
@@ -48,15 +50,16 @@ void AttendBlock(const engine::ModelDims& d, int64_t heads, const float* q, int6
 StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir,
                                                  const config::ModelConfig& config,
                                                  std::shared_ptr<parallel::RankRunner> ranks,
-                                                 int64_t max_rollback) {
+                                                 int64_t max_rollback,
+                                                 engine::WeightStorage storage) {
   RETURN_IF_ERROR(CheckDrafterConfig(dir, config));
   if (!ranks) {
     ASSIGN_OR_RETURN(ranks, parallel::RankRunner::Create(1));
   }
   ASSIGN_OR_RETURN(std::vector<double> temperatures,
                    LoadConfidenceTemperatures(dir, config.dspark->block_size));
-  ASSIGN_OR_RETURN(std::unique_ptr<safetensors::Checkpoint> checkpoint,
-                   safetensors::Checkpoint::Open(dir));
+  ASSIGN_OR_RETURN(std::shared_ptr<const safetensors::Checkpoint> checkpoint,
+                   safetensors::Checkpoint::OpenShared(dir));
   std::unique_ptr<Drafter> drafter(
       new Drafter(config, ranks, max_rollback, std::move(temperatures)));
   const int world = ranks->world_size();
@@ -65,7 +68,7 @@ StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir,
   Status st = ranks->RunIndependent([&](int rank) -> Status {
     Shard& shard = drafter->shards_[rank];
     shard.plan = engine::ShardPlan::Make(drafter->dims_, rank, world);
-    ASSIGN_OR_RETURN(shard.w, LoadDrafterWeights(*checkpoint, config, shard.plan));
+    ASSIGN_OR_RETURN(shard.w, LoadDrafterWeights(checkpoint, config, shard.plan, storage));
     return absl::OkStatus();
   });
   if (!st.ok()) {
@@ -95,20 +98,28 @@ std::unique_ptr<DrafterState> Drafter::NewState() const {
                                         dims_.window, max_rollback_, dims_.head_dim);
 }
 
+engine::RankContext Drafter::RankZeroContext() const {
+  engine::RankContext ctx;
+  ctx.plan = &shards_[0].plan;
+  ctx.pool = ranks_->pool(0);
+  return ctx;
+}
+
 // Replicated state: rank 0's weights, on the caller's thread; every rank reads the rows later.
 void Drafter::AppendContext(DrafterState& state, const float* features, int64_t count) const {
   if (count <= 0) return;
   const engine::ModelDims& d = dims_;
   const DrafterWeights& w = shards_[0].w;
+  const engine::RankContext ctx = RankZeroContext();
   std::vector<float> main_x(count * d.dim);
-  kc::Linear(features, count, num_features_ * d.dim, w.main_proj.ptr(), d.dim, main_x.data());
+  engine::Linear(ctx, features, count, w.main_proj, main_x.data());
   kc::RmsNorm(main_x.data(), w.main_norm.data(), count, d.dim, d.norm_eps, main_x.data());
   std::vector<int64_t> positions(count);
   for (int64_t i = 0; i < count; ++i) positions[i] = state.num_positions() + i;
   const int64_t stages = static_cast<int64_t>(w.stages.size());
   std::vector<std::vector<float>> kv;
   for (int64_t s = 0; s < stages; ++s) {
-    kv.push_back(engine::ProjectLatentKv(d, w.stages[s].attn, rope_, main_x.data(), count,
+    kv.push_back(engine::ProjectLatentKv(d, ctx, w.stages[s].attn, rope_, main_x.data(), count,
                                          positions.data()));
   }
   std::vector<float> rows(stages * d.head_dim);
@@ -130,9 +141,9 @@ StatusOr<std::vector<float>> Drafter::StageAttention(const engine::RankContext& 
   std::vector<float> o(rows * heads * hd);
   if (heads > 0) {  // a rank without heads only joins the output projection's reductions
     const std::vector<float> q =
-        engine::ProjectQueries(d, heads, w, rope_, u, batch.positions.data());
+        engine::ProjectQueries(d, ctx, heads, w, rope_, u, batch.positions.data());
     const std::vector<float> block_kv =
-        engine::ProjectLatentKv(d, w, rope_, u.data(), rows, batch.positions.data());
+        engine::ProjectLatentKv(d, ctx, w, rope_, u.data(), rows, batch.positions.data());
     std::vector<float> keys, keys_t, scores;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const DrafterState& state = *inputs[i].state;
@@ -150,8 +161,8 @@ StatusOr<std::vector<float>> Drafter::StageAttention(const engine::RankContext& 
         for (int64_t c = 0; c < hd; ++c) keys_t[c * n + j] = keys[j * hd + c];
       }
       float* block_o = o.data() + first_row * heads * hd;
-      AttendBlock(d, heads, q.data() + first_row * heads * hd, gamma, keys.data(), keys_t.data(), n,
-                  w.attn_sink.data(), scores, block_o);
+      AttendBlock(d, ctx, heads, q.data() + first_row * heads * hd, gamma, keys.data(),
+                  keys_t.data(), n, w.attn_sink.data(), scores, block_o);
       for (int64_t k = 0; k < gamma; ++k) {
         for (int64_t h = 0; h < heads; ++h) {
           kc::ApplyRope(rope_, batch.positions[first_row + k], /*inverse=*/true,
@@ -180,6 +191,7 @@ std::vector<DraftOutput> Drafter::Draft(std::span<const DraftInput> inputs) cons
     engine::RankContext ctx;
     ctx.plan = &shards_[rank].plan;
     ctx.comm = ranks_->comm(rank);
+    ctx.pool = ranks_->pool(rank);
     return RankDraft(ctx, inputs, batch, rank == 0 ? &out : nullptr);
   });
   if (!st.ok()) {
@@ -195,30 +207,24 @@ Status Drafter::RankDraft(const engine::RankContext& ctx, std::span<const DraftI
   const DrafterWeights& w = shards_[ctx.plan->rank].w;
   const int64_t rows = batch.row_begin.back();
   // Every hyper-connection stream starts as the token embedding (replicated on every rank).
-  std::vector<float> streams(rows * d.hc * d.dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* e = w.embed.ptr() + static_cast<int64_t>(batch.tokens[r]) * d.dim;
-    for (int64_t j = 0; j < d.hc; ++j)
-      std::copy_n(e, d.dim, streams.data() + (r * d.hc + j) * d.dim);
-  }
+  std::vector<float> streams = engine::EmbedStreams(d, w.embed, batch.tokens);
   for (int64_t s = 0; s < static_cast<int64_t>(w.stages.size()); ++s) {
     const engine::BlockWeights& st = w.stages[s];
-    engine::HcMix mix = engine::HcPre(d, st.hc_attn, streams, rows);
+    engine::HcMix mix = engine::HcPre(d, ctx, st.hc_attn, streams, rows);
     kc::RmsNorm(mix.input.data(), st.attn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
     ASSIGN_OR_RETURN(const std::vector<float> attn,
                      StageAttention(ctx, s, mix.input, inputs, batch));
     engine::HcPost(d, mix, attn, streams, rows);
-    mix = engine::HcPre(d, st.hc_ffn, streams, rows);
+    mix = engine::HcPre(d, ctx, st.hc_ffn, streams, rows);
     kc::RmsNorm(mix.input.data(), st.ffn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
     ASSIGN_OR_RETURN(const std::vector<float> ffn,
                      engine::MoeForward(d, ctx, st.ffn, false, mix.input, batch.tokens));
     engine::HcPost(d, mix, ffn, streams, rows);
   }
-  const std::vector<float> y = engine::HcHead(d, w.hc_head, streams, rows);
+  const std::vector<float> y = engine::HcHead(d, ctx, w.hc_head, streams, rows);
   std::vector<float> yn(rows * d.dim);
   kc::RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, yn.data());
-  const std::vector<float> base =
-      engine::VocabSliceLogits(*ctx.plan, d.vocab, yn.data(), rows, d.dim, w.head);
+  const std::vector<float> base = engine::VocabSliceLogits(ctx, yn.data(), rows, w.head);
   return MarkovHead(ctx, inputs, batch, base, y, out);
 }
 
@@ -235,7 +241,8 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
   std::vector<float> z_y;
   if (out) {
     z_y.resize(batch.row_begin.back());
-    kc::Linear(y.data(), batch.row_begin.back(), dims_.dim, w.confidence.data(), 1, z_y.data());
+    engine::MatMulF32(ctx, y.data(), batch.row_begin.back(), dims_.dim, dims_.dim,
+                      w.confidence.data(), 1, dims_.dim, z_y.data(), 1);
   }
   std::vector<int32_t> prev(n);
   int64_t max_gamma = 0;
@@ -249,14 +256,13 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
     active.clear();
     for (int64_t i = 0; i < n; ++i) {
       if (inputs[i].gamma > k) {
-        std::copy_n(w.markov_w1.ptr() + static_cast<int64_t>(prev[i]) * markov_rank_, markov_rank_,
-                    e.data() + static_cast<int64_t>(active.size()) * markov_rank_);
+        kc::DequantizeRows(w.markov_w1, prev[i], prev[i] + 1,
+                           e.data() + static_cast<int64_t>(active.size()) * markov_rank_);
         active.push_back(i);
       }
     }
     const int64_t m = static_cast<int64_t>(active.size());
-    const std::vector<float> bias =
-        engine::VocabSliceLogits(*ctx.plan, vocab, e.data(), m, markov_rank_, w.markov_w2);
+    const std::vector<float> bias = engine::VocabSliceLogits(ctx, e.data(), m, w.markov_w2);
     for (int64_t a = 0; a < m; ++a) {
       const float* b = base.data() + (batch.row_begin[active[a]] + k) * local;
       for (int64_t v = 0; v < local; ++v) logits[a * local + v] = b[v] + bias[a * local + v];

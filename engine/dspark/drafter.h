@@ -60,7 +60,8 @@ class Drafter {
   // drafts on its thread; without, the drafter is whole and drafts on the caller's thread.
   static StatusOr<std::unique_ptr<Drafter>> Load(
       const std::string& dir, const config::ModelConfig& config,
-      std::shared_ptr<parallel::RankRunner> ranks = nullptr, int64_t max_rollback = 64);
+      std::shared_ptr<parallel::RankRunner> ranks = nullptr, int64_t max_rollback = 64,
+      engine::WeightStorage storage = engine::WeightStorage::kNative);
 
   int64_t block_size() const { return block_size_; }
   int64_t num_feature_layers() const { return num_features_; }
@@ -91,6 +92,8 @@ class Drafter {
 
   Drafter(const config::ModelConfig& config, std::shared_ptr<parallel::RankRunner> ranks,
           int64_t max_rollback, std::vector<double> confidence_temperatures);
+  // Rank 0's slice and threads, without collectives (AppendContext's replicated work).
+  engine::RankContext RankZeroContext() const;
   // One rank's share of a Draft; `out` on rank 0 only.
   Status RankDraft(const engine::RankContext& ctx, std::span<const DraftInput> inputs,
                    const Batch& batch, std::vector<DraftOutput>* out) const;

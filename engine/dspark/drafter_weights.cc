@@ -27,20 +27,22 @@ Status CheckDrafterConfig(const std::string& dir, const config::ModelConfig& c) 
 }
 
 StatusOr<DrafterWeights> LoadDrafterWeights(const std::string& dir, const config::ModelConfig& c,
-                                            const engine::ShardPlan& plan) {
+                                            const engine::ShardPlan& plan,
+                                            engine::WeightStorage storage) {
   RETURN_IF_ERROR(CheckDrafterConfig(dir, c));
-  ASSIGN_OR_RETURN(std::unique_ptr<safetensors::Checkpoint> checkpoint,
-                   safetensors::Checkpoint::Open(dir));
-  return LoadDrafterWeights(*checkpoint, c, plan);
+  ASSIGN_OR_RETURN(std::shared_ptr<const safetensors::Checkpoint> checkpoint,
+                   safetensors::Checkpoint::OpenShared(dir));
+  return LoadDrafterWeights(std::move(checkpoint), c, plan, storage);
 }
 
-StatusOr<DrafterWeights> LoadDrafterWeights(const safetensors::Checkpoint& checkpoint,
-                                            const config::ModelConfig& c,
-                                            const engine::ShardPlan& plan) {
-  RETURN_IF_ERROR(CheckDrafterConfig(checkpoint.directory(), c));
+StatusOr<DrafterWeights> LoadDrafterWeights(
+    std::shared_ptr<const safetensors::Checkpoint> checkpoint, const config::ModelConfig& c,
+    const engine::ShardPlan& plan, engine::WeightStorage storage) {
+  RETURN_IF_ERROR(CheckDrafterConfig(checkpoint->directory(), c));
   const config::DSparkConfig& ds = *c.dspark;
-  engine::TensorLoader r(checkpoint, /*show_progress=*/false);
+  engine::TensorLoader r(checkpoint, storage, /*show_progress=*/false);
   DrafterWeights w;
+  w.checkpoint = std::move(checkpoint);
   const int64_t dim = c.hidden_size, vocab = c.vocab_size, rank = ds.markov_rank;
   const int64_t n_feat = static_cast<int64_t>(ds.target_layer_ids.size());
   // Stage layer ids are past num_hash_layers: score gates; no compressor (tools/train/dspark.py).

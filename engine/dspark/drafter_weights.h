@@ -9,6 +9,7 @@
 // so the drafter is sharded exactly as the target (docs/tensor_parallel.md, "DSpark").
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@
 namespace pdspark::dspark {
 
 struct DrafterWeights {
+  // The mapped checkpoint the native views point into (kept open while the weights live).
+  std::shared_ptr<const safetensors::Checkpoint> checkpoint;
   // V4 blocks (ratio 0, score gate), sliced as the target's layers: heads, output-projection
   // units, routed experts, shared-expert chunks.
   std::vector<engine::BlockWeights> stages;
@@ -40,13 +43,13 @@ struct DrafterWeights {
 // FailedPrecondition when the config has no DSpark keys, NotFound naming the first missing
 // `mtp.*` tensor when the checkpoint has no (complete) drafter, InvalidArgument naming the
 // tensor on a dtype or shape mismatch.
-StatusOr<DrafterWeights> LoadDrafterWeights(const std::string& dir,
-                                            const config::ModelConfig& config,
-                                            const engine::ShardPlan& plan);
+StatusOr<DrafterWeights> LoadDrafterWeights(
+    const std::string& dir, const config::ModelConfig& config, const engine::ShardPlan& plan,
+    engine::WeightStorage storage = engine::WeightStorage::kNative);
 // The same from an open checkpoint; safe to call from several threads at once (one per rank).
-StatusOr<DrafterWeights> LoadDrafterWeights(const safetensors::Checkpoint& checkpoint,
-                                            const config::ModelConfig& config,
-                                            const engine::ShardPlan& plan);
+StatusOr<DrafterWeights> LoadDrafterWeights(
+    std::shared_ptr<const safetensors::Checkpoint> checkpoint, const config::ModelConfig& config,
+    const engine::ShardPlan& plan, engine::WeightStorage storage = engine::WeightStorage::kNative);
 // The config checks of the above, without reading tensors.
 Status CheckDrafterConfig(const std::string& dir, const config::ModelConfig& config);
 

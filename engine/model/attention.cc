@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/compressor.h"
 #include "engine/model/layers.h"
+#include "engine/model/linear.h"
 #include "engine/parallel/replica_check.h"
 
 namespace pdspark::engine {
@@ -36,16 +37,17 @@ struct AttentionProjections {
   std::vector<float> index_w;  // [rows, local index heads]
 };
 
-void ProjectCache(const ModelDims& d, const AttentionWeights& w, const kc::RopeTable& rope,
-                  const std::vector<float>& u, const BatchLayout& batch, AttentionProjections& p) {
+void ProjectCache(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
+                  const kc::RopeTable& rope, const std::vector<float>& u, const BatchLayout& batch,
+                  AttentionProjections& p) {
   const int64_t rows = batch.rows();
-  p.kv = ProjectLatentKv(d, w, rope, u.data(), rows, batch.positions.data());
+  p.kv = ProjectLatentKv(d, ctx, w, rope, u.data(), rows, batch.positions.data());
   auto project = [&](const CompressorWeights& c, std::vector<float>& kv,
                      std::vector<float>& score) {
     kv.resize(rows * c.wkv.rows);
     score.resize(rows * c.wkv.rows);
-    kc::Linear(u.data(), rows, d.dim, c.wkv.ptr(), c.wkv.rows, kv.data());
-    kc::Linear(u.data(), rows, d.dim, c.wgate.ptr(), c.wkv.rows, score.data());
+    Linear(ctx, u.data(), rows, c.wkv, kv.data());
+    Linear(ctx, u.data(), rows, c.wgate, score.data());
   };
   if (w.compressor) project(*w.compressor, p.comp_kv, p.comp_score);
   if (w.indexer) project(w.indexer->compressor, p.index_kv, p.index_score);
@@ -56,14 +58,14 @@ AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const A
                              const BatchLayout& batch) {
   const int64_t rows = batch.rows();
   AttentionProjections p;
-  p.q = ProjectQueries(d, ctx.plan->heads.size(), w, rope, u, batch.positions.data(), &p.qr);
-  if (ctx.writes_cache || ctx.check_replicas) ProjectCache(d, w, rope, u, batch, p);
+  p.q = ProjectQueries(d, ctx, ctx.plan->heads.size(), w, rope, u, batch.positions.data(), &p.qr);
+  if (ctx.writes_cache || ctx.check_replicas) ProjectCache(d, ctx, w, rope, u, batch, p);
 
   if (w.indexer) {
     const IndexerWeights& ix = *w.indexer;
     const int64_t ih = ctx.plan->index_heads.size(), id = d.index_dim;
     p.index_q.resize(rows * ih * id);
-    PerHeadLinear(p.qr.data(), rows, d.q_lora, ix.wq_b, ih, id, p.index_q.data());
+    PerHeadLinear(ctx, p.qr.data(), rows, ix.wq_b, ih, id, p.index_q.data());
     const float hadamard_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(id)));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t h = 0; h < ih; ++h) {
@@ -76,7 +78,7 @@ AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const A
     // The head weights of all heads (one small GEMM, the same at every TP size), then ours;
     // the scale uses the global head count.
     std::vector<float> all_w(rows * d.index_heads);
-    kc::Linear(u.data(), rows, d.dim, ix.weights_proj.ptr(), d.index_heads, all_w.data());
+    Linear(ctx, u.data(), rows, ix.weights_proj, all_w.data());
     const float weight_scale =
         static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
                            std::pow(static_cast<double>(d.index_heads), -0.5));
@@ -223,21 +225,22 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
 
 }  // namespace
 
-void PerHeadLinear(const float* x, int64_t rows, int64_t k, const Matrix& w, int64_t n,
+void PerHeadLinear(const RankContext& ctx, const float* x, int64_t rows, const Matrix& w, int64_t n,
                    int64_t width, float* y) {
-  for (int64_t h = 0; h < n; ++h) {
-    kc::MatMulTransB(x, rows, k, k, w.ptr() + h * width * k, width, k, y + h * width, n * width);
-  }
+  // The heads' rows are consecutive, so this is one product; per-head GEMMs would give the
+  // same bits (every output is computed alone) in n parallel regions instead of one.
+  Linear(ctx, x, rows, w.cols, w.RowSlice(0, n * width), y, n * width);
 }
 
-std::vector<float> ProjectQueries(const ModelDims& d, int64_t heads, const AttentionWeights& w,
-                                  const kc::RopeTable& rope, const std::vector<float>& u,
-                                  const int64_t* positions, std::vector<float>* qr_out) {
+std::vector<float> ProjectQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
+                                  const AttentionWeights& w, const kc::RopeTable& rope,
+                                  const std::vector<float>& u, const int64_t* positions,
+                                  std::vector<float>* qr_out) {
   const int64_t rows = static_cast<int64_t>(u.size()) / d.dim, hd = d.head_dim;
   std::vector<float> qr(rows * d.q_lora), q(rows * heads * hd);
-  kc::Linear(u.data(), rows, d.dim, w.wq_a.ptr(), d.q_lora, qr.data());
+  Linear(ctx, u.data(), rows, w.wq_a, qr.data());
   kc::RmsNorm(qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, qr.data());
-  PerHeadLinear(qr.data(), rows, d.q_lora, w.wq_b, heads, hd, q.data());
+  PerHeadLinear(ctx, qr.data(), rows, w.wq_b, heads, hd, q.data());
   kc::RmsNorm(q.data(), nullptr, rows * heads, hd, d.norm_eps, q.data());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t h = 0; h < heads; ++h) {
@@ -248,12 +251,12 @@ std::vector<float> ProjectQueries(const ModelDims& d, int64_t heads, const Atten
   return q;
 }
 
-std::vector<float> ProjectLatentKv(const ModelDims& d, const AttentionWeights& w,
-                                   const kc::RopeTable& rope, const float* x, int64_t rows,
-                                   const int64_t* positions) {
+std::vector<float> ProjectLatentKv(const ModelDims& d, const RankContext& ctx,
+                                   const AttentionWeights& w, const kc::RopeTable& rope,
+                                   const float* x, int64_t rows, const int64_t* positions) {
   const int64_t hd = d.head_dim;
   std::vector<float> kv(rows * hd);
-  kc::Linear(x, rows, d.dim, w.wkv.ptr(), hd, kv.data());
+  Linear(ctx, x, rows, w.wkv, kv.data());
   kc::RmsNorm(kv.data(), w.kv_norm.data(), rows, hd, d.norm_eps, kv.data());
   for (int64_t r = 0; r < rows; ++r) {
     kc::ApplyRope(rope, positions[r], false, kv.data() + r * hd + d.nope_dim);
@@ -276,9 +279,8 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
   for (int64_t u = 0; u < plan.units.size(); ++u) {
     const int64_t group = (plan.heads.begin + u * plan.unit_heads) / group_heads;
     float* dst = plan.reduce_z ? z_unit.data() : z.data() + group * d.o_lora;
-    kc::MatMulTransB(o.data() + u * unit_in, rows, unit_in, local,
-                     w.wo_a.ptr() + u * d.o_lora * unit_in, d.o_lora, unit_in, dst,
-                     plan.reduce_z ? d.o_lora : z_width);
+    Linear(ctx, o.data() + u * unit_in, rows, local, w.wo_a[u], dst,
+           plan.reduce_z ? d.o_lora : z_width);
     if (!plan.reduce_z) continue;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t i = 0; i < d.o_lora; ++i) {
@@ -290,9 +292,9 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
   std::vector<double> sum(rows * d.dim, 0.0);
   std::vector<float> part(rows * d.dim);
   for (int64_t g = plan.out_groups.begin; g < plan.out_groups.end; ++g) {
-    kc::MatMulTransB(z.data() + g * d.o_lora, rows, d.o_lora, z_width,
-                     w.wo_b.ptr() + (g - plan.out_groups.begin) * d.o_lora, d.dim, w.wo_b.cols,
-                     part.data(), d.dim);
+    const int64_t col = (g - plan.out_groups.begin) * d.o_lora;
+    Linear(ctx, z.data() + g * d.o_lora, rows, z_width, w.wo_b.ColSlice(col, col + d.o_lora),
+           part.data(), d.dim);
     for (int64_t i = 0; i < rows * d.dim; ++i) sum[i] += part[i];
   }
   return ReduceToFloat(ctx, sum, out);

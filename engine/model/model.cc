@@ -1,7 +1,6 @@
 #include "engine/model/model.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/safetensors/safetensors.h"
@@ -77,7 +76,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Model
   }
   ASSIGN_OR_RETURN(config::ModelConfig config, config::LoadModelConfig(dir));
   std::unique_ptr<Model> model(new Model(std::move(config), options));
-  RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress));
+  RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress, options.weights));
   return model;
 }
 
@@ -98,24 +97,25 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
   for (int r = 0; r < world; ++r) {
     ranks_[r].plan = ShardPlan::Make(dims_, r, world, options.shared_expert);
   }
-  runner_ = parallel::RankRunner::Create(world).value();  // world is in range
-  if (world > 1) {
-    // The ranks are the parallelism: each gets its share of the cores for its GEMMs.
-    kc::SetGemmThreads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world));
-  }
+  // The ranks are threads too: each gets its share of the cores for its kernels.
+  const int threads = options.threads > 0 ? options.threads : kc::AvailableCores();
+  runner_ = parallel::RankRunner::Create(world, std::max(1, threads / world)).value();
 }
 
 Model::~Model() = default;
 
-Status Model::LoadRanks(const std::string& dir, bool show_progress) {
-  ASSIGN_OR_RETURN(std::unique_ptr<safetensors::Checkpoint> checkpoint,
-                   safetensors::Checkpoint::Open(dir));
-  // Each rank dequantises its own slice in its own thread; rank 0 draws the progress bar.
+int Model::threads_per_rank() const { return runner_->pool(0)->size(); }
+
+Status Model::LoadRanks(const std::string& dir, bool show_progress, WeightStorage storage) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const safetensors::Checkpoint> checkpoint,
+                   safetensors::Checkpoint::OpenShared(dir));
+  // Each rank takes its own slice in its own thread; rank 0 draws the progress bar.
   auto load = [&](int rank) -> Status {
     LoadOptions load;
     load.show_progress = show_progress && rank == 0;
     load.plan = ranks_[rank].plan;
-    ASSIGN_OR_RETURN(ranks_[rank].weights, LoadModelWeights(*checkpoint, config_, load));
+    load.storage = storage;
+    ASSIGN_OR_RETURN(ranks_[rank].weights, LoadModelWeights(checkpoint, config_, load));
     return absl::OkStatus();
   };
   return runner_->RunIndependent(load);
@@ -168,6 +168,7 @@ RankContext Model::Context(int rank, Status* replica_mismatch) const {
   RankContext ctx;
   ctx.plan = &ranks_[rank].plan;
   ctx.comm = runner_->comm(rank);
+  ctx.pool = runner_->pool(rank);
   ctx.writes_cache = rank == 0;
   ctx.check_replicas = check_replicas_ && ctx.comm != nullptr;
   ctx.replica_mismatch = replica_mismatch;
@@ -181,12 +182,7 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
   const RankContext ctx = Context(rank, &replica_mismatch);
   const int64_t rows = batch.rows();
   // Embedding, replicated into hc identical streams (on every rank: the streams are replicated).
-  std::vector<float> streams(rows * d.hc * d.dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* e = w.embed.ptr() + static_cast<int64_t>(batch.token_ids[r]) * d.dim;
-    for (int64_t j = 0; j < d.hc; ++j)
-      std::copy_n(e, d.dim, streams.data() + (r * d.hc + j) * d.dim);
-  }
+  std::vector<float> streams = EmbedStreams(d, w.embed, batch.token_ids);
   const bool features = out && options.features, block_io = out && options.block_io;
   const int64_t slots = static_cast<int64_t>(feature_layers_.size());
   if (features) out->features.resize(rows * slots * d.dim);
@@ -219,13 +215,13 @@ Status Model::RunBlock(const RankContext& ctx, int64_t layer, const BatchLayout&
   const ModelDims& d = dims_;
   const BlockWeights& block = ranks_[ctx.plan->rank].weights.layers[layer];
   const int64_t rows = batch.rows();
-  HcMix mix = HcPre(d, block.hc_attn, streams, rows);
+  HcMix mix = HcPre(d, ctx, block.hc_attn, streams, rows);
   kc::RmsNorm(mix.input.data(), block.attn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
   ASSIGN_OR_RETURN(const std::vector<float> attn,
                    AttentionForward(d, ctx, layer, block.attn, rope_[layer], mix.input, batch));
   HcPost(d, mix, attn, streams, rows);
 
-  mix = HcPre(d, block.hc_ffn, streams, rows);
+  mix = HcPre(d, ctx, block.hc_ffn, streams, rows);
   kc::RmsNorm(mix.input.data(), block.ffn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
   ASSIGN_OR_RETURN(const std::vector<float> ffn,
                    MoeForward(d, ctx, block.ffn, block.hash_gate, mix.input, batch.token_ids));
@@ -251,10 +247,9 @@ Status Model::Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode 
     }
     head_in = &selected;
   }
-  std::vector<float> y = HcHead(d, w.hc_head, *head_in, rows);
+  std::vector<float> y = HcHead(d, ctx, w.hc_head, *head_in, rows);
   kc::RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, y.data());
-  // One GEMM per fixed vocabulary chunk, so a chunk's logits are the same bits at every TP size.
-  std::vector<float> logits = VocabSliceLogits(*ctx.plan, d.vocab, y.data(), rows, d.dim, w.head);
+  std::vector<float> logits = VocabSliceLogits(ctx, y.data(), rows, w.head);
   if (!ctx.distributed()) {
     out->logits = std::move(logits);
     return absl::OkStatus();

@@ -47,6 +47,12 @@ struct ModelOptions {
   bool show_progress = true;          // weight-loading progress bar on stderr
   // Tensor-parallel ranks, 1..kMaxTensorParallel (vLLM's --tensor-parallel-size).
   int tensor_parallel_size = 1;
+  // Compute threads of the whole model (each rank gets threads / tensor_parallel_size, at least
+  // one); 0 means every core this process may use. Results do not depend on it.
+  int threads = 0;
+  // Weights as views of the checkpoint in its own formats, or dequantised fp32 copies (for
+  // side-by-side benchmarks; the same results).
+  WeightStorage weights = WeightStorage::kNative;
   SharedExpertMode shared_expert = SharedExpertMode::kSplit;
   // Every rank also computes the replicated cache projections and compares them bitwise with
   // rank 0's; Step then fails (after running) if one differs. A check for tests, not for serving.
@@ -99,6 +105,9 @@ class Model {
   const std::vector<int64_t>& feature_layers() const { return feature_layers_; }
   int64_t parameter_count() const { return ranks_[0].weights.total_parameters; }
   int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
+  int threads_per_rank() const;
+  // Rank 0's weights, by what a step reads (the whole model at tensor_parallel_size 1).
+  WeightFootprint footprint() const { return Footprint(ranks_[0].weights); }
   // The model's ranks, for the DSpark drafter to run its shards on (dspark::Drafter::Load).
   const std::shared_ptr<parallel::RankRunner>& rank_runner() const { return runner_; }
 
@@ -109,7 +118,7 @@ class Model {
   };
 
   Model(config::ModelConfig config, const ModelOptions& options);
-  Status LoadRanks(const std::string& dir, bool show_progress);
+  Status LoadRanks(const std::string& dir, bool show_progress, WeightStorage storage);
   Status Validate(std::span<const StepInput> inputs) const;
   RankContext Context(int rank, Status* replica_mismatch) const;
   // One rank's share of a step; `out` only on rank 0.

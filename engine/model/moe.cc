@@ -4,10 +4,13 @@
 //
 // A rank runs its routed experts and its chunks of the shared expert (ShardPlan); their float
 // outputs are summed in double, over the ranks too, and rounded to float once, so the result
-// does not depend on how the experts are spread (the routing itself is replicated).
+// does not depend on how the experts are spread (the routing itself is replicated). The
+// experts' projections run as grouped GEMMs: all gate and up products of a layer in one
+// parallel region, then all down products in another.
 #include <algorithm>
 
 #include "engine/model/layers.h"
+#include "engine/model/linear.h"
 
 namespace pdspark::engine {
 
@@ -20,12 +23,12 @@ struct Routing {
   std::vector<float> weights;    // [rows, k]
 };
 
-Routing Route(const ModelDims& d, const MoeWeights& w, bool hash_gate, const std::vector<float>& v,
-              const std::vector<int32_t>& token_ids) {
+Routing Route(const ModelDims& d, const RankContext& ctx, const MoeWeights& w, bool hash_gate,
+              const std::vector<float>& v, const std::vector<int32_t>& token_ids) {
   const int64_t rows = static_cast<int64_t>(token_ids.size());
   const int64_t e = d.experts, k = d.experts_per_token;
   std::vector<float> scores(rows * e);
-  kc::Linear(v.data(), rows, d.dim, w.gate.ptr(), e, scores.data());
+  Linear(ctx, v.data(), rows, w.gate, scores.data());
   for (float& s : scores) s = kc::SqrtSoftplus(s);
   Routing routing;
   routing.experts.resize(rows * k);
@@ -52,72 +55,109 @@ Routing Route(const ModelDims& d, const MoeWeights& w, bool hash_gate, const std
   return routing;
 }
 
-// out[n, dim] = w2[:, part] . (scale * silu(w1[part] x) * w3[part] x) for the gathered rows
-// x [n, dim], over the intermediate rows `part` (relative to the rows w holds).
-std::vector<float> RunExpert(const ModelDims& d, const ExpertWeights& w, parallel::Range part,
-                             const float* x, int64_t n, const float* row_weights, float limit) {
-  const int64_t inter = part.size();
-  std::vector<float> gate(n * inter), up(n * inter), act(n * inter), out(n * d.dim);
-  kc::Linear(x, n, d.dim, w.w1.ptr() + part.begin * d.dim, inter, gate.data());
-  kc::Linear(x, n, d.dim, w.w3.ptr() + part.begin * d.dim, inter, up.data());
-  kc::SwiGlu(gate.data(), up.data(), n * inter, limit, act.data());
-  if (row_weights) {
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t i = 0; i < inter; ++i) act[r * inter + i] = row_weights[r] * act[r * inter + i];
-    }
+// One SwiGLU feed-forward over gathered rows: out [n, dim] = w2[:, part] . (row_weight *
+// silu(w1[part] x) * w3[part] x), over the intermediate rows `part` of w.
+struct FfnJob {
+  const ExpertWeights* w = nullptr;
+  parallel::Range part;
+  const float* x = nullptr;  // [n, dim]
+  int64_t n = 0;
+  std::vector<float> gathered;     // x, when the job's rows were gathered
+  std::vector<float> row_weights;  // [n], or empty for 1
+  float limit = 0.0f;              // SwiGLU clamp (0: none)
+  std::vector<float> out;          // [n, dim]
+};
+
+// Runs every job: the gate and up products of all jobs in one grouped GEMM, the down products
+// in another.
+void RunFfnJobs(const ModelDims& d, const RankContext& ctx, std::vector<FfnJob>& jobs) {
+  const size_t count = jobs.size();
+  std::vector<std::vector<float>> gate(count), up(count);
+  std::vector<kc::GemmProblem> problems;
+  for (size_t j = 0; j < count; ++j) {
+    FfnJob& job = jobs[j];
+    const int64_t n = job.n, inter = job.part.size();
+    gate[j].resize(n * inter);
+    up[j].resize(n * inter);
+    problems.push_back(
+        {job.x, n, d.dim, job.w->w1.RowSlice(job.part.begin, job.part.end), gate[j].data(), inter});
+    problems.push_back(
+        {job.x, n, d.dim, job.w->w3.RowSlice(job.part.begin, job.part.end), up[j].data(), inter});
   }
-  kc::MatMulTransB(act.data(), n, inter, inter, w.w2.ptr() + part.begin, d.dim, w.w2.cols,
-                   out.data(), d.dim);
-  return out;
+  kc::GroupedGemm(problems, ctx.pool);
+  problems.clear();
+  for (size_t j = 0; j < count; ++j) {
+    FfnJob& job = jobs[j];
+    const int64_t n = job.n, inter = job.part.size();
+    std::vector<float>& act = gate[j];  // overwritten in place
+    kc::SwiGlu(gate[j].data(), up[j].data(), n * inter, job.limit, act.data());
+    for (int64_t r = 0; r < n && !job.row_weights.empty(); ++r) {
+      for (int64_t i = 0; i < inter; ++i)
+        act[r * inter + i] = job.row_weights[r] * act[r * inter + i];
+    }
+    job.out.resize(n * d.dim);
+    problems.push_back({act.data(), n, inter, job.w->w2.ColSlice(job.part.begin, job.part.end),
+                        job.out.data(), d.dim});
+  }
+  kc::GroupedGemm(problems, ctx.pool);
 }
 
 // y += this rank's routed experts, in ascending expert order.
-void AddRoutedExperts(const ModelDims& d, const MoeWeights& w, const Routing& routing,
-                      const std::vector<float>& v, std::vector<double>& y) {
+void AddRoutedExperts(const ModelDims& d, const RankContext& ctx, const MoeWeights& w,
+                      const Routing& routing, const std::vector<float>& v, std::vector<double>& y) {
   const int64_t rows = static_cast<int64_t>(v.size()) / d.dim, k = d.experts_per_token;
-  std::vector<int64_t> members;
-  std::vector<float> member_weights, gathered;
+  std::vector<FfnJob> jobs;
+  std::vector<std::vector<int64_t>> members;
   for (int64_t local = 0; local < static_cast<int64_t>(w.experts.size()); ++local) {
     const int64_t e = w.first_expert + local;
-    members.clear();
-    member_weights.clear();
+    FfnJob job;
+    std::vector<int64_t> rows_of_e;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t i = 0; i < k; ++i) {
-        if (routing.experts[r * k + i] == e) {
-          members.push_back(r);
-          member_weights.push_back(routing.weights[r * k + i]);
-        }
+        if (routing.experts[r * k + i] != e) continue;
+        rows_of_e.push_back(r);
+        job.row_weights.push_back(routing.weights[r * k + i]);
+        job.gathered.insert(job.gathered.end(), v.begin() + r * d.dim, v.begin() + (r + 1) * d.dim);
       }
     }
-    if (members.empty()) continue;
-    const int64_t n = static_cast<int64_t>(members.size());
-    gathered.resize(n * d.dim);
-    for (int64_t m = 0; m < n; ++m) {
-      std::copy_n(v.data() + members[m] * d.dim, d.dim, gathered.data() + m * d.dim);
-    }
-    const ExpertWeights& expert = w.experts[local];
-    const std::vector<float> out = RunExpert(d, expert, {0, expert.w1.rows}, gathered.data(), n,
-                                             member_weights.data(), d.swiglu_limit);
-    for (int64_t m = 0; m < n; ++m) {
-      double* yr = y.data() + members[m] * d.dim;
-      const float* o = out.data() + m * d.dim;
+    if (rows_of_e.empty()) continue;
+    job.w = &w.experts[local];
+    job.x = job.gathered.data();
+    job.n = static_cast<int64_t>(rows_of_e.size());
+    job.part = {0, job.w->w1.rows};
+    job.limit = d.swiglu_limit;
+    jobs.push_back(std::move(job));
+    members.push_back(std::move(rows_of_e));
+  }
+  RunFfnJobs(d, ctx, jobs);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (size_t m = 0; m < members[j].size(); ++m) {
+      double* yr = y.data() + members[j][m] * d.dim;
+      const float* o = jobs[j].out.data() + m * d.dim;
       for (int64_t i = 0; i < d.dim; ++i) yr[i] += o[i];
     }
   }
 }
 
-// y += the shared expert's chunks `chunks`, one chunk at a time (the same GEMMs at every TP
+// y += the shared expert's chunks `chunks`, each its own product (the same GEMMs at every TP
 // size). The shared expert has no SwiGLU clamp in V4-Flash.
-void AddSharedExpert(const ModelDims& d, const MoeWeights& w, parallel::Range chunks,
-                     const std::vector<float>& v, std::vector<double>& y) {
-  const int64_t rows = static_cast<int64_t>(v.size()) / d.dim;
+void AddSharedExpert(const ModelDims& d, const RankContext& ctx, const MoeWeights& w,
+                     parallel::Range chunks, const std::vector<float>& v, std::vector<double>& y) {
   const int64_t first_row = FixedChunk(d.moe_inter, chunks.begin).begin;
+  std::vector<FfnJob> jobs;
   for (int64_t c = chunks.begin; c < chunks.end; ++c) {
     const parallel::Range part = FixedChunk(d.moe_inter, c);
     if (part.empty()) continue;
-    const std::vector<float> out = RunExpert(
-        d, w.shared, {part.begin - first_row, part.end - first_row}, v.data(), rows, nullptr, 0.0f);
-    for (int64_t i = 0; i < rows * d.dim; ++i) y[i] += out[i];
+    FfnJob job;
+    job.w = &w.shared;
+    job.part = {part.begin - first_row, part.end - first_row};
+    job.x = v.data();
+    job.n = static_cast<int64_t>(v.size()) / d.dim;
+    jobs.push_back(std::move(job));
+  }
+  RunFfnJobs(d, ctx, jobs);
+  for (const FfnJob& job : jobs) {
+    for (size_t i = 0; i < y.size(); ++i) y[i] += job.out[i];
   }
 }
 
@@ -128,12 +168,12 @@ StatusOr<std::vector<float>> MoeForward(const ModelDims& d, const RankContext& c
                                         const std::vector<float>& v,
                                         const std::vector<int32_t>& token_ids) {
   const ShardPlan& plan = *ctx.plan;
-  const Routing routing = Route(d, w, hash_gate, v, token_ids);
+  const Routing routing = Route(d, ctx, w, hash_gate, v, token_ids);
   std::vector<double> y(v.size(), 0.0);
-  AddRoutedExperts(d, w, routing, v, y);
-  if (!plan.shared_after_reduce) AddSharedExpert(d, w, plan.shared_chunks, v, y);
+  AddRoutedExperts(d, ctx, w, routing, v, y);
+  if (!plan.shared_after_reduce) AddSharedExpert(d, ctx, w, plan.shared_chunks, v, y);
   if (ctx.distributed()) RETURN_IF_ERROR(ctx.comm->AllReduceSum(y.data(), y.size()));
-  if (plan.shared_after_reduce) AddSharedExpert(d, w, plan.shared_chunks, v, y);
+  if (plan.shared_after_reduce) AddSharedExpert(d, ctx, w, plan.shared_chunks, v, y);
   return std::vector<float>(y.begin(), y.end());
 }
 

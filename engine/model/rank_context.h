@@ -7,6 +7,7 @@
 #include "common/base/status.h"
 #include "engine/model/shard_plan.h"
 #include "engine/parallel/communicator.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace pdspark::engine {
 
@@ -14,7 +15,8 @@ namespace pdspark::engine {
 // in the same order, and each sub-layer makes the same collectives on every rank.
 struct RankContext {
   const ShardPlan* plan = nullptr;
-  parallel::Communicator* comm = nullptr;  // null: one rank, nothing to reduce
+  parallel::Communicator* comm = nullptr;    // null: one rank, nothing to reduce
+  kernels::cpu::ThreadPool* pool = nullptr;  // the rank's compute threads; null: this thread
   // Rank 0 appends the step's tokens to the sequence states, which all ranks share (they are
   // replicated state: docs/tensor_parallel.md); the others read them after a barrier.
   bool writes_cache = true;

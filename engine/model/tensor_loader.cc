@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/model/weight_memory.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quant_gemm.h"
 
 namespace pdspark::engine {
 namespace {
@@ -25,32 +28,54 @@ Status CheckShape(const st::TensorView& view, const std::vector<int64_t>& shape)
   return absl::OkStatus();
 }
 
-// `rect` of a BF16/F32 tensor with `cols` columns.
-std::vector<float> ToFloat(const st::TensorView& view, int64_t cols, const Rect& rect) {
-  std::vector<float> out;
-  out.reserve(rect.rows() * rect.cols());
-  for (int64_t i = rect.row_begin; i < rect.row_end; ++i) {
-    const int64_t first = i * cols + rect.col_begin;
-    if (view.dtype == st::DType::kBF16) {
-      const std::vector<float> row =
-          Bf16ToFloatVector(view.As<uint16_t>().subspan(first, rect.cols()));
-      out.insert(out.end(), row.begin(), row.end());
-    } else {
-      auto row = view.As<float>().subspan(first, rect.cols());
-      out.insert(out.end(), row.begin(), row.end());
-    }
+// Elements [begin, begin + n) of a BF16/F32 tensor as fp32.
+std::vector<float> ToFloat(const st::TensorView& view, int64_t begin, int64_t n) {
+  std::vector<float> out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = view.dtype == st::DType::kBF16
+                 ? kernels::cpu::Bf16ToFloat(view.As<uint16_t>()[begin + i])
+                 : view.As<float>()[begin + i];
   }
   return out;
 }
 
-WeightVector ToWeights(const std::vector<float>& values) {
-  return WeightVector(values.begin(), values.end());
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// An fp32 matrix over `values` (row-major [rows, cols]), which it keeps alive.
+Matrix OwningFp32(std::shared_ptr<WeightVector> values, int64_t rows, int64_t cols) {
+  Matrix m;
+  m.format = kernels::WeightFormat::kF32;
+  m.data = values->data();
+  m.row_stride = cols;
+  m.rows = rows;
+  m.cols = cols;
+  m.storage = std::move(values);
+  return m;
 }
 
 }  // namespace
 
-TensorLoader::TensorLoader(const st::Checkpoint& checkpoint, bool show_progress)
-    : checkpoint_(checkpoint), show_progress_(show_progress), total_(checkpoint.Names().size()) {}
+Matrix Matrix::FromFloats(int64_t rows, int64_t cols, std::vector<float> values) {
+  return OwningFp32(std::make_shared<WeightVector>(values.begin(), values.end()), rows, cols);
+}
+
+StatusOr<WeightStorage> ParseWeightStorage(const std::string& name) {
+  if (name == "native") return WeightStorage::kNative;
+  if (name == "fp32") return WeightStorage::kFp32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("weight storage must be native or fp32, got '", name, "'"));
+}
+
+const char* WeightStorageName(WeightStorage storage) {
+  return storage == WeightStorage::kNative ? "native" : "fp32";
+}
+
+TensorLoader::TensorLoader(std::shared_ptr<const st::Checkpoint> checkpoint, WeightStorage storage,
+                           bool show_progress)
+    : checkpoint_(std::move(checkpoint)),
+      storage_(storage),
+      show_progress_(show_progress),
+      total_(checkpoint_->Names().size()) {}
 
 TensorLoader::~TensorLoader() {
   if (!show_progress_) return;
@@ -67,36 +92,78 @@ StatusOr<Matrix> TensorLoader::LoadMatrix(const std::string& name, int64_t rows,
 StatusOr<Matrix> TensorLoader::LoadMatrix(const std::string& name, int64_t rows, int64_t cols,
                                           const Rect& rect) {
   ASSIGN_OR_RETURN(st::TensorView view, Fetch(name));
-  Matrix m{rect.rows(), rect.cols(), {}};
+  ASSIGN_OR_RETURN(Matrix whole, WholeMatrix(view, rows, cols));
+  Matrix m = whole;
+  static_cast<kernels::WeightMatrix&>(m) =
+      whole.RowSlice(rect.row_begin, rect.row_end).ColSlice(rect.col_begin, rect.col_end);
+  ASSIGN_OR_RETURN(m, Store(name, std::move(m)));
+  CountParameters(name, rows * cols);
+  return m;
+}
+
+StatusOr<Matrix> TensorLoader::WholeMatrix(const st::TensorView& view, int64_t rows, int64_t cols) {
+  using kernels::WeightFormat;
+  Matrix m;
+  m.data = view.data.data();
+  m.row_stride = cols;
+  m.rows = rows;
+  m.cols = cols;
   switch (view.dtype) {
     case st::DType::kF8E4M3: {
       RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
-      const int64_t block = 128;
+      const int64_t block = kernels::kFp8ScaleBlock;
       ASSIGN_OR_RETURN(st::TensorView scale,
-                       FetchScale(name, {(rows + block - 1) / block, (cols + block - 1) / block}));
-      m.data = ToWeights(
-          DequantFp8Blocks(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect));
-      break;
+                       FetchScale(view.name, {CeilDiv(rows, block), CeilDiv(cols, block)}));
+      m.format = WeightFormat::kFp8E4M3;
+      m.scales = scale.As<uint8_t>().data();
+      m.scale_stride = CeilDiv(cols, block);
+      return m;
     }
     case st::DType::kI8: {  // packed FP4 E2M1, two values per byte
+      if (cols % kernels::kFp4ScaleBlock != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", view.name, ": packed FP4 needs a multiple of ",
+                         kernels::kFp4ScaleBlock, " input features, config implies ", cols));
+      }
       RETURN_IF_ERROR(CheckShape(view, {rows, cols / 2}));
-      const int64_t block = 32;
-      ASSIGN_OR_RETURN(st::TensorView scale, FetchScale(name, {rows, cols / block}));
-      m.data = ToWeights(
-          DequantFp4Packed(view.As<uint8_t>(), scale.As<uint8_t>(), rows, cols, block, rect));
-      break;
+      ASSIGN_OR_RETURN(st::TensorView scale,
+                       FetchScale(view.name, {rows, cols / kernels::kFp4ScaleBlock}));
+      m.format = WeightFormat::kFp4E2M1;
+      m.scales = scale.As<uint8_t>().data();
+      m.scale_stride = cols / kernels::kFp4ScaleBlock;
+      return m;
     }
     case st::DType::kBF16:
-    case st::DType::kF32: {
+    case st::DType::kF32:
       RETURN_IF_ERROR(CheckShape(view, {rows, cols}));
-      m.data = ToWeights(ToFloat(view, cols, rect));
-      break;
-    }
+      m.format = view.dtype == st::DType::kBF16 ? WeightFormat::kBF16 : WeightFormat::kF32;
+      return m;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": unsupported dtype ",
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", view.name, ": unsupported dtype ",
                                                      std::string(st::DTypeName(view.dtype))));
   }
-  CountParameters(name, rows * cols);
+}
+
+StatusOr<Matrix> TensorLoader::Store(const std::string& name, Matrix m) const {
+  const std::string where =
+      absl::StrCat("checkpoint ", checkpoint_->directory(), ", tensor ", name);
+  if (!kernels::cpu::ScalesInRange(m)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where,
+        ": block scale out of range (E8M0 codes must be below 247, i.e. scales below 2^120)"));
+  }
+  if (storage_ == WeightStorage::kFp32) {
+    auto copy = std::make_shared<WeightVector>(m.rows * m.cols);
+    kernels::cpu::DequantizeRows(m, 0, m.rows, copy->data());
+    return OwningFp32(std::move(copy), m.rows, m.cols);
+  }
+  if (!kernels::cpu::GemmSupports(m)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": a slice from column ", m.col0, " of this ", kernels::WeightFormatName(m.format),
+        " tensor cannot be read in place (quantised slices must start on a multiple of ",
+        kernels::kCpuColumnAlignment, " columns); choose a tensor-parallel size that splits it ",
+        "there"));
+  }
   return m;
 }
 
@@ -108,7 +175,7 @@ StatusOr<std::vector<float>> TensorLoader::LoadVector(const std::string& name, i
   }
   RETURN_IF_ERROR(CheckShape(view, {n}));
   CountParameters(name, n);
-  return ToFloat(view, n, Rect{0, 1, 0, n});
+  return ToFloat(view, 0, n);
 }
 
 StatusOr<std::vector<float>> TensorLoader::LoadVector(const std::string& name, int64_t n,
@@ -120,7 +187,9 @@ StatusOr<std::vector<float>> TensorLoader::LoadVector(const std::string& name, i
 StatusOr<std::vector<float>> TensorLoader::LoadFlat(const std::string& name, int64_t rows,
                                                     int64_t cols) {
   ASSIGN_OR_RETURN(Matrix m, LoadMatrix(name, rows, cols));
-  return std::vector<float>(m.data.begin(), m.data.end());
+  std::vector<float> out(rows * cols);
+  kernels::cpu::DequantizeRows(m, 0, rows, out.data());
+  return out;
 }
 
 StatusOr<std::vector<int32_t>> TensorLoader::LoadIndexTable(const std::string& name, int64_t rows,
@@ -154,11 +223,11 @@ Status TensorLoader::Skip(const std::string& name, int64_t parameters) {
 }
 
 StatusOr<st::TensorView> TensorLoader::Fetch(const std::string& name) {
-  if (!checkpoint_.Contains(name)) {
+  if (!checkpoint_->Contains(name)) {
     return absl::NotFoundError(
-        absl::StrCat("checkpoint ", checkpoint_.directory(), " lacks tensor ", name));
+        absl::StrCat("checkpoint ", checkpoint_->directory(), " lacks tensor ", name));
   }
-  ASSIGN_OR_RETURN(st::TensorView view, checkpoint_.Get(name));
+  ASSIGN_OR_RETURN(st::TensorView view, checkpoint_->Get(name));
   // A sharded tensor may be read in several pieces; it is one tick of the progress bar.
   if (fetched_.insert(name).second) Tick();
   return view;

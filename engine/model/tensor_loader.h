@@ -1,7 +1,8 @@
-// Reads the checkpoint's tensors by name, with dtype and shape checks, dequantised to fp32 (FP8
-// E4M3 with 128x128 E8M0 block scales, FP4 E2M1 packed in I8 with per-32 E8M0 scales,
-// BF16/F32), whole or only a tensor-parallel rank's rectangle; draws a progress bar on stderr.
-// Shared by the target's and the DSpark drafter's loaders. Errors name the tensor.
+// Reads the checkpoint's tensors by name, with dtype and shape checks: matrices as views of the
+// mapped bytes in their own format (FP8 E4M3 with 128x128 E8M0 block scales, FP4 E2M1 packed in
+// I8 with per-32 E8M0 scales, BF16/F32), whole or only a tensor-parallel rank's rectangle, or as
+// fp32 copies (WeightStorage::kFp32); vectors and small tables as fp32. Draws a progress bar on
+// stderr. Shared by the target's and the DSpark drafter's loaders. Errors name the tensor.
 #pragma once
 
 #include <cstdint>
@@ -11,15 +12,24 @@
 
 #include "common/base/status.h"
 #include "common/safetensors/safetensors.h"
-#include "engine/model/dequant.h"
 #include "engine/model/weights.h"
 #include "engine/parallel/partition.h"
 
 namespace pdspark::engine {
 
+// Rows [row_begin, row_end) x columns [col_begin, col_end) of a [rows, cols] tensor: what a
+// tensor-parallel rank holds of a sharded weight.
+struct Rect {
+  int64_t row_begin = 0, row_end = 0;
+  int64_t col_begin = 0, col_end = 0;
+  int64_t rows() const { return row_end - row_begin; }
+  int64_t cols() const { return col_end - col_begin; }
+};
+
 class TensorLoader {
  public:
-  TensorLoader(const safetensors::Checkpoint& checkpoint, bool show_progress);
+  TensorLoader(std::shared_ptr<const safetensors::Checkpoint> checkpoint, WeightStorage storage,
+               bool show_progress);
   ~TensorLoader();
 
   StatusOr<Matrix> LoadMatrix(const std::string& name, int64_t rows, int64_t cols);
@@ -44,10 +54,15 @@ class TensorLoader {
   void CountParameters(const std::string& name, int64_t n);
   StatusOr<safetensors::TensorView> FetchScale(const std::string& weight_name,
                                                const std::vector<int64_t>& shape);
+  // The whole [rows, cols] tensor `view` as a matrix view (its scales fetched and checked).
+  StatusOr<Matrix> WholeMatrix(const safetensors::TensorView& view, int64_t rows, int64_t cols);
+  // `m` as this loader stores it: checked for the kernels, or copied to fp32.
+  StatusOr<Matrix> Store(const std::string& name, Matrix m) const;
   void Tick();
   void Draw() const;
 
-  const safetensors::Checkpoint& checkpoint_;
+  std::shared_ptr<const safetensors::Checkpoint> checkpoint_;
+  WeightStorage storage_;
   bool show_progress_;
   size_t total_;
   size_t done_ = 0;

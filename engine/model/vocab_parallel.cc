@@ -2,20 +2,17 @@
 
 #include <algorithm>
 
-#include "kernels/cpu/kernels.h"
+#include "engine/model/linear.h"
 
 namespace pdspark::engine {
 
-std::vector<float> VocabSliceLogits(const ShardPlan& plan, int64_t vocab, const float* x,
-                                    int64_t rows, int64_t k, const Matrix& w) {
-  const int64_t local = plan.vocab.size();
+std::vector<float> VocabSliceLogits(const RankContext& ctx, const float* x, int64_t rows,
+                                    const Matrix& w) {
+  const int64_t local = ctx.plan->vocab.size();
   std::vector<float> logits(rows * local);
-  for (int64_t c = plan.vocab_chunks.begin; c < plan.vocab_chunks.end; ++c) {
-    const parallel::Range chunk = FixedChunk(vocab, c);
-    const int64_t offset = chunk.begin - plan.vocab.begin;
-    kernels::cpu::MatMulTransB(x, rows, k, k, w.ptr() + offset * k, chunk.size(), k,
-                               logits.data() + offset, local);
-  }
+  // Every logit is computed alone (quant_gemm.h), so the whole slice is one product and its
+  // values equal those of any other cut of the vocabulary.
+  Linear(ctx, x, rows, w.cols, w, logits.data(), local);
   return logits;
 }
 

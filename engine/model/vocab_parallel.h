@@ -1,7 +1,8 @@
 // The vocabulary-parallel output projections (the target's head; the DSpark drafter's shared
-// head and Markov bias): a rank holds the rows of its fixed vocabulary chunks (ShardPlan::vocab)
-// and computes one GEMM per chunk, so a chunk's values are the same bits at every TP size; the
-// slices are then all-gathered into whole rows. Internal to the engine and the drafter.
+// head and Markov bias): a rank holds the rows of its fixed vocabulary chunks (ShardPlan::vocab);
+// every logit is computed the same way whatever the slice, so its value is the same bits at
+// every TP size; the slices are then all-gathered into whole rows. Internal to the engine and
+// the drafter.
 #pragma once
 
 #include <cstdint>
@@ -13,10 +14,10 @@
 
 namespace pdspark::engine {
 
-// [rows, plan.vocab.size()] = x [rows, k] . w^T, where w holds the rows plan.vocab of a
+// [rows, plan.vocab.size()] = x [rows, k] . w^T, where w holds the rows ctx.plan->vocab of a
 // [vocab, k] matrix.
-std::vector<float> VocabSliceLogits(const ShardPlan& plan, int64_t vocab, const float* x,
-                                    int64_t rows, int64_t k, const Matrix& w);
+std::vector<float> VocabSliceLogits(const RankContext& ctx, const float* x, int64_t rows,
+                                    const Matrix& w);
 
 // Every rank's slice [rows, its vocab rows] gathered into whole rows [rows, vocab] (an
 // all-gather padded to the largest slice; every rank must call it). `full` may be null on ranks

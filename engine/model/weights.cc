@@ -44,15 +44,13 @@ Status LoadOutputProjection(TensorLoader& loader, const config::ModelConfig& c,
   const int64_t dim = c.hidden_size, hd = c.head_dim, o_lora = c.o_lora_rank;
   const int64_t group_heads = c.num_attention_heads / c.o_groups, group_in = group_heads * hd;
   const int64_t wo_a_rows = c.o_groups * o_lora;
-  a.wo_a = Matrix{plan.units.size() * o_lora, plan.unit_heads * hd, {}};
-  a.wo_a.data.reserve(a.wo_a.rows * a.wo_a.cols);
   for (int64_t u = plan.units.begin; u < plan.units.end; ++u) {
     const int64_t head = u * plan.unit_heads, group = head / group_heads;
     const int64_t col = (head - group * group_heads) * hd;
-    ASSIGN_OR_RETURN(Matrix block, loader.LoadMatrix(prefix + ".wo_a.weight", wo_a_rows, group_in,
-                                                     Rect{group * o_lora, (group + 1) * o_lora, col,
-                                                          col + plan.unit_heads * hd}));
-    a.wo_a.data.insert(a.wo_a.data.end(), block.data.begin(), block.data.end());
+    ASSIGN_OR_RETURN(Matrix unit, loader.LoadMatrix(prefix + ".wo_a.weight", wo_a_rows, group_in,
+                                                    Rect{group * o_lora, (group + 1) * o_lora, col,
+                                                         col + plan.unit_heads * hd}));
+    a.wo_a.push_back(std::move(unit));
   }
   if (plan.units.empty())
     RETURN_IF_ERROR(loader.Skip(prefix + ".wo_a.weight", wo_a_rows * group_in));
@@ -179,16 +177,18 @@ StatusOr<BlockWeights> LoadBlock(TensorLoader& loader, const config::ModelConfig
 StatusOr<ModelWeights> LoadModelWeights(const std::string& dir, const config::ModelConfig& c,
                                         const LoadOptions& options) {
   RETURN_IF_ERROR(CheckSupportedConfig(c));
-  ASSIGN_OR_RETURN(std::unique_ptr<st::Checkpoint> checkpoint, st::Checkpoint::Open(dir));
-  return LoadModelWeights(*checkpoint, c, options);
+  ASSIGN_OR_RETURN(std::shared_ptr<const st::Checkpoint> checkpoint,
+                   st::Checkpoint::OpenShared(dir));
+  return LoadModelWeights(std::move(checkpoint), c, options);
 }
 
-StatusOr<ModelWeights> LoadModelWeights(const st::Checkpoint& checkpoint,
+StatusOr<ModelWeights> LoadModelWeights(std::shared_ptr<const st::Checkpoint> checkpoint,
                                         const config::ModelConfig& c, const LoadOptions& options) {
   RETURN_IF_ERROR(CheckSupportedConfig(c));
   const ShardPlan plan = options.plan ? *options.plan : ShardPlan::Full(ModelDims::FromConfig(c));
-  TensorLoader loader(checkpoint, options.show_progress);
+  TensorLoader loader(checkpoint, options.storage, options.show_progress);
   ModelWeights w;
+  w.checkpoint = std::move(checkpoint);
   const int64_t dim = c.hidden_size;
   ASSIGN_OR_RETURN(w.embed, loader.LoadMatrix("embed.weight", c.vocab_size, dim));
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
@@ -202,6 +202,42 @@ StatusOr<ModelWeights> LoadModelWeights(const st::Checkpoint& checkpoint,
                                              Rect{plan.vocab.begin, plan.vocab.end, 0, dim}));
   w.total_parameters = loader.parameters();
   return w;
+}
+
+WeightFootprint Footprint(const ModelWeights& w) {
+  WeightFootprint f;
+  auto add = [&](const Matrix& m) { f.total += m.Bytes(); };
+  auto add_expert = [&](const ExpertWeights& e) {
+    for (const Matrix* m : {&e.w1, &e.w2, &e.w3}) add(*m);
+  };
+  auto add_compressor = [&](const CompressorWeights& c) {
+    add(c.wkv);
+    add(c.wgate);
+  };
+  add(w.embed);
+  f.embedding = w.embed.Bytes();
+  add(w.head);
+  add(w.hc_head.fn);
+  for (const BlockWeights& b : w.layers) {
+    add(b.hc_attn.fn);
+    add(b.hc_ffn.fn);
+    const AttentionWeights& a = b.attn;
+    for (const Matrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) add(*m);
+    for (const Matrix& m : a.wo_a) add(m);
+    if (a.compressor) add_compressor(*a.compressor);
+    if (a.indexer) {
+      add(a.indexer->wq_b);
+      add(a.indexer->weights_proj);
+      add_compressor(a.indexer->compressor);
+    }
+    add(b.ffn.gate);
+    add_expert(b.ffn.shared);
+    const int64_t before = f.total;
+    for (const ExpertWeights& e : b.ffn.experts) add_expert(e);
+    f.routed_experts += f.total - before;
+    f.routed_expert_count += static_cast<int64_t>(b.ffn.experts.size());
+  }
+  return f;
 }
 
 }  // namespace pdspark::engine

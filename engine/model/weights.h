@@ -1,11 +1,18 @@
-// Dequantised fp32 weights of the DeepSeek-V4-Flash target model, one struct per module so the
-// forward code reads like the architecture. Every matrix is row-major [out, in] (the
-// checkpoint's layout). A tensor-parallel rank holds the slices its ShardPlan names (noted on
-// each field as "TP:"); everything else is replicated. With ShardPlan::Full every field has the
-// checkpoint's shape. The DSpark drafter's stages use the same structs, sliced the same way.
+// Weights of the DeepSeek-V4-Flash target model, one struct per module so the forward code reads
+// like the architecture. Every matrix is row-major [out, in] (the checkpoint's layout) and, by
+// default, a view of the memory-mapped checkpoint in its own format (FP8 E4M3 with 128x128 E8M0
+// block scales, packed FP4 E2M1 experts with per-32 E8M0 scales, BF16, F32): nothing is copied,
+// the GEMM kernels dequantise in registers, and processes on one host share the page cache.
+// WeightStorage::kFp32 instead dequantises every matrix to an fp32 copy (the old engine's
+// layout, kept for side-by-side benchmarks; the results are the same bits).
+//
+// A tensor-parallel rank holds the slices its ShardPlan names (noted on each field as "TP:");
+// everything else is replicated. With ShardPlan::Full every field has the checkpoint's shape.
+// The DSpark drafter's stages use the same structs, sliced the same way.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,7 +20,7 @@
 #include "common/base/status.h"
 #include "common/config/model_config.h"
 #include "engine/model/shard_plan.h"
-#include "engine/model/weight_memory.h"
+#include "kernels/weight_matrix.h"
 
 namespace pdspark::safetensors {
 class Checkpoint;
@@ -21,12 +28,19 @@ class Checkpoint;
 
 namespace pdspark::engine {
 
-struct Matrix {
-  int64_t rows = 0;  // output features
-  int64_t cols = 0;  // input features
-  WeightVector data;  // huge-page backed (weight_memory.h)
-  const float* ptr() const { return data.data(); }
+// A weight matrix [rows = output features, cols = input features]: a view of checkpoint bytes in
+// their own format, or of an fp32 copy that `storage` owns.
+struct Matrix : kernels::WeightMatrix {
+  std::shared_ptr<const void> storage;
+
+  // An fp32 matrix holding `values` (row-major [rows, cols]): tests and hand-built weights.
+  static Matrix FromFloats(int64_t rows, int64_t cols, std::vector<float> values);
 };
+
+// How matrices are held: views of the checkpoint (default), or fp32 copies.
+enum class WeightStorage { kNative, kFp32 };
+StatusOr<WeightStorage> ParseWeightStorage(const std::string& name);  // "native" | "fp32"
+const char* WeightStorageName(WeightStorage storage);
 
 struct HyperConnectionWeights {
   Matrix fn;                 // [(2+hc)*hc or hc, hc*dim]
@@ -58,10 +72,10 @@ struct AttentionWeights {
   Matrix wq_b;                   // [heads*head_dim, q_lora]       (TP: rows of plan.heads)
   Matrix wkv;                    // [head_dim, dim]
   std::vector<float> kv_norm;    // [head_dim]
-  // [units*o_lora, unit_heads*head_dim]: per output-projection unit, the rows of its group and
-  // the columns of its heads (the checkpoint's [groups*o_lora, heads*head_dim/groups] when units
-  // are groups).                                                  (TP: plan.units)
-  Matrix wo_a;
+  // Per output-projection unit, [o_lora, unit_heads*head_dim]: the rows of its group and the
+  // columns of its heads in the checkpoint's [groups*o_lora, heads*head_dim/groups].
+  //                                                               (TP: plan.units)
+  std::vector<Matrix> wo_a;
   Matrix wo_b;  // [dim, groups*o_lora]                          (TP: columns of plan.out_groups)
   std::optional<CompressorWeights> compressor;  // ratio > 0
   std::optional<IndexerWeights> indexer;        // ratio == 4
@@ -95,6 +109,8 @@ struct BlockWeights {
 };
 
 struct ModelWeights {
+  // The mapped checkpoint the native views point into (kept open while the weights live).
+  std::shared_ptr<const safetensors::Checkpoint> checkpoint;
   Matrix embed;  // [vocab, dim]
   Matrix head;   // [vocab, dim]  (TP: rows of plan.vocab)
   std::vector<float> norm;
@@ -103,21 +119,39 @@ struct ModelWeights {
   int64_t total_parameters = 0;  // of the whole model, whatever the slice
 };
 
+// Bytes of the weights a rank holds, by what a forward step reads of them (for the
+// memory-bandwidth bounds of benchmarks).
+struct WeightFootprint {
+  int64_t total = 0;           // every matrix
+  int64_t embedding = 0;       // the embedding table (a step reads one row per token)
+  int64_t routed_experts = 0;  // all routed experts of all layers
+  int64_t routed_expert_count = 0;
+  // Bytes a step over tokens that activate `active` routed experts per layer reads.
+  double StepBytes(double active_experts_per_layer, int64_t layers) const {
+    const double per_expert =
+        routed_expert_count ? static_cast<double>(routed_experts) / routed_expert_count : 0.0;
+    return static_cast<double>(total - embedding - routed_experts) +
+           per_expert * active_experts_per_layer * static_cast<double>(layers);
+  }
+};
+WeightFootprint Footprint(const ModelWeights& w);
+
 struct LoadOptions {
   bool show_progress = true;  // a progress bar on stderr
   // The slice to load; the whole model when unset.
   std::optional<ShardPlan> plan;
+  WeightStorage storage = WeightStorage::kNative;
 };
 
-// Loads and dequantises the target-model tensors of the Hugging Face checkpoint in `dir`
-// (FP8 E4M3 with 128x128 E8M0 block scales, FP4 E2M1 experts packed in I8 with per-32 E8M0
-// scales, BF16/F32 elsewhere); of a sharded tensor only the plan's rows and columns are
-// dequantised. Each tensor's presence, dtype and shape is checked against what `config`
-// implies; errors name the tensor.
+// Loads the target-model tensors of the Hugging Face checkpoint in `dir` (FP8 E4M3 with 128x128
+// E8M0 block scales, FP4 E2M1 experts packed in I8 with per-32 E8M0 scales, BF16/F32
+// elsewhere); of a sharded tensor only the plan's rows and columns. Each tensor's presence,
+// dtype and shape (and its scales') is checked against what `config` implies, and a slice the
+// kernels cannot read in place is refused; errors name the file's directory and the tensor.
 StatusOr<ModelWeights> LoadModelWeights(const std::string& dir, const config::ModelConfig& config,
                                         const LoadOptions& options = {});
 // The same from an open checkpoint; safe to call from several threads at once (one per rank).
-StatusOr<ModelWeights> LoadModelWeights(const safetensors::Checkpoint& checkpoint,
+StatusOr<ModelWeights> LoadModelWeights(std::shared_ptr<const safetensors::Checkpoint> checkpoint,
                                         const config::ModelConfig& config,
                                         const LoadOptions& options = {});
 

@@ -1,18 +1,24 @@
 #include "engine/parallel/rank_runner.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/parallel/in_process_communicator.h"
 #include "engine/parallel/rank_threads.h"
 
 namespace pdspark::parallel {
 
-StatusOr<std::shared_ptr<RankRunner>> RankRunner::Create(int world_size) {
+StatusOr<std::shared_ptr<RankRunner>> RankRunner::Create(int world_size, int threads_per_rank) {
   if (world_size < 1 || world_size > InProcessGroup::kMaxWorldSize) {
     return absl::InvalidArgumentError(absl::StrCat("rank runner: world size must be in [1, ",
                                                    InProcessGroup::kMaxWorldSize, "], got ",
                                                    world_size));
   }
   std::shared_ptr<RankRunner> runner(new RankRunner(world_size));
+  for (int r = 0; r < world_size; ++r) {
+    runner->pools_.push_back(
+        std::make_unique<kernels::cpu::ThreadPool>(std::max(1, threads_per_rank)));
+  }
   if (world_size > 1) {
     ASSIGN_OR_RETURN(runner->group_, InProcessGroup::Create(world_size));
     runner->threads_ = std::make_unique<RankThreads>(world_size);

@@ -11,9 +11,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "common/base/status.h"
 #include "engine/parallel/communicator.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace pdspark::parallel {
 
@@ -25,7 +27,8 @@ class RankRunner {
   using Job = std::function<Status(int rank)>;
 
   // world_size in [1, 64]. One rank runs on the caller's thread alone, with no communicator.
-  static StatusOr<std::shared_ptr<RankRunner>> Create(int world_size);
+  // Each rank computes with `threads_per_rank` threads (its own thread included).
+  static StatusOr<std::shared_ptr<RankRunner>> Create(int world_size, int threads_per_rank = 1);
   ~RankRunner();
 
   RankRunner(const RankRunner&) = delete;
@@ -34,6 +37,8 @@ class RankRunner {
   int world_size() const { return world_size_; }
   // Rank `rank`'s communicator; nullptr with one rank (nothing to reduce).
   Communicator* comm(int rank) const;
+  // Rank `rank`'s compute threads, for the kernels it runs.
+  kernels::cpu::ThreadPool* pool(int rank) const { return pools_[rank].get(); }
 
   // Runs job(rank) on every rank at once, rank 0 on the calling thread, and returns the lowest
   // failing rank's error. The jobs meet in collectives, so a failing rank aborts the group to
@@ -48,10 +53,11 @@ class RankRunner {
   explicit RankRunner(int world_size);
 
   const int world_size_;
-  std::unique_ptr<InProcessGroup> group_;  // world > 1
-  std::unique_ptr<RankThreads> threads_;   // world > 1
-  std::mutex mu_;                          // one job at a time
-  Status broken_;                          // Guarded by mu_.
+  std::unique_ptr<InProcessGroup> group_;                         // world > 1
+  std::unique_ptr<RankThreads> threads_;                          // world > 1
+  std::vector<std::unique_ptr<kernels::cpu::ThreadPool>> pools_;  // per rank
+  std::mutex mu_;                                                 // one job at a time
+  Status broken_;                                                 // Guarded by mu_.
 };
 
 }  // namespace pdspark::parallel

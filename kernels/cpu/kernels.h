@@ -1,8 +1,8 @@
 // CPU kernels for the DeepSeek-V4-Flash forward pass: number-format decoding, the model's
-// quantise-dequantise simulations, GEMM, norms, RoPE, activations, Hadamard, top-k and the
-// hyper-connection Sinkhorn. Plain functions over contiguous fp32 buffers so that a CUDA
-// backend can implement the same interface later. Every reduction whose rounding decides a
-// discontinuous step (quantisation codes, top-k) follows the reference's operation order.
+// quantise-dequantise simulations, norms, RoPE, activations, Hadamard, top-k and the
+// hyper-connection Sinkhorn (GEMM: quant_gemm.h). Plain functions over contiguous fp32 buffers so
+// that a CUDA backend can implement the same interface later. Every reduction whose rounding
+// decides a discontinuous step (quantisation codes, top-k) follows the reference's operation order.
 #pragma once
 
 #include <cstddef>
@@ -15,7 +15,7 @@ namespace pdspark::kernels::cpu {
 // ---- Number formats ----------------------------------------------------------------------
 float Bf16ToFloat(uint16_t bits);
 float Fp8E4M3ToFloat(uint8_t bits);
-float E8M0ToFloat(uint8_t bits);  // 2^(bits-127); 255 is NaN.
+float E8M0ToFloat(uint8_t bits);       // 2^(bits-127); 255 is NaN.
 float Fp4E2M1ToFloat(uint8_t nibble);  // low 4 bits used.
 // Round-to-nearest-even onto the E4M3 / E2M1 grids (input already clamped to the range).
 float RoundToE4M3(float value);
@@ -28,17 +28,7 @@ void Fp8QuantDequant(float* data, int64_t rows, int64_t cols, int64_t row_stride
 // FP4 E2M1 with one power-of-two scale 2^ceil(log2(amax/6)) per `block` values.
 void Fp4QuantDequant(float* data, int64_t rows, int64_t cols, int64_t row_stride, int64_t block);
 
-// ---- Linear algebra ---------------------------------------------------------------------
-// y[m, n] = sum_k x[m, k] * w[n, k]   (x row stride ldx, w row stride ldw, y row stride ldy).
-void MatMulTransB(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
-                  int64_t ldw, float* y, int64_t ldy);
-// Threads each GEMM may use (process-wide). Tensor-parallel CPU ranks are themselves threads,
-// so the engine gives each rank its share of the cores; results do not depend on this.
-void SetGemmThreads(int threads);
-// Contiguous convenience form.
-inline void Linear(const float* x, int64_t m, int64_t k, const float* w, int64_t n, float* y) {
-  MatMulTransB(x, m, k, k, w, n, k, y, n);
-}
+// ---- Linear algebra: quant_gemm.h (GEMM on weights in their checkpoint formats) --------------
 
 // ---- Norms ------------------------------------------------------------------------------
 // Mean of squares of `n` values, rounded to fp32 (accumulated in double).
@@ -56,7 +46,9 @@ struct RopeTable {
   std::vector<float> freqs;  // [rope_dim/2], YaRN-corrected
   std::vector<float> cos;
   std::vector<float> sin;
-  int64_t max_positions() const { return rope_dim ? static_cast<int64_t>(cos.size()) / (rope_dim / 2) : 0; }
+  int64_t max_positions() const {
+    return rope_dim ? static_cast<int64_t>(cos.size()) / (rope_dim / 2) : 0;
+  }
 };
 // YaRN applies when original_seq_len > 0 (reference precompute_freqs_cis).
 RopeTable BuildRopeTable(int64_t rope_dim, int64_t max_positions, int64_t original_seq_len,

@@ -11,7 +11,7 @@ namespace {
 namespace kc = ::pdspark::kernels::cpu;
 
 Matrix Mat(int64_t rows, int64_t cols, const std::vector<float>& data) {
-  return {rows, cols, WeightVector(data.begin(), data.end())};
+  return Matrix::FromFloats(rows, cols, data);
 }
 
 TEST(Moe, HashGateRoutesByTokenId) {

@@ -26,21 +26,6 @@ TEST(TopK, LargestFirstLowerIndexOnTies) {
   EXPECT_TRUE(TopK(v, 0).empty());
 }
 
-TEST(Gemm, MatchesNaiveProduct) {
-  const int m = 3, k = 5, n = 4;
-  std::vector<float> x(m * k), w(n * k), y(m * n);
-  for (int i = 0; i < m * k; ++i) x[i] = 0.25f * (i % 7) - 0.5f;
-  for (int i = 0; i < n * k; ++i) w[i] = 0.125f * (i % 5) - 0.25f;
-  Linear(x.data(), m, k, w.data(), n, y.data());
-  for (int i = 0; i < m; ++i) {
-    for (int j = 0; j < n; ++j) {
-      float ref = 0;
-      for (int c = 0; c < k; ++c) ref += x[i * k + c] * w[j * k + c];
-      EXPECT_FLOAT_EQ(y[i * n + j], ref);
-    }
-  }
-}
-
 TEST(Norms, RmsNormWeighted) {
   std::vector<float> x = {3, 4}, w = {2, 0.5f}, y(2);
   RmsNorm(x.data(), w.data(), 1, 2, 0.0f, y.data());

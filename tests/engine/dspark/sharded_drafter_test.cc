@@ -147,7 +147,7 @@ TEST(ShardedDrafterTest, RanksLoadTheirSliceOfEveryDrafterTensor) {
   const engine::ModelDims d = engine::ModelDims::FromConfig(config);
   const DrafterWeights whole =
       LoadDrafterWeights(kTinyDir, config, engine::ShardPlan::Full(d)).value();
-  ASSERT_FALSE(whole.main_proj.data.empty());
+  ASSERT_FALSE((whole.main_proj.rows == 0));
   for (int world : {2, 3, 8}) {
     for (int rank = 0; rank < world; ++rank) {
       const engine::ShardPlan p = engine::ShardPlan::Make(d, rank, world);
@@ -159,19 +159,20 @@ TEST(ShardedDrafterTest, RanksLoadTheirSliceOfEveryDrafterTensor) {
                                             where + " stage " + std::to_string(s));
       }
       using engine::testing::RowsOf;
-      EXPECT_EQ(part.head.data, RowsOf(whole.head, p.vocab.begin, p.vocab.end)) << where;
-      EXPECT_EQ(part.markov_w2.data, RowsOf(whole.markov_w2, p.vocab.begin, p.vocab.end)) << where;
-      EXPECT_EQ(part.markov_w1.data, whole.markov_w1.data) << where;
-      EXPECT_EQ(part.embed.data, whole.embed.data) << where;
+      using engine::testing::Values;
+      EXPECT_EQ(Values(part.head), RowsOf(whole.head, p.vocab.begin, p.vocab.end)) << where;
+      EXPECT_EQ(Values(part.markov_w2), RowsOf(whole.markov_w2, p.vocab.begin, p.vocab.end))
+          << where;
+      EXPECT_EQ(Values(part.markov_w1), Values(whole.markov_w1)) << where;
+      EXPECT_EQ(Values(part.embed), Values(whole.embed)) << where;
       EXPECT_EQ(part.norm, whole.norm) << where;
-      EXPECT_EQ(part.hc_head.fn.data, whole.hc_head.fn.data) << where;
+      EXPECT_EQ(Values(part.hc_head.fn), Values(whole.hc_head.fn)) << where;
       if (rank == 0) {
-        EXPECT_EQ(part.main_proj.data, whole.main_proj.data);
+        EXPECT_EQ(Values(part.main_proj), Values(whole.main_proj));
         EXPECT_EQ(part.main_norm, whole.main_norm);
         EXPECT_EQ(part.confidence, whole.confidence);
       } else {
-        EXPECT_TRUE(part.main_proj.data.empty() && part.main_norm.empty() &&
-                    part.confidence.empty())
+        EXPECT_TRUE(part.main_proj.rows == 0 && part.main_norm.empty() && part.confidence.empty())
             << where;
       }
     }

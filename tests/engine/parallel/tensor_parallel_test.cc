@@ -232,10 +232,11 @@ TEST(TensorParallelTest, RanksLoadTheirSliceOfEveryShardedTensor) {
       const ModelWeights part = LoadModelWeights(kGoldenDir, config, options).value();
       const std::string where = "rank " + std::to_string(rank) + "/" + std::to_string(world);
       EXPECT_EQ(part.total_parameters, whole.total_parameters) << where;
-      EXPECT_EQ(part.head.data, testing::RowsOf(whole.head, p.vocab.begin, p.vocab.end)) << where;
+      EXPECT_EQ(testing::Values(part.head), testing::RowsOf(whole.head, p.vocab.begin, p.vocab.end))
+          << where;
       const BlockWeights& b = part.layers[2];  // a CSA layer: compressor and indexer
       const BlockWeights& w = whole.layers[2];
-      EXPECT_EQ(b.attn.indexer->wq_b.data,
+      EXPECT_EQ(testing::Values(b.attn.indexer->wq_b),
                 testing::RowsOf(w.attn.indexer->wq_b, p.index_heads.begin * d.index_dim,
                                 p.index_heads.end * d.index_dim))
           << where;

@@ -1,0 +1,199 @@
+// The GEMM dispatcher: picks the instruction set once, cuts each product into tasks of
+// (row block, 16 output columns) and runs them on the pool. Tasks write disjoint outputs and
+// every output is computed the same way in any task (quant_gemm.h), so the cut changes no bit.
+#include "kernels/cpu/quant_gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "kernels/cpu/quant_gemm_internal.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace pdspark::kernels::cpu {
+namespace {
+
+// Output columns per task: a whole number of every path's column tiles.
+constexpr int64_t kTaskCols = 16;
+// Rows per task once rows are many (prefill): a block of x stays in the core's L2 while the
+// task's weight columns, dequantised once, are swept against it.
+constexpr int64_t kTaskRows = 64;
+
+std::atomic<GemmIsa> forced_isa{GemmIsa::kAuto};
+
+GemmIsa BestIsa() {
+  static const GemmIsa best = CpuSupports(GemmIsa::kAvx512) ? GemmIsa::kAvx512
+                              : CpuSupports(GemmIsa::kAvx2) ? GemmIsa::kAvx2
+                                                            : GemmIsa::kPortable;
+  return best;
+}
+
+internal::GemmBlockFn BlockFunction(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAvx512:
+      return internal::GemmBlockAvx512;
+    case GemmIsa::kAvx2:
+      return internal::GemmBlockAvx2;
+    default:
+      return internal::GemmBlockPortable;
+  }
+}
+
+internal::DequantizeRowsFn DequantizeFunction(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAvx512:
+      return internal::DequantizeRowsAvx512;
+    case GemmIsa::kAvx2:
+      return internal::DequantizeRowsAvx2;
+    default:
+      return internal::DequantizeRowsPortable;
+  }
+}
+
+// The tasks of one problem: row blocks x column blocks, row-block major.
+struct TaskGrid {
+  int64_t row_block = 0, row_blocks = 0, col_blocks = 0;
+  explicit TaskGrid(const GemmProblem& p) {
+    row_block = p.m < internal::kPanelMinRows ? std::max<int64_t>(p.m, 1) : kTaskRows;
+    row_blocks = (p.m + row_block - 1) / row_block;
+    col_blocks = (p.w.rows + kTaskCols - 1) / kTaskCols;
+  }
+  int64_t tasks() const { return row_blocks * col_blocks; }
+};
+
+float* Scratch(int64_t floats) {
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < floats) scratch.resize(floats);
+  return scratch.data();
+}
+
+void RunTask(internal::GemmBlockFn block, const GemmProblem& p, const TaskGrid& grid,
+             int64_t task) {
+  const int64_t rb = task / grid.col_blocks, cb = task % grid.col_blocks;
+  const int64_t i0 = rb * grid.row_block, i1 = std::min(p.m, i0 + grid.row_block);
+  const int64_t j0 = cb * kTaskCols, j1 = std::min(p.w.rows, j0 + kTaskCols);
+  block(p, i0, i1, j0, j1, Scratch(kTaskCols * p.w.cols));
+}
+
+}  // namespace
+
+const char* GemmIsaName(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAuto:
+      return "auto";
+    case GemmIsa::kAvx512:
+      return "avx512";
+    case GemmIsa::kAvx2:
+      return "avx2";
+    case GemmIsa::kPortable:
+      return "portable";
+  }
+  return "?";
+}
+
+bool CpuSupports(GemmIsa isa) {
+#if defined(__x86_64__)
+  switch (isa) {
+    case GemmIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+    case GemmIsa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    default:
+      return true;
+  }
+#else
+  return isa == GemmIsa::kPortable || isa == GemmIsa::kAuto;
+#endif
+}
+
+void SetGemmIsa(GemmIsa isa) { forced_isa = isa; }
+
+GemmIsa ActiveGemmIsa() {
+  const GemmIsa forced = forced_isa.load(std::memory_order_relaxed);
+  return forced == GemmIsa::kAuto ? BestIsa() : forced;
+}
+
+bool ScalesInRange(const WeightMatrix& w) {
+  if (w.format != WeightFormat::kFp8E4M3 || w.rows == 0 || w.cols == 0) return true;
+  for (int64_t r = w.row0 / kFp8ScaleBlock; r <= (w.row0 + w.rows - 1) / kFp8ScaleBlock; ++r) {
+    for (int64_t c = w.col0 / kFp8ScaleBlock; c <= (w.col0 + w.cols - 1) / kFp8ScaleBlock; ++c) {
+      if (w.scales[r * w.scale_stride + c] >= 247) return false;
+    }
+  }
+  return true;
+}
+
+bool GemmSupports(const WeightMatrix& w) {
+  if (!w.data) return false;
+  switch (w.format) {
+    case WeightFormat::kF32:
+    case WeightFormat::kBF16:
+      return true;
+    case WeightFormat::kFp4E2M1:
+      return w.scales && w.col0 % kCpuColumnAlignment == 0 && w.cols % 2 == 0;
+    case WeightFormat::kFp8E4M3:
+      return w.scales && w.col0 % kCpuColumnAlignment == 0 && ScalesInRange(w);
+  }
+  return false;
+}
+
+void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
+  const internal::GemmBlockFn block = BlockFunction(ActiveGemmIsa());
+  std::vector<TaskGrid> grids;
+  std::vector<int64_t> first_task{0};
+  for (const GemmProblem& p : problems) {
+    grids.emplace_back(p);
+    const int64_t tasks = p.m > 0 ? grids.back().tasks() : 0;
+    first_task.push_back(first_task.back() + tasks);
+  }
+  auto run = [&](int64_t task) {
+    const size_t i =
+        std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin() - 1;
+    RunTask(block, problems[i], grids[i], task - first_task[i]);
+  };
+  if (pool) {
+    pool->ParallelFor(first_task.back(), run);
+  } else {
+    for (int64_t t = 0; t < first_task.back(); ++t) run(t);
+  }
+}
+
+void DequantizeRows(const WeightMatrix& w, int64_t begin, int64_t end, float* out) {
+  const internal::DequantizeRowsFn dequantize = DequantizeFunction(ActiveGemmIsa());
+  const int64_t skew = w.col0 % kCpuColumnAlignment;
+  if (skew == 0 || w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16) {
+    return dequantize(w, begin, end, out);
+  }
+  // The vector decode reads whole 16-column groups: widen the view to the group boundary.
+  const WeightMatrix wide = w.ColSlice(-skew, w.cols);
+  std::vector<float> row(wide.cols);
+  for (int64_t r = begin; r < end; ++r) {
+    dequantize(wide, r, r + 1, row.data());
+    std::copy(row.begin() + skew, row.end(), out + (r - begin) * w.cols);
+  }
+}
+
+void Gemm(const GemmProblem& problem, ThreadPool* pool) {
+  GroupedGemm(std::span<const GemmProblem>(&problem, 1), pool);
+}
+
+void GemmF32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
+             int64_t ldw, float* y, int64_t ldy, ThreadPool* pool) {
+  GemmProblem p;
+  p.x = x;
+  p.m = m;
+  p.ldx = ldx;
+  p.w.format = WeightFormat::kF32;
+  p.w.data = w;
+  p.w.row_stride = ldw;
+  p.w.rows = n;
+  p.w.cols = k;
+  p.y = y;
+  p.ldy = ldy;
+  Gemm(p, pool);
+}
+
+}  // namespace pdspark::kernels::cpu

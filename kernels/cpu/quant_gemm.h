@@ -1,0 +1,64 @@
+// GEMM on weights in their checkpoint format (FP8 E4M3 with 128x128 E8M0 blocks, packed FP4
+// E2M1 with per-32 E8M0 scales, BF16, F32), dequantised in registers: y = x . W^T with x in
+// fp32 and fp32 accumulation, the reference's "fp32 GEMM on dequantised weights".
+//
+// Every output element is computed by one fixed sequence of operations (the "canonical dot"):
+// 16 lane accumulators, lane l summing x[p] * w[p] for p = l, l + 16, l + 32, ... with fused
+// multiply-adds in order of p, then the lanes added in a fixed tree ((l, l+8), then (l, l+4),
+// (l, l+2), (l, l+1)). Dequantisation is exact (every format widens to fp32 exactly and scales
+// are powers of two). So:
+//   - a row's result does not depend on the other rows of x (batch invariance, any m);
+//   - a column slice of W gives the same bits as those columns of the whole product, and a
+//     quantised W gives the same bits as its fp32 dequantisation (the --weights fp32 switch);
+//   - the AVX-512, AVX2 and portable paths give identical bits, and the split over threads
+//     changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/weight_matrix.h"
+
+namespace pdspark::kernels::cpu {
+
+class ThreadPool;
+
+// One product y[i, j] = sum_p x[i, p] * w(j, p), i < m, j < w.rows, p < w.cols.
+struct GemmProblem {
+  const float* x = nullptr;
+  int64_t m = 0;
+  int64_t ldx = 0;
+  WeightMatrix w;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// Runs the product on `pool`'s threads (the caller's thread alone when null).
+void Gemm(const GemmProblem& problem, ThreadPool* pool = nullptr);
+// Several independent products in one parallel region (the routed experts of a MoE layer).
+void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool = nullptr);
+
+// Convenience: y [m, n] = x [m, k] . w [n, k]^T, all fp32 and contiguous-rowed.
+void GemmF32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
+             int64_t ldw, float* y, int64_t ldy, ThreadPool* pool = nullptr);
+
+// Rows [begin, end) of w as fp32 values into out (row stride w.cols): embedding lookups and the
+// --weights fp32 copies. Exact, and the same values the GEMM multiplies by.
+void DequantizeRows(const WeightMatrix& w, int64_t begin, int64_t end, float* out);
+
+// Whether the view's block scales are in the kernels' range: FP8 scales below 2^120 (the vector
+// decode multiplies by 256 * scale, which must stay finite). Other formats: always.
+bool ScalesInRange(const WeightMatrix& w);
+// Whether a view can go through the GEMM: scales in range, a quantised view's column origin on
+// kCpuColumnAlignment (DequantizeRows reads any view).
+bool GemmSupports(const WeightMatrix& w);
+
+// The instruction set the kernels use; kAuto picks the best the CPU has. Tests force each one
+// to check they agree bit for bit.
+enum class GemmIsa { kAuto, kAvx512, kAvx2, kPortable };
+void SetGemmIsa(GemmIsa isa);
+GemmIsa ActiveGemmIsa();
+bool CpuSupports(GemmIsa isa);
+const char* GemmIsaName(GemmIsa isa);
+
+}  // namespace pdspark::kernels::cpu

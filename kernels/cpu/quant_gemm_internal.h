@@ -1,0 +1,60 @@
+// Between the GEMM dispatcher (quant_gemm.cc) and the per-instruction-set kernels
+// (quant_gemm_{avx512,avx2,portable}.cc). Not for use outside kernels/cpu.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstdint>
+
+#include "kernels/cpu/quant_gemm.h"
+
+namespace pdspark::kernels::cpu::internal {
+
+// Outputs rows [i0, i1) x columns [j0, j1) of `p`. `scratch` holds at least
+// (j1 - j0) * p.w.cols floats, for dequantising the columns' weights once when many rows
+// share them.
+using GemmBlockFn = void (*)(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                             float* scratch);
+
+void GemmBlockAvx512(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                     float* scratch);
+void GemmBlockAvx2(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                   float* scratch);
+void GemmBlockPortable(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                       float* scratch);
+
+// View rows [j0, j1) of w as fp32 into out (row stride w.cols).
+using DequantizeRowsFn = void (*)(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
+void DequantizeRowsAvx512(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
+void DequantizeRowsAvx2(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
+void DequantizeRowsPortable(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
+
+// From this many rows on, a task dequantises its weight columns into scratch once and runs the
+// fp32 tiles over them (same bits: dequantisation is exact); below, it dequantises in registers.
+inline constexpr int64_t kPanelMinRows = 8;
+
+// 2^(code - 127); 255 is NaN (the OCP MX E8M0 encoding).
+constexpr float E8M0Value(uint8_t code) {
+  if (code == 0xFF) return std::bit_cast<float>(0x7FC00000u);
+  if (code == 0) return std::bit_cast<float>(0x00400000u);  // 2^-127, a subnormal
+  return std::bit_cast<float>(static_cast<uint32_t>(code) << 23);
+}
+
+// E8M0 code -> its value, and its value times 256 (for vector FP8 decodes that yield
+// value / 256: see quant_gemm_avx512.cc). Codes >= 247 overflow the latter; GemmSupports
+// refuses FP8 weights with such scales.
+inline constexpr std::array<float, 256> kE8M0Values = [] {
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c) t[c] = E8M0Value(static_cast<uint8_t>(c));
+  return t;
+}();
+inline constexpr std::array<float, 256> kE8M0Times256 = [] {
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    t[c] = c >= 247 && c != 0xFF ? std::bit_cast<float>(0x7F800000u)  // overflows
+                                 : E8M0Value(static_cast<uint8_t>(c)) * 256.0f;
+  }
+  return t;
+}();
+
+}  // namespace pdspark::kernels::cpu::internal

@@ -1,0 +1,62 @@
+// How a weight matrix sits in memory in the checkpoint's own format: the descriptor every GEMM
+// kernel (CPU now, CUDA later) takes, so weights are used in place, dequantised inside the
+// kernel. A leaf: no dependencies beyond the standard library.
+//
+// A WeightMatrix is a rectangle [row0, row0 + rows) x [col0, col0 + cols) of a row-major
+// [out, in] tensor. Block scales are indexed by the element's position in the whole tensor,
+// so a tensor-parallel slice is a view of the same bytes, never a copy.
+#pragma once
+
+#include <cstdint>
+
+namespace pdspark::kernels {
+
+enum class WeightFormat : uint8_t {
+  kF32,
+  kBF16,
+  // FP8 E4M3 codes, one E8M0 scale per 128 x 128 block: scales [ceil(R/128), ceil(C/128)].
+  kFp8E4M3,
+  // FP4 E2M1 codes two per byte (element 2i in the low nibble), one E8M0 scale per 32 inputs
+  // of a row: scales [R, C/32].
+  kFp4E2M1,
+};
+
+inline constexpr int64_t kFp8ScaleBlock = 128;
+inline constexpr int64_t kFp4ScaleBlock = 32;
+
+const char* WeightFormatName(WeightFormat format);
+
+struct WeightMatrix {
+  WeightFormat format = WeightFormat::kF32;
+  const void* data = nullptr;       // the whole tensor's element (0, 0)
+  int64_t row_stride = 0;           // elements per tensor row (the tensor's column count)
+  int64_t row0 = 0, col0 = 0;       // this view's origin in the tensor
+  int64_t rows = 0, cols = 0;       // output features, input features
+  const uint8_t* scales = nullptr;  // E8M0 block scales of the whole tensor (quantised formats)
+  int64_t scale_stride = 0;         // scales per scale row
+
+  // Rows [begin, end) / columns [begin, end) of this view.
+  WeightMatrix RowSlice(int64_t begin, int64_t end) const {
+    WeightMatrix m = *this;
+    m.row0 += begin;
+    m.rows = end - begin;
+    return m;
+  }
+  WeightMatrix ColSlice(int64_t begin, int64_t end) const {
+    WeightMatrix m = *this;
+    m.col0 += begin;
+    m.cols = end - begin;
+    return m;
+  }
+  // Bytes this view's codes and scales occupy (what a GEMM over it reads from memory).
+  int64_t Bytes() const;
+  // Element (i, j) of the view as the fp32 value it encodes (exact: every format widens to fp32
+  // without rounding, and the power-of-two scale multiplies exactly unless it underflows).
+  float At(int64_t i, int64_t j) const;
+};
+
+// The column granularity a CPU GEMM needs in a quantised view: a 16-wide vector of inputs must
+// not straddle a scale block nor start inside a packed byte.
+inline constexpr int64_t kCpuColumnAlignment = 16;
+
+}  // namespace pdspark::kernels

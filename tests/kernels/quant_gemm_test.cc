@@ -1,0 +1,354 @@
+// The checkpoint-format GEMM (kernels/cpu/quant_gemm.h) on every weight format and every
+// instruction set this CPU has: within the fp32 rounding bound of a double-precision reference
+// on odd shapes; bit for bit equal to the same product over the weights dequantised to fp32;
+// the same bits on every instruction set, for every batch size (a row alone or among others),
+// for slices, for any number of threads and grouped or alone.
+#include "kernels/cpu/quant_gemm.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace pdspark::kernels::cpu {
+namespace {
+
+// A random [rows, cols] tensor in `format` that owns its bytes.
+struct RandomWeights {
+  std::vector<uint8_t> codes;
+  std::vector<uint8_t> scales;
+  WeightMatrix view;
+
+  RandomWeights(WeightFormat format, int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    view.format = format;
+    view.rows = rows;
+    view.cols = cols;
+    view.row_stride = cols;
+    switch (format) {
+      case WeightFormat::kF32: {
+        codes.resize(rows * cols * 4);
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const float v = normal(rng);
+          std::memcpy(codes.data() + 4 * i, &v, 4);
+        }
+        break;
+      }
+      case WeightFormat::kBF16: {
+        codes.resize(rows * cols * 2);
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          uint32_t bits;
+          const float v = normal(rng);
+          std::memcpy(&bits, &v, 4);
+          const uint16_t top = static_cast<uint16_t>(bits >> 16);
+          std::memcpy(codes.data() + 2 * i, &top, 2);
+        }
+        break;
+      }
+      case WeightFormat::kFp8E4M3: {
+        codes.resize(rows * cols);
+        for (uint8_t& c : codes) {
+          do c = static_cast<uint8_t>(rng());
+          while ((c & 0x7F) == 0x7F);  // no NaN codes
+        }
+        view.scale_stride = (cols + 127) / 128;
+        scales.resize(((rows + 127) / 128) * view.scale_stride);
+        for (uint8_t& s : scales) s = static_cast<uint8_t>(118 + rng() % 8);
+        break;
+      }
+      case WeightFormat::kFp4E2M1: {
+        codes.resize(rows * cols / 2);
+        for (uint8_t& c : codes) c = static_cast<uint8_t>(rng());
+        view.scale_stride = cols / 32 + (cols % 32 != 0);
+        scales.resize(rows * view.scale_stride);
+        for (uint8_t& s : scales) s = static_cast<uint8_t>(122 + rng() % 8);
+        break;
+      }
+    }
+    view.data = codes.data();
+    view.scales = scales.empty() ? nullptr : scales.data();
+  }
+};
+
+// The view's values as an fp32 tensor (what the --weights fp32 path multiplies by).
+std::vector<float> Dequantized(const WeightMatrix& w) {
+  std::vector<float> out(w.rows * w.cols);
+  for (int64_t i = 0; i < w.rows; ++i)
+    for (int64_t j = 0; j < w.cols; ++j) out[i * w.cols + j] = w.At(i, j);
+  return out;
+}
+
+WeightMatrix F32View(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  WeightMatrix w;
+  w.data = values.data();
+  w.rows = rows;
+  w.cols = cols;
+  w.row_stride = cols;
+  return w;
+}
+
+std::vector<float> RandomX(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (float& f : v) f = normal(rng);
+  return v;
+}
+
+std::vector<float> Product(const std::vector<float>& x, int64_t m, int64_t ldx,
+                           const WeightMatrix& w, ThreadPool* pool = nullptr) {
+  std::vector<float> y(m * w.rows, NAN);
+  Gemm({x.data(), m, ldx, w, y.data(), w.rows}, pool);
+  return y;
+}
+
+std::vector<GemmIsa> SupportedIsas() {
+  std::vector<GemmIsa> isas;
+  for (GemmIsa isa : {GemmIsa::kAvx512, GemmIsa::kAvx2, GemmIsa::kPortable}) {
+    if (CpuSupports(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Restores automatic instruction-set selection when a test ends.
+struct IsaGuard {
+  ~IsaGuard() { SetGemmIsa(GemmIsa::kAuto); }
+};
+
+constexpr WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16,
+                                     WeightFormat::kFp8E4M3, WeightFormat::kFp4E2M1};
+
+TEST(QuantGemmTest, WithinFp32BoundOfDoubleReferenceOnOddShapes) {
+  IsaGuard guard;
+  for (GemmIsa isa : SupportedIsas()) {
+    SetGemmIsa(isa);
+    for (WeightFormat format : kFormats) {
+      for (int64_t k : {2, 14, 16, 34, 130, 288}) {
+        if (format != WeightFormat::kFp4E2M1 && k == 34) k = 33;  // odd k where packing allows
+        for (int64_t m : {1, 3, 8, 13}) {
+          const int64_t n = 37, ldx = k + 3;
+          RandomWeights w(format, n, k, 7);
+          const auto x = RandomX(m * ldx, 8);
+          const auto y = Product(x, m, ldx, w.view);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              double ref = 0, mag = 0;
+              for (int64_t p = 0; p < k; ++p) {
+                const double t = static_cast<double>(x[i * ldx + p]) * w.view.At(j, p);
+                ref += t;
+                mag += std::abs(t);
+              }
+              // 16 lane chains of ceil(k/16) fused steps, then a 4-level tree.
+              const double bound = (std::ceil(k / 16.0) + 4) * std::ldexp(1.0, -24) * mag;
+              ASSERT_NEAR(y[i * n + j], ref, bound + 1e-30)
+                  << GemmIsaName(isa) << " " << WeightFormatName(format) << " m=" << m << " k=" << k
+                  << " row " << i << " col " << j;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantGemmTest, QuantisedWeightsGiveTheBitsOfTheirFp32Dequantisation) {
+  for (WeightFormat format : kFormats) {
+    for (int64_t m : {1, 5, 9, 70}) {  // in-register dequantisation and the dequantised panel
+      const int64_t n = 45, k = 256 + 32;
+      RandomWeights w(format, n, k, 11);
+      const std::vector<float> dequantized = Dequantized(w.view);
+      const auto x = RandomX(m * k, 12);
+      EXPECT_EQ(Product(x, m, k, w.view), Product(x, m, k, F32View(dequantized, n, k)))
+          << WeightFormatName(format) << " m=" << m;
+    }
+  }
+}
+
+TEST(QuantGemmTest, EveryInstructionSetGivesTheSameBits) {
+  IsaGuard guard;
+  for (WeightFormat format : kFormats) {
+    const int64_t n = 29, k = 400;
+    RandomWeights w(format, n, k, 13);
+    for (int64_t m : {1, 2, 7, 8, 19}) {
+      const auto x = RandomX(m * k, 14);
+      SetGemmIsa(GemmIsa::kPortable);
+      const auto expected = Product(x, m, k, w.view);
+      for (GemmIsa isa : SupportedIsas()) {
+        SetGemmIsa(isa);
+        EXPECT_EQ(Product(x, m, k, w.view), expected)
+            << GemmIsaName(isa) << " " << WeightFormatName(format) << " m=" << m;
+      }
+    }
+  }
+}
+
+TEST(QuantGemmTest, ARowGivesTheSameBitsAloneAndInAnyBatch) {
+  for (WeightFormat format : kFormats) {
+    const int64_t n = 40, k = 160;
+    RandomWeights w(format, n, k, 15);
+    const auto x = RandomX(140 * k, 16);
+    std::vector<std::vector<float>> alone;
+    for (int64_t i = 0; i < 140; ++i) {
+      alone.push_back(
+          Product(std::vector<float>(x.begin() + i * k, x.begin() + (i + 1) * k), 1, k, w.view));
+    }
+    for (int64_t m : {2, 5, 7, 8, 9, 63, 64, 65, 140}) {
+      const auto y = Product(x, m, k, w.view);
+      for (int64_t i = 0; i < m; ++i) {
+        ASSERT_EQ(std::vector<float>(y.begin() + i * n, y.begin() + (i + 1) * n), alone[i])
+            << WeightFormatName(format) << " row " << i << " of " << m;
+      }
+    }
+  }
+}
+
+TEST(QuantGemmTest, SlicesGiveTheBitsOfTheWholeProduct) {
+  for (WeightFormat format : kFormats) {
+    const int64_t n = 300, k = 384, m = 3;
+    RandomWeights w(format, n, k, 17);
+    const auto x = RandomX(m * k, 18);
+    const auto whole = Product(x, m, k, w.view);
+    // Output rows 130..199 (inside and across 128-row FP8 scale blocks).
+    const auto rows = Product(x, m, k, w.view.RowSlice(130, 200));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < 70; ++j) ASSERT_EQ(rows[i * 70 + j], whole[i * n + 130 + j]);
+    // Inputs 144..288 equal the same columns copied into a tensor of their own.
+    const WeightMatrix cols = w.view.ColSlice(144, 288);
+    ASSERT_TRUE(GemmSupports(cols));
+    const std::vector<float> copied = Dequantized(cols);
+    const std::vector<float> xs(x.begin() + 144, x.end());  // rows of stride k
+    std::vector<float> a(m * n), b(m * n);
+    Gemm({xs.data(), m, k, cols, a.data(), n});
+    Gemm({xs.data(), m, k, F32View(copied, n, 144), b.data(), n});
+    EXPECT_EQ(a, b) << WeightFormatName(format);
+  }
+}
+
+TEST(QuantGemmTest, ThreadsAndGroupingChangeNoBit) {
+  ThreadPool one(1), two(2), three(3);
+  RandomWeights a(WeightFormat::kFp4E2M1, 96, 256, 19), b(WeightFormat::kFp8E4M3, 200, 256, 20);
+  const auto x = RandomX(70 * 256, 21);
+  for (int64_t m : {1, 4, 70}) {
+    const auto ya = Product(x, m, 256, a.view), yb = Product(x, m, 256, b.view);
+    EXPECT_EQ(Product(x, m, 256, a.view, &two), ya);
+    EXPECT_EQ(Product(x, m, 256, b.view, &three), yb);
+    std::vector<float> ga(m * 96), gb(m * 200);
+    const GemmProblem problems[] = {{x.data(), m, 256, a.view, ga.data(), 96},
+                                    {x.data(), m, 256, b.view, gb.data(), 200}};
+    for (ThreadPool* pool : {&one, &two, &three}) {
+      GroupedGemm(problems, pool);
+      EXPECT_EQ(ga, ya) << pool->size() << " threads, m=" << m;
+      EXPECT_EQ(gb, yb) << pool->size() << " threads, m=" << m;
+    }
+  }
+}
+
+TEST(QuantGemmTest, Fp8NanCodesGiveNan) {
+  RandomWeights w(WeightFormat::kFp8E4M3, 1, 16, 22);
+  w.codes[5] = 0x7F;
+  w.codes[9] = 0xFF;
+  const std::vector<float> x(16, 1.0f);
+  for (GemmIsa isa : SupportedIsas()) {
+    SetGemmIsa(isa);
+    EXPECT_TRUE(std::isnan(Product(x, 1, 16, w.view)[0])) << GemmIsaName(isa);
+  }
+  SetGemmIsa(GemmIsa::kAuto);
+}
+
+TEST(QuantGemmTest, SupportsOnlyViewsTheKernelsCanRead) {
+  RandomWeights fp8(WeightFormat::kFp8E4M3, 256, 256, 23), fp4(WeightFormat::kFp4E2M1, 8, 64, 24);
+  EXPECT_TRUE(GemmSupports(fp8.view));
+  EXPECT_TRUE(GemmSupports(fp8.view.ColSlice(16, 48)));
+  EXPECT_FALSE(GemmSupports(fp8.view.ColSlice(8, 48)));  // a vector would straddle
+  EXPECT_FALSE(GemmSupports(fp4.view.ColSlice(1, 33)));  // inside a packed byte
+  EXPECT_TRUE(GemmSupports(fp4.view.ColSlice(32, 64)));
+  fp8.scales[3] = 250;  // 256 * 2^123 overflows the vector decode's multiplier
+  EXPECT_FALSE(GemmSupports(fp8.view));
+  EXPECT_TRUE(GemmSupports(fp8.view.RowSlice(0, 128)));  // that scale belongs to rows 128..255
+}
+
+TEST(WeightMatrixTest, DecodesEachFormatWithItsBlockScales) {
+  // FP8 [1, 144]: codes 1, 1.5, -1, 448, 2^-9 in the first 128-column block (scale 2^1), and
+  // 1 in the second (scale 2^-2).
+  std::vector<uint8_t> fp8(144, 0x00), fp8_scales = {128, 125};
+  const uint8_t first[] = {0x38, 0x3C, 0xB8, 0x7E, 0x01};
+  std::copy(std::begin(first), std::end(first), fp8.begin());
+  fp8[130] = 0x38;
+  WeightMatrix w8{WeightFormat::kFp8E4M3, fp8.data(), 144, 0, 0, 1, 144, fp8_scales.data(), 2};
+  EXPECT_EQ(w8.At(0, 0), 2.0f);
+  EXPECT_EQ(w8.At(0, 1), 3.0f);
+  EXPECT_EQ(w8.At(0, 2), -2.0f);
+  EXPECT_EQ(w8.At(0, 3), 896.0f);
+  EXPECT_EQ(w8.At(0, 4), std::ldexp(1.0f, -8));
+  EXPECT_EQ(w8.At(0, 130), 0.25f);
+  // FP4 [1, 64]: element 2i in the low nibble; scale block 0 = 2, block 1 = 1/4.
+  std::vector<uint8_t> fp4(32, 0x00), fp4_scales = {128, 125};
+  fp4[0] = 0x21;   // elements 0, 1 -> 0.5, 1.0
+  fp4[15] = 0xF7;  // elements 30, 31 -> 6, -6
+  fp4[16] = 0x9A;  // elements 32, 33 -> -1, -0.5
+  WeightMatrix w4{WeightFormat::kFp4E2M1, fp4.data(), 64, 0, 0, 1, 64, fp4_scales.data(), 2};
+  EXPECT_EQ(w4.At(0, 0), 1.0f);
+  EXPECT_EQ(w4.At(0, 1), 2.0f);
+  EXPECT_EQ(w4.At(0, 30), 12.0f);
+  EXPECT_EQ(w4.At(0, 31), -12.0f);
+  EXPECT_EQ(w4.At(0, 32), -0.25f);
+  EXPECT_EQ(w4.At(0, 33), -0.125f);
+  EXPECT_EQ(w4.At(0, 2), 0.0f);
+  const std::vector<uint16_t> bf16 = {0x3F80, 0xBF00};
+  WeightMatrix wb{WeightFormat::kBF16, bf16.data(), 2, 0, 0, 1, 2, nullptr, 0};
+  EXPECT_EQ(wb.At(0, 0), 1.0f);
+  EXPECT_EQ(wb.At(0, 1), -0.5f);
+}
+
+TEST(DequantizeRowsTest, EqualsElementDecodeForEveryFormatAndColumnOrigin) {
+  IsaGuard guard;
+  for (GemmIsa isa : SupportedIsas()) {
+    SetGemmIsa(isa);
+    for (WeightFormat format : kFormats) {
+      RandomWeights w(format, 140, 300, 25);
+      for (int64_t col0 : {0, 16, 8, 130}) {  // aligned or not: DequantizeRows reads any view
+        const WeightMatrix view = w.view.RowSlice(3, 139).ColSlice(col0, 300);
+        std::vector<float> out(view.rows * view.cols);
+        DequantizeRows(view, 0, view.rows, out.data());
+        EXPECT_EQ(out, Dequantized(view))
+            << GemmIsaName(isa) << " " << WeightFormatName(format) << " col0=" << col0;
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, RunsEveryTaskOnceAcrossManyJobs) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(257);
+  for (int job = 0; job < 2000; ++job) {
+    const int64_t tasks = 1 + job % 257;
+    pool.ParallelFor(tasks, [&](int64_t i) { hits[i].fetch_add(1); });
+  }
+  int64_t total = 0;
+  for (auto& h : hits) total += h.load();
+  int64_t expected = 0;
+  for (int job = 0; job < 2000; ++job) expected += 1 + job % 257;
+  EXPECT_EQ(total, expected);
+  for (int64_t i = 0; i < 257; ++i) {
+    int64_t want = 0;
+    for (int job = 0; job < 2000; ++job) want += i < 1 + job % 257;
+    ASSERT_EQ(hits[i].load(), want) << "task " << i;
+  }
+}
+
+TEST(ThreadPoolTest, NestedCallsRunInline) {
+  ThreadPool pool(2);
+  std::atomic<int> inner{0};
+  pool.ParallelFor(4, [&](int64_t) { pool.ParallelFor(3, [&](int64_t) { inner.fetch_add(1); }); });
+  EXPECT_EQ(inner.load(), 12);
+}
+
+}  // namespace
+}  // namespace pdspark::kernels::cpu
