@@ -17,35 +17,7 @@ namespace pdspark::dspark {
 
 namespace kc = ::pdspark::kernels::cpu;
 
-namespace {
-
-// The gamma rows of one block and `heads` heads see the same keys (K = V, one KV head), so per
-// head the scores and the weighted sum are two small GEMMs: scores = q_h . keys^T,
-// out_h = softmax . keys, the sink adding exp(sink - max) to the denominator only (as
-// engine::AttendOneQuery). One head at a time, the GEMMs have the same shape whichever heads a
-// rank holds, so a head's output is the same bits at every TP size (shard_plan.h).
-// q and out: [gamma, heads, head_dim].
-void AttendBlock(const engine::ModelDims& d, const engine::RankContext& ctx, int64_t heads,
-                 const float* q, int64_t gamma, const float* keys, const float* keys_t, int64_t n,
-                 const float* sink, std::vector<float>& scores, float* out) {
-  const int64_t hd = d.head_dim, stride = heads * hd;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  scores.resize(gamma * n);
-  for (int64_t h = 0; h < heads; ++h) {
-    engine::MatMulF32(ctx, q + h * hd, gamma, hd, stride, keys, n, hd, scores.data(), n);
-    for (int64_t r = 0; r < gamma; ++r) {
-      float* s = scores.data() + r * n;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) max_score = std::max(max_score, s[j] *= scale);
-      float denom = std::exp(sink[h] - max_score);
-      for (int64_t j = 0; j < n; ++j) denom += s[j] = std::exp(s[j] - max_score);
-      for (int64_t j = 0; j < n; ++j) s[j] /= denom;
-    }
-    engine::MatMulF32(ctx, scores.data(), gamma, n, n, keys_t, hd, n, out + h * hd, stride);
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir,
                                                  const config::ModelConfig& config,
@@ -144,32 +116,24 @@ StatusOr<std::vector<float>> Drafter::StageAttention(const engine::RankContext& 
         engine::ProjectQueries(d, ctx, heads, w, rope_, u, batch.positions.data());
     const std::vector<float> block_kv =
         engine::ProjectLatentKv(d, ctx, w, rope_, u.data(), rows, batch.positions.data());
-    std::vector<float> keys, keys_t, scores;
+    // Each row of a block attends to the last `window` context rows before the block and to
+    // every row of the block (bidirectionally).
+    engine::AttentionKeys keys;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const DrafterState& state = *inputs[i].state;
-      const int64_t a = state.num_positions(), gamma = inputs[i].gamma,
-                    first_row = batch.row_begin[i];
-      const int64_t first = std::max<int64_t>(0, a - state.window()), n = a - first + gamma;
-      // Keys (= values) of this block: the context window, then the block's own rows.
-      keys.resize(n * hd);
-      for (int64_t p = first; p < a; ++p) {
-        std::copy_n(state.Row(stage, p), hd, keys.data() + (p - first) * hd);
-      }
-      std::copy_n(block_kv.data() + first_row * hd, gamma * hd, keys.data() + (a - first) * hd);
-      keys_t.resize(n * hd);
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t c = 0; c < hd; ++c) keys_t[c * n + j] = keys[j * hd + c];
-      }
-      float* block_o = o.data() + first_row * heads * hd;
-      AttendBlock(d, ctx, heads, q.data() + first_row * heads * hd, gamma, keys.data(),
-                  keys_t.data(), n, w.attn_sink.data(), scores, block_o);
-      for (int64_t k = 0; k < gamma; ++k) {
-        for (int64_t h = 0; h < heads; ++h) {
-          kc::ApplyRope(rope_, batch.positions[first_row + k], /*inverse=*/true,
-                        block_o + (k * heads + h) * hd + d.nope_dim);
+      const int64_t a = state.num_positions(), first_row = batch.row_begin[i];
+      for (int64_t k = 0; k < inputs[i].gamma; ++k) {
+        for (int64_t p = std::max<int64_t>(0, a - state.window()); p < a; ++p) {
+          keys.rows.push_back(state.Row(stage, p));
         }
+        for (int64_t g = 0; g < inputs[i].gamma; ++g) {
+          keys.rows.push_back(block_kv.data() + (first_row + g) * hd);
+        }
+        keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
       }
     }
+    engine::AttendRows(d, ctx, heads, q.data(), keys, w.attn_sink.data(), rope_,
+                       batch.positions.data(), o.data());
   }
   std::vector<float> out;
   RETURN_IF_ERROR(engine::OutputProjection(d, ctx, w, o, rows, out));
@@ -209,17 +173,10 @@ Status Drafter::RankDraft(const engine::RankContext& ctx, std::span<const DraftI
   // Every hyper-connection stream starts as the token embedding (replicated on every rank).
   std::vector<float> streams = engine::EmbedStreams(d, w.embed, batch.tokens);
   for (int64_t s = 0; s < static_cast<int64_t>(w.stages.size()); ++s) {
-    const engine::BlockWeights& st = w.stages[s];
-    engine::HcMix mix = engine::HcPre(d, ctx, st.hc_attn, streams, rows);
-    kc::RmsNorm(mix.input.data(), st.attn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
-    ASSIGN_OR_RETURN(const std::vector<float> attn,
-                     StageAttention(ctx, s, mix.input, inputs, batch));
-    engine::HcPost(d, mix, attn, streams, rows);
-    mix = engine::HcPre(d, ctx, st.hc_ffn, streams, rows);
-    kc::RmsNorm(mix.input.data(), st.ffn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
-    ASSIGN_OR_RETURN(const std::vector<float> ffn,
-                     engine::MoeForward(d, ctx, st.ffn, false, mix.input, batch.tokens));
-    engine::HcPost(d, mix, ffn, streams, rows);
+    auto attention = [&](const std::vector<float>& u) {
+      return StageAttention(ctx, s, u, inputs, batch);
+    };
+    RETURN_IF_ERROR(engine::RunV4Block(d, ctx, w.stages[s], batch.tokens, attention, streams));
   }
   const std::vector<float> y = engine::HcHead(d, ctx, w.hc_head, streams, rows);
   std::vector<float> yn(rows * d.dim);

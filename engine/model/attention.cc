@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -155,26 +156,28 @@ StatusOr<std::vector<float>> IndexerScores(const ModelDims& d, const RankContext
       offsets.push_back(offsets.back() + (seq.start_pos + i + 1) / ratio);
   }
   std::vector<double> partial(offsets.back(), 0.0);
+  std::vector<const PagedRows*> row_keys;
   for (const BatchSequence& seq : batch.sequences) {
-    const PagedRows& keys = seq.state->Group(layer, CacheGroupKind::kIndexerKeys);
-    for (int64_t i = 0; i < seq.count; ++i) {
-      const int64_t row = seq.row_begin + i;
-      const float* q = p.index_q.data() + row * ih * id;
-      const float* w = p.index_w.data() + row * ih;
-      double* scores = partial.data() + offsets[row];
-      for (int64_t j = 0; j < offsets[row + 1] - offsets[row]; ++j) {
-        const float* k = keys.Row(j);
-        // Double accumulation keeps the top-k decision as close to exact arithmetic as possible.
-        double total = 0.0;
-        for (int64_t h = 0; h < ih; ++h) {
-          double dot = 0.0;
-          for (int64_t c = 0; c < id; ++c) dot += static_cast<double>(q[h * id + c]) * k[c];
-          total += std::max(static_cast<float>(dot), 0.0f) * w[h];
-        }
-        scores[j] = total;
-      }
-    }
+    row_keys.insert(row_keys.end(), seq.count,
+                    &seq.state->Group(layer, CacheGroupKind::kIndexerKeys));
   }
+  auto score_row = [&](int64_t row) {
+    const PagedRows& keys = *row_keys[row];
+    const float* q = p.index_q.data() + row * ih * id;
+    const float* w = p.index_w.data() + row * ih;
+    double* scores = partial.data() + offsets[row];
+    for (int64_t j = 0; j < offsets[row + 1] - offsets[row]; ++j) {
+      const float* k = keys.Row(j);
+      // Double accumulation keeps the top-k decision as close to exact arithmetic as possible.
+      double total = 0.0;
+      for (int64_t h = 0; h < ih; ++h) {
+        const double dot = kc::DotDouble(q + h * id, k, id);
+        total += std::max(static_cast<float>(dot), 0.0f) * w[h];
+      }
+      scores[j] = total;
+    }
+  };
+  ParallelRows(ctx, batch.rows(), score_row);
   std::vector<float> scores;
   RETURN_IF_ERROR(ReduceToFloat(ctx, partial, scores));
   return scores;
@@ -191,15 +194,15 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
   if (w.indexer) {
     ASSIGN_OR_RETURN(index_scores, IndexerScores(d, ctx, layer, ratio, p, batch, offsets));
   }
-  std::vector<const float*> keys;
+  // Every row's keys (= values), then all rows attend at once.
+  AttentionKeys keys;
   for (const BatchSequence& seq : batch.sequences) {
     const SequenceState& state = *seq.state;
     const PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
     for (int64_t i = 0; i < seq.count; ++i) {
-      const int64_t row = seq.row_begin + i, t = seq.start_pos + i;
-      keys.clear();
+      const int64_t t = seq.start_pos + i, row = seq.row_begin + i;
       for (int64_t pos = std::max<int64_t>(0, t - d.window + 1); pos <= t; ++pos) {
-        keys.push_back(window.Row(pos));
+        keys.rows.push_back(window.Row(pos));
       }
       if (ratio > 0) {
         const PagedRows& entries = state.Group(layer, CacheGroupKind::kCompressedKv);
@@ -207,19 +210,17 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
         if (w.indexer) {
           const std::span<const float> scores(index_scores.data() + offsets[row], eligible);
           for (int32_t j : kc::TopK(scores, std::min(d.index_topk, eligible))) {
-            keys.push_back(entries.Row(j));
+            keys.rows.push_back(entries.Row(j));
           }
         } else {
-          for (int64_t j = 0; j < eligible; ++j) keys.push_back(entries.Row(j));
+          for (int64_t j = 0; j < eligible; ++j) keys.rows.push_back(entries.Row(j));
         }
       }
-      float* orow = o.data() + row * heads * hd;
-      AttendOneQuery(d, heads, p.q.data() + row * heads * hd, keys, w.attn_sink.data(), orow);
-      for (int64_t h = 0; h < heads; ++h) {
-        kc::ApplyRope(rope, t, /*inverse=*/true, orow + h * hd + d.nope_dim);
-      }
+      keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
     }
   }
+  AttendRows(d, ctx, heads, p.q.data(), keys, w.attn_sink.data(), rope, batch.positions.data(),
+             o.data());
   return absl::OkStatus();
 }
 
@@ -300,36 +301,49 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
   return ReduceToFloat(ctx, sum, out);
 }
 
-void AttendOneQuery(const ModelDims& d, int64_t heads, const float* q,
-                    const std::vector<const float*>& keys, const float* sink, float* out) {
-  const int64_t hd = d.head_dim, n = static_cast<int64_t>(keys.size());
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  // Scores, softmax and the weighted sum accumulate in double: the output feeds FP8-simulated
-  // values downstream, so staying near exact arithmetic avoids spurious rounding flips.
-  std::vector<float> s(n);
-  std::vector<double> acc(hd);
-  for (int64_t h = 0; h < heads; ++h) {
-    const float* qh = q + h * hd;
-    float max_score = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i) {
-      double dot = 0.0;
-      for (int64_t c = 0; c < hd; ++c) dot += static_cast<double>(qh[c]) * keys[i][c];
-      s[i] = static_cast<float>(dot) * scale;
-      max_score = std::max(max_score, s[i]);
-    }
-    double denom = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      s[i] = std::exp(s[i] - max_score);
-      denom += s[i];
-    }
-    denom += std::exp(sink[h] - max_score);
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t c = 0; c < hd; ++c) acc[c] += static_cast<double>(s[i]) * keys[i][c];
-    }
-    float* oh = out + h * hd;
-    for (int64_t c = 0; c < hd; ++c) oh[c] = static_cast<float>(acc[c] / denom);
+void ParallelRows(const RankContext& ctx, int64_t rows,
+                  const std::function<void(int64_t row)>& run) {
+  if (ctx.pool) {
+    ctx.pool->ParallelFor(rows, run);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) run(r);
   }
+}
+
+void AttendRows(const ModelDims& d, const RankContext& ctx, int64_t heads, const float* q,
+                const AttentionKeys& keys, const float* sink, const kc::RopeTable& rope,
+                const int64_t* positions, float* out) {
+  const int64_t hd = d.head_dim, rows = static_cast<int64_t>(keys.offsets.size()) - 1;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  // A task is one row's heads, in blocks small enough to spread one decode row over the threads.
+  const int64_t block = std::clamp<int64_t>(heads / 4, 1, 8);
+  const int64_t blocks = heads > 0 ? (heads + block - 1) / block : 0;
+  ParallelRows(ctx, rows * blocks, [&](int64_t task) {
+    const int64_t r = task / blocks, h0 = (task % blocks) * block;
+    const float* const* key = keys.rows.data() + keys.offsets[r];
+    const int64_t n = keys.offsets[r + 1] - keys.offsets[r];
+    std::vector<float> s(n);
+    std::vector<double> acc(hd);
+    for (int64_t h = h0; h < std::min(heads, h0 + block); ++h) {
+      const float* qh = q + (r * heads + h) * hd;
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        s[j] = static_cast<float>(kc::DotDouble(qh, key[j], hd)) * scale;
+        max_score = std::max(max_score, s[j]);
+      }
+      double denom = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        s[j] = std::exp(s[j] - max_score);
+        denom += s[j];
+      }
+      denom += std::exp(sink[h] - max_score);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < n; ++j) kc::AddScaledDouble(s[j], key[j], hd, acc.data());
+      float* o = out + (r * heads + h) * hd;
+      for (int64_t c = 0; c < hd; ++c) o[c] = static_cast<float>(acc[c] / denom);
+      kc::ApplyRope(rope, positions[r], /*inverse=*/true, o + d.nope_dim);
+    }
+  });
 }
 
 StatusOr<std::vector<float>> AttentionForward(const ModelDims& d, const RankContext& ctx,

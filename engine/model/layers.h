@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/model/batch.h"
@@ -11,6 +12,15 @@
 #include "kernels/cpu/kernels.h"
 
 namespace pdspark::engine {
+
+// One V4 block on the hc streams [rows, hc, dim] of tokens `token_ids`: hc_pre, attn_norm, the
+// caller's attention (the target's over its caches, the drafter's over its context rings: it
+// maps the normalised input u [rows, dim] to the sub-layer output), hc_post; then hc_pre,
+// ffn_norm, the MoE, hc_post.
+using AttentionFn = std::function<StatusOr<std::vector<float>>(const std::vector<float>& u)>;
+Status RunV4Block(const ModelDims& d, const RankContext& ctx, const BlockWeights& block,
+                  const std::vector<int32_t>& token_ids, const AttentionFn& attention,
+                  std::vector<float>& streams);
 
 // Output of hc_pre: the sub-layer input and the mixing coefficients hc_post needs.
 struct HcMix {
@@ -63,16 +73,26 @@ std::vector<float> ProjectLatentKv(const ModelDims& d, const RankContext& ctx,
 Status OutputProjection(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
                         const std::vector<float>& o, int64_t rows, std::vector<float>& out);
 
-// Softmax attention of `heads` heads of one query over gathered keys (K = V), the sink adding
-// exp(sink - max) to the denominator only; q, sink and out start at the first of those heads.
-// Shared by the target and the DSpark drafter.
-void AttendOneQuery(const ModelDims& d, int64_t heads, const float* q,
-                    const std::vector<const float*>& keys, const float* sink, float* out);
-// All d.heads heads.
-inline void AttendOneQuery(const ModelDims& d, const float* q,
-                           const std::vector<const float*>& keys, const float* sink, float* out) {
-  AttendOneQuery(d, d.heads, q, keys, sink, out);
-}
+// The keys (= values: one latent K=V head) each query row attends to, wherever the cache holds
+// them: row r's are rows[offsets[r]] .. rows[offsets[r + 1] - 1].
+struct AttentionKeys {
+  std::vector<const float*> rows;
+  std::vector<int64_t> offsets{0};
+};
+// Softmax attention of `heads` heads of every query row q [rows, heads, head_dim] over its keys,
+// the sink adding exp(sink - max) to the denominator only, then the inverse RoPE at the row's
+// position: out [rows, heads, head_dim]. Scores and the weighted sum accumulate in double
+// (kernels/cpu/quant_gemm.h DotDouble, AddScaledDouble): the output feeds FP8-simulated values
+// downstream, and staying near exact arithmetic keeps their codes from flipping on rounding
+// noise (an fp32 version moved the golden lockstep run past its tolerance). A head's output is
+// the same bits whatever else is in the batch and whichever heads a rank holds. Shared by the
+// target and the DSpark drafter; rows and head blocks run on the rank's threads.
+void AttendRows(const ModelDims& d, const RankContext& ctx, int64_t heads, const float* q,
+                const AttentionKeys& keys, const float* sink, const kernels::cpu::RopeTable& rope,
+                const int64_t* positions, float* out);
+// run(row) for every row in [0, rows), on the rank's threads.
+void ParallelRows(const RankContext& ctx, int64_t rows,
+                  const std::function<void(int64_t row)>& run);
 
 // MoE sub-layer on normalised input v [rows, dim] with this rank's experts and shared-expert
 // chunks. Returns the sum over all ranks, [rows, dim].

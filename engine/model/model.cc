@@ -212,21 +212,11 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
 
 Status Model::RunBlock(const RankContext& ctx, int64_t layer, const BatchLayout& batch,
                        std::vector<float>& streams) {
-  const ModelDims& d = dims_;
   const BlockWeights& block = ranks_[ctx.plan->rank].weights.layers[layer];
-  const int64_t rows = batch.rows();
-  HcMix mix = HcPre(d, ctx, block.hc_attn, streams, rows);
-  kc::RmsNorm(mix.input.data(), block.attn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
-  ASSIGN_OR_RETURN(const std::vector<float> attn,
-                   AttentionForward(d, ctx, layer, block.attn, rope_[layer], mix.input, batch));
-  HcPost(d, mix, attn, streams, rows);
-
-  mix = HcPre(d, ctx, block.hc_ffn, streams, rows);
-  kc::RmsNorm(mix.input.data(), block.ffn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
-  ASSIGN_OR_RETURN(const std::vector<float> ffn,
-                   MoeForward(d, ctx, block.ffn, block.hash_gate, mix.input, batch.token_ids));
-  HcPost(d, mix, ffn, streams, rows);
-  return absl::OkStatus();
+  auto attention = [&](const std::vector<float>& u) {
+    return AttentionForward(dims_, ctx, layer, block.attn, rope_[layer], u, batch);
+  };
+  return RunV4Block(dims_, ctx, block, batch.token_ids, attention, streams);
 }
 
 Status Model::Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode mode,

@@ -147,10 +147,8 @@ StatusOr<Matrix> TensorLoader::WholeMatrix(const st::TensorView& view, int64_t r
 StatusOr<Matrix> TensorLoader::Store(const std::string& name, Matrix m) const {
   const std::string where =
       absl::StrCat("checkpoint ", checkpoint_->directory(), ", tensor ", name);
-  if (!kernels::cpu::ScalesInRange(m)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where,
-        ": block scale out of range (E8M0 codes must be below 247, i.e. scales below 2^120)"));
+  if (const std::string problem = kernels::cpu::CheckWeightValues(m); !problem.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", problem));
   }
   if (storage_ == WeightStorage::kFp32) {
     auto copy = std::make_shared<WeightVector>(m.rows * m.cols);

@@ -28,25 +28,14 @@ GemmIsa BestIsa() {
   return best;
 }
 
-internal::GemmBlockFn BlockFunction(GemmIsa isa) {
-  switch (isa) {
+const internal::IsaKernels& Kernels() {
+  switch (ActiveGemmIsa()) {
     case GemmIsa::kAvx512:
-      return internal::GemmBlockAvx512;
+      return internal::kAvx512Kernels;
     case GemmIsa::kAvx2:
-      return internal::GemmBlockAvx2;
+      return internal::kAvx2Kernels;
     default:
-      return internal::GemmBlockPortable;
-  }
-}
-
-internal::DequantizeRowsFn DequantizeFunction(GemmIsa isa) {
-  switch (isa) {
-    case GemmIsa::kAvx512:
-      return internal::DequantizeRowsAvx512;
-    case GemmIsa::kAvx2:
-      return internal::DequantizeRowsAvx2;
-    default:
-      return internal::DequantizeRowsPortable;
+      return internal::kPortableKernels;
   }
 }
 
@@ -67,12 +56,12 @@ float* Scratch(int64_t floats) {
   return scratch.data();
 }
 
-void RunTask(internal::GemmBlockFn block, const GemmProblem& p, const TaskGrid& grid,
+void RunTask(const internal::IsaKernels& kernels, const GemmProblem& p, const TaskGrid& grid,
              int64_t task) {
   const int64_t rb = task / grid.col_blocks, cb = task % grid.col_blocks;
   const int64_t i0 = rb * grid.row_block, i1 = std::min(p.m, i0 + grid.row_block);
   const int64_t j0 = cb * kTaskCols, j1 = std::min(p.w.rows, j0 + kTaskCols);
-  block(p, i0, i1, j0, j1, Scratch(kTaskCols * p.w.cols));
+  kernels.gemm_block(p, i0, i1, j0, j1, Scratch(kTaskCols * p.w.cols));
 }
 
 }  // namespace
@@ -97,7 +86,8 @@ bool CpuSupports(GemmIsa isa) {
     case GemmIsa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+             __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("f16c") &&
+             __builtin_cpu_supports("fma");
     case GemmIsa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("f16c");
@@ -116,14 +106,31 @@ GemmIsa ActiveGemmIsa() {
   return forced == GemmIsa::kAuto ? BestIsa() : forced;
 }
 
-bool ScalesInRange(const WeightMatrix& w) {
-  if (w.format != WeightFormat::kFp8E4M3 || w.rows == 0 || w.cols == 0) return true;
+std::string CheckWeightValues(const WeightMatrix& w) {
+  if (w.format != WeightFormat::kFp8E4M3 || w.rows == 0 || w.cols == 0) return "";
   for (int64_t r = w.row0 / kFp8ScaleBlock; r <= (w.row0 + w.rows - 1) / kFp8ScaleBlock; ++r) {
     for (int64_t c = w.col0 / kFp8ScaleBlock; c <= (w.col0 + w.cols - 1) / kFp8ScaleBlock; ++c) {
-      if (w.scales[r * w.scale_stride + c] >= 247) return false;
+      if (w.scales[r * w.scale_stride + c] >= 247) {
+        return "block scale out of range (E8M0 codes must be below 247, i.e. scales below 2^120) "
+               "in block (" +
+               std::to_string(r) + ", " + std::to_string(c) + ")";
+      }
     }
   }
-  return true;
+  const uint8_t* codes = static_cast<const uint8_t*>(w.data);
+  for (int64_t i = 0; i < w.rows; ++i) {
+    const uint8_t* row = codes + (w.row0 + i) * w.row_stride + w.col0;
+    bool nan = false;
+    for (int64_t j = 0; j < w.cols; ++j) nan |= (row[j] & 0x7F) == 0x7F;  // vectorised
+    if (!nan) continue;
+    for (int64_t j = 0; j < w.cols; ++j) {
+      if ((row[j] & 0x7F) == 0x7F) {
+        return "NaN code at row " + std::to_string(w.row0 + i) + ", column " +
+               std::to_string(w.col0 + j);
+      }
+    }
+  }
+  return "";
 }
 
 bool GemmSupports(const WeightMatrix& w) {
@@ -135,13 +142,13 @@ bool GemmSupports(const WeightMatrix& w) {
     case WeightFormat::kFp4E2M1:
       return w.scales && w.col0 % kCpuColumnAlignment == 0 && w.cols % 2 == 0;
     case WeightFormat::kFp8E4M3:
-      return w.scales && w.col0 % kCpuColumnAlignment == 0 && ScalesInRange(w);
+      return w.scales && w.col0 % kCpuColumnAlignment == 0;
   }
   return false;
 }
 
 void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
-  const internal::GemmBlockFn block = BlockFunction(ActiveGemmIsa());
+  const internal::IsaKernels& kernels = Kernels();
   std::vector<TaskGrid> grids;
   std::vector<int64_t> first_task{0};
   for (const GemmProblem& p : problems) {
@@ -152,7 +159,7 @@ void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
   auto run = [&](int64_t task) {
     const size_t i =
         std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin() - 1;
-    RunTask(block, problems[i], grids[i], task - first_task[i]);
+    RunTask(kernels, problems[i], grids[i], task - first_task[i]);
   };
   if (pool) {
     pool->ParallelFor(first_task.back(), run);
@@ -162,7 +169,7 @@ void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
 }
 
 void DequantizeRows(const WeightMatrix& w, int64_t begin, int64_t end, float* out) {
-  const internal::DequantizeRowsFn dequantize = DequantizeFunction(ActiveGemmIsa());
+  const auto dequantize = Kernels().dequantize_rows;
   const int64_t skew = w.col0 % kCpuColumnAlignment;
   if (skew == 0 || w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16) {
     return dequantize(w, begin, end, out);
@@ -174,6 +181,14 @@ void DequantizeRows(const WeightMatrix& w, int64_t begin, int64_t end, float* ou
     dequantize(wide, r, r + 1, row.data());
     std::copy(row.begin() + skew, row.end(), out + (r - begin) * w.cols);
   }
+}
+
+double DotDouble(const float* a, const float* b, int64_t n) {
+  return Kernels().dot_double(a, b, n);
+}
+
+void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
+  Kernels().add_scaled_double(weight, x, n, acc);
 }
 
 void Gemm(const GemmProblem& problem, ThreadPool* pool) {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "kernels/weight_matrix.h"
 
@@ -42,15 +43,24 @@ void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool = nullp
 void GemmF32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
              int64_t ldw, float* y, int64_t ldy, ThreadPool* pool = nullptr);
 
+// a . b over n floats in double: 8 lanes, lane l summing the exact products of p = l, l + 8, ...,
+// then the lanes in a fixed tree. For decisions that should sit as close to exact arithmetic as
+// possible (attention scores, the indexer's top-k). The same bits on every instruction set.
+double DotDouble(const float* a, const float* b, int64_t n);
+// acc[c] += weight * x[c] in double, c < n (one rounding per element).
+void AddScaledDouble(double weight, const float* x, int64_t n, double* acc);
+
 // Rows [begin, end) of w as fp32 values into out (row stride w.cols): embedding lookups and the
 // --weights fp32 copies. Exact, and the same values the GEMM multiplies by.
 void DequantizeRows(const WeightMatrix& w, int64_t begin, int64_t end, float* out);
 
-// Whether the view's block scales are in the kernels' range: FP8 scales below 2^120 (the vector
-// decode multiplies by 256 * scale, which must stay finite). Other formats: always.
-bool ScalesInRange(const WeightMatrix& w);
-// Whether a view can go through the GEMM: scales in range, a quantised view's column origin on
-// kCpuColumnAlignment (DequantizeRows reads any view).
+// What in the view's values the kernels cannot decode, or an empty string: an FP8 E4M3 NaN code
+// (s 1111 111: the vector decode has no NaN, and a NaN weight is a corrupt checkpoint) or an FP8
+// block scale of 2^120 or more (the vector decode multiplies by 256 * scale). Reads every FP8
+// code of the view once; other formats have nothing to check.
+std::string CheckWeightValues(const WeightMatrix& w);
+// Whether a view with checked values can go through the GEMM: a quantised view's column origin
+// on kCpuColumnAlignment (DequantizeRows reads any view).
 bool GemmSupports(const WeightMatrix& w);
 
 // The instruction set the kernels use; kAuto picks the best the CPU has. Tests force each one

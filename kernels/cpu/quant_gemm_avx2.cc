@@ -4,6 +4,7 @@
 // 8-entry permute with the sign bit moved into place.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -63,15 +64,12 @@ struct V {
     return LoadBf16(Padded(p, n, buffer));
   }
 
-  // As the AVX-512 path: E4M3 bits shifted into FP16 give value / 256; NaN codes stay NaN.
+  // As the AVX-512 path: E4M3 bits shifted into FP16 give value / 256.
   static Vec LoadFp8(const uint8_t* p, float multiplier) {
-    const __m256i h = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m256i magnitude = _mm256_and_si256(h, _mm256_set1_epi16(0x7F));
-    __m256i bits =
-        _mm256_or_si256(_mm256_slli_epi16(magnitude, 7),
-                        _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8));
-    const __m256i nan = _mm256_cmpeq_epi16(magnitude, _mm256_set1_epi16(0x7F));
-    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi16(0x7E00), nan);
+    const __m256i bits = _mm256_and_si256(
+        _mm256_slli_epi16(
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7),
+        _mm256_set1_epi16(static_cast<short>(0xBF80)));
     const Vec v = {_mm256_cvtph_ps(_mm256_castsi256_si128(bits)),
                    _mm256_cvtph_ps(_mm256_extracti128_si256(bits, 1))};
     return Mul(v, multiplier);
@@ -128,16 +126,41 @@ struct V {
 
 #include "kernels/cpu/quant_gemm_tiles.h"
 
+// The canonical double dot (see quant_gemm_avx512.cc): lanes 0-3 and 4-7 in two registers.
+double DotDouble(const float* a, const float* b, int64_t n) {
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t p = 0;
+  for (; p + 8 <= n; p += 8) {
+    lo = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(a + p)), _mm256_cvtps_pd(_mm_loadu_ps(b + p)),
+                         lo);
+    hi = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(a + p + 4)),
+                         _mm256_cvtps_pd(_mm_loadu_ps(b + p + 4)), hi);
+  }
+  alignas(32) double lanes[8];
+  _mm256_store_pd(lanes, lo);
+  _mm256_store_pd(lanes + 4, hi);
+  for (int l = 0; p + l < n; ++l) {
+    lanes[l] += static_cast<double>(a[p + l]) * b[p + l];
+  }
+  const double s0 = lanes[0] + lanes[4], s1 = lanes[1] + lanes[5], s2 = lanes[2] + lanes[6],
+               s3 = lanes[3] + lanes[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
+  const __m256d w = _mm256_set1_pd(weight);
+  int64_t c = 0;
+  for (; c + 4 <= n; c += 4) {
+    _mm256_storeu_pd(acc + c, _mm256_fmadd_pd(w, _mm256_cvtps_pd(_mm_loadu_ps(x + c)),
+                                              _mm256_loadu_pd(acc + c)));
+  }
+  for (; c < n; ++c) acc[c] = std::fma(weight, static_cast<double>(x[c]), acc[c]);
+}
+
 }  // namespace avx2
 
-void GemmBlockAvx2(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                   float* scratch) {
-  avx2::GemmBlock(p, i0, i1, j0, j1, scratch);
-}
-
-void DequantizeRowsAvx2(const WeightMatrix& w, int64_t j0, int64_t j1, float* out) {
-  avx2::DequantizeRowsAnyFormat(w, j0, j1, out);
-}
+const IsaKernels kAvx2Kernels = {avx2::GemmBlock, avx2::DequantizeRowsAnyFormat, avx2::DotDouble,
+                                 avx2::AddScaledDouble};
 
 }  // namespace pdspark::kernels::cpu::internal
 
@@ -146,8 +169,7 @@ void DequantizeRowsAvx2(const WeightMatrix& w, int64_t j0, int64_t j1, float* ou
 #else  // not x86-64: never selected (CpuSupports is false)
 
 namespace pdspark::kernels::cpu::internal {
-void GemmBlockAvx2(const GemmProblem&, int64_t, int64_t, int64_t, int64_t, float*) {}
-void DequantizeRowsAvx2(const WeightMatrix&, int64_t, int64_t, float*) {}
+const IsaKernels kAvx2Kernels = {};
 }  // namespace pdspark::kernels::cpu::internal
 
 #endif

@@ -1,9 +1,10 @@
-// The GEMM tiles on AVX-512 (F, BW, VL, DQ) with F16C: one __m512 holds the 16 lanes of the
+// The GEMM tiles on AVX-512 (F, BW, VL, DQ, VBMI) with F16C: one __m512 holds the 16 lanes of the
 // canonical dot. FP8 E4M3 codes are widened through FP16 (the E4M3 bits shifted into an FP16
 // pattern give value / 256, exactly, subnormals included; vcvtph2ps makes that fp32), FP4 E2M1
 // codes through a 16-entry permute, BF16 by a shift.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -12,7 +13,7 @@
 #if defined(__x86_64__)
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,f16c,fma")
 
 namespace pdspark::kernels::cpu::internal {
 namespace avx512 {
@@ -42,16 +43,13 @@ struct V {
     return WidenBf16(_mm256_maskz_loadu_epi16(Mask(n), p));
   }
 
-  // s eeee mmm -> FP16 s 0eeee mmm0000000: value / 256 (E4M3 bias 7, FP16 bias 15, and FP16
-  // subnormals line up with E4M3's). The NaN codes (s 1111 111) become FP16 NaN.
+  // s eeee mmm -> FP16 s 0eeee mmm0000000, which is value / 256 (E4M3 bias 7, FP16 bias 15,
+  // and FP16's subnormals line up with E4M3's): the byte sign-extended to 16 bits and shifted
+  // left by 7 has the sign in bit 15 and a stray copy in bit 14, which the mask clears. The
+  // NaN codes (s 1111 111) would decode as 480: GemmSupports refuses weights that hold them.
   static Vec WidenFp8(__m128i codes, float multiplier) {
-    const __m256i h = _mm256_cvtepu8_epi16(codes);
-    const __m256i magnitude = _mm256_and_si256(h, _mm256_set1_epi16(0x7F));
-    __m256i bits =
-        _mm256_or_si256(_mm256_slli_epi16(magnitude, 7),
-                        _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8));
-    const __mmask16 nan = _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7F));
-    bits = _mm256_mask_mov_epi16(bits, nan, _mm256_set1_epi16(0x7E00));
+    const __m256i bits = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7),
+                                          _mm256_set1_epi16(static_cast<short>(0xBF80)));
     return _mm512_mul_ps(_mm512_cvtph_ps(bits), _mm512_set1_ps(multiplier));
   }
   static Vec LoadFp8(const uint8_t* p, float multiplier) {
@@ -68,12 +66,14 @@ struct V {
                                          -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
     return _mm512_mul_ps(values, _mm512_set1_ps(scale));
   }
-  // 8 bytes -> 16 codes in element order (low nibble first) -> table lookup.
+  // 8 bytes -> 16 values: byte i goes to lanes 2i and 2i+1 (vpermb), lane 2i+1 shifted right
+  // by 4, and vpermps looks each lane up by its low four bits: the low nibble for element 2i,
+  // the high one for 2i+1.
   static Vec WidenFp4(__m128i bytes, Fp4Table table) {
-    const __m128i low4 = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(bytes, low4);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
-    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), table);
+    const __m512i spread = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i lanes = _mm512_permutexvar_epi8(spread, _mm512_castsi128_si512(bytes));
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(lanes, shifts), table);
   }
   static Vec LoadFp4(const uint8_t* p, Fp4Table table) {
     return WidenFp4(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), table);
@@ -98,16 +98,40 @@ struct V {
 
 #include "kernels/cpu/quant_gemm_tiles.h"
 
+// The canonical double dot: 8 double lanes, lane l summing a[p] * b[p] for p = l, l + 8, ...
+// (each product exact in double), then (l, l+4), (l, l+2), (l, l+1).
+double DotDouble(const float* a, const float* b, int64_t n) {
+  __m512d acc = _mm512_setzero_pd();
+  int64_t p = 0;
+  for (; p + 8 <= n; p += 8) {
+    acc = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_loadu_ps(a + p)),
+                          _mm512_cvtps_pd(_mm256_loadu_ps(b + p)), acc);
+  }
+  if (p < n) {
+    const __mmask8 m = static_cast<__mmask8>((1u << (n - p)) - 1);
+    acc = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, a + p)),
+                          _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, b + p)), acc);
+  }
+  const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+
+// acc[c] += weight * x[c] in double, fused (one rounding per element).
+void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
+  const __m512d w = _mm512_set1_pd(weight);
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    _mm512_storeu_pd(acc + c, _mm512_fmadd_pd(w, _mm512_cvtps_pd(_mm256_loadu_ps(x + c)),
+                                              _mm512_loadu_pd(acc + c)));
+  }
+  for (; c < n; ++c) acc[c] = std::fma(weight, static_cast<double>(x[c]), acc[c]);
+}
+
 }  // namespace avx512
 
-void GemmBlockAvx512(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                     float* scratch) {
-  avx512::GemmBlock(p, i0, i1, j0, j1, scratch);
-}
-
-void DequantizeRowsAvx512(const WeightMatrix& w, int64_t j0, int64_t j1, float* out) {
-  avx512::DequantizeRowsAnyFormat(w, j0, j1, out);
-}
+const IsaKernels kAvx512Kernels = {avx512::GemmBlock, avx512::DequantizeRowsAnyFormat,
+                                   avx512::DotDouble, avx512::AddScaledDouble};
 
 }  // namespace pdspark::kernels::cpu::internal
 
@@ -116,8 +140,7 @@ void DequantizeRowsAvx512(const WeightMatrix& w, int64_t j0, int64_t j1, float* 
 #else  // not x86-64: never selected (CpuSupports is false)
 
 namespace pdspark::kernels::cpu::internal {
-void GemmBlockAvx512(const GemmProblem&, int64_t, int64_t, int64_t, int64_t, float*) {}
-void DequantizeRowsAvx512(const WeightMatrix&, int64_t, int64_t, float*) {}
+const IsaKernels kAvx512Kernels = {};
 }  // namespace pdspark::kernels::cpu::internal
 
 #endif

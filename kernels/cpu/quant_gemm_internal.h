@@ -10,24 +10,23 @@
 
 namespace pdspark::kernels::cpu::internal {
 
-// Outputs rows [i0, i1) x columns [j0, j1) of `p`. `scratch` holds at least
-// (j1 - j0) * p.w.cols floats, for dequantising the columns' weights once when many rows
-// share them.
-using GemmBlockFn = void (*)(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                             float* scratch);
-
-void GemmBlockAvx512(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+// The kernels of one instruction set (quant_gemm_{avx512,avx2,portable}.cc each define one
+// table); quant_gemm.h documents what they compute.
+struct IsaKernels {
+  // Outputs rows [i0, i1) x columns [j0, j1) of `p`. `scratch` holds at least
+  // (j1 - j0) * p.w.cols floats, for dequantising the columns' weights once when many rows
+  // share them.
+  void (*gemm_block)(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                      float* scratch);
-void GemmBlockAvx2(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                   float* scratch);
-void GemmBlockPortable(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                       float* scratch);
-
-// View rows [j0, j1) of w as fp32 into out (row stride w.cols).
-using DequantizeRowsFn = void (*)(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
-void DequantizeRowsAvx512(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
-void DequantizeRowsAvx2(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
-void DequantizeRowsPortable(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
+  // View rows [j0, j1) of w as fp32 into out (row stride w.cols); the view's column origin on
+  // a 16-column boundary for quantised formats.
+  void (*dequantize_rows)(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
+  double (*dot_double)(const float* a, const float* b, int64_t n);
+  void (*add_scaled_double)(double weight, const float* x, int64_t n, double* acc);
+};
+extern const IsaKernels kAvx512Kernels;
+extern const IsaKernels kAvx2Kernels;
+extern const IsaKernels kPortableKernels;
 
 // From this many rows on, a task dequantises its weight columns into scratch once and runs the
 // fp32 tiles over them (same bits: dequantisation is exact); below, it dequantises in registers.

@@ -72,15 +72,22 @@ struct V {
 
 #include "kernels/cpu/quant_gemm_tiles.h"
 
+// The canonical double dot (see quant_gemm_avx512.cc).
+double DotDouble(const float* a, const float* b, int64_t n) {
+  double lanes[8] = {};
+  for (int64_t p = 0; p < n; ++p) lanes[p % 8] += static_cast<double>(a[p]) * b[p];
+  const double s0 = lanes[0] + lanes[4], s1 = lanes[1] + lanes[5], s2 = lanes[2] + lanes[6],
+               s3 = lanes[3] + lanes[7];
+  return (s0 + s2) + (s1 + s3);
+}
+
+void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
+  for (int64_t c = 0; c < n; ++c) acc[c] = std::fma(weight, static_cast<double>(x[c]), acc[c]);
+}
+
 }  // namespace portable
 
-void GemmBlockPortable(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                       float* scratch) {
-  portable::GemmBlock(p, i0, i1, j0, j1, scratch);
-}
-
-void DequantizeRowsPortable(const WeightMatrix& w, int64_t j0, int64_t j1, float* out) {
-  portable::DequantizeRowsAnyFormat(w, j0, j1, out);
-}
+const IsaKernels kPortableKernels = {portable::GemmBlock, portable::DequantizeRowsAnyFormat,
+                                     portable::DotDouble, portable::AddScaledDouble};
 
 }  // namespace pdspark::kernels::cpu::internal

@@ -196,5 +196,16 @@ TEST(NativeWeights, OutOfRangeBlockScaleIsRefusedByName) {
       << error;
 }
 
+TEST(NativeWeights, Fp8NanCodeIsRefusedByNameAndPosition) {
+  EditedCheckpoint c("nan_code");
+  c.Edit("layers.2.attn.wq_a.weight", [](nlohmann::json& h, std::string& data) {
+    const uint64_t offset = h["layers.2.attn.wq_a.weight"]["data_offsets"][0];
+    data[offset + 3 * 256 + 5] = 0x7F;  // row 3, column 5 of [128, 256]
+  });
+  const std::string error = LoadError(c.dir());
+  EXPECT_NE(error.find("layers.2.attn.wq_a.weight: NaN code at row 3, column 5"), std::string::npos)
+      << error;
+}
+
 }  // namespace
 }  // namespace pdspark::engine

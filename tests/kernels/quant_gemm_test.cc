@@ -250,18 +250,6 @@ TEST(QuantGemmTest, ThreadsAndGroupingChangeNoBit) {
   }
 }
 
-TEST(QuantGemmTest, Fp8NanCodesGiveNan) {
-  RandomWeights w(WeightFormat::kFp8E4M3, 1, 16, 22);
-  w.codes[5] = 0x7F;
-  w.codes[9] = 0xFF;
-  const std::vector<float> x(16, 1.0f);
-  for (GemmIsa isa : SupportedIsas()) {
-    SetGemmIsa(isa);
-    EXPECT_TRUE(std::isnan(Product(x, 1, 16, w.view)[0])) << GemmIsaName(isa);
-  }
-  SetGemmIsa(GemmIsa::kAuto);
-}
-
 TEST(QuantGemmTest, SupportsOnlyViewsTheKernelsCanRead) {
   RandomWeights fp8(WeightFormat::kFp8E4M3, 256, 256, 23), fp4(WeightFormat::kFp4E2M1, 8, 64, 24);
   EXPECT_TRUE(GemmSupports(fp8.view));
@@ -269,9 +257,18 @@ TEST(QuantGemmTest, SupportsOnlyViewsTheKernelsCanRead) {
   EXPECT_FALSE(GemmSupports(fp8.view.ColSlice(8, 48)));  // a vector would straddle
   EXPECT_FALSE(GemmSupports(fp4.view.ColSlice(1, 33)));  // inside a packed byte
   EXPECT_TRUE(GemmSupports(fp4.view.ColSlice(32, 64)));
+}
+
+TEST(QuantGemmTest, CheckWeightValuesFindsWhatTheKernelsCannotDecode) {
+  RandomWeights fp8(WeightFormat::kFp8E4M3, 256, 256, 23);
+  EXPECT_EQ(CheckWeightValues(fp8.view), "");
   fp8.scales[3] = 250;  // 256 * 2^123 overflows the vector decode's multiplier
-  EXPECT_FALSE(GemmSupports(fp8.view));
-  EXPECT_TRUE(GemmSupports(fp8.view.RowSlice(0, 128)));  // that scale belongs to rows 128..255
+  EXPECT_NE(CheckWeightValues(fp8.view).find("block scale out of range"), std::string::npos);
+  EXPECT_EQ(CheckWeightValues(fp8.view.RowSlice(0, 128)), "");  // that scale is of rows 128..255
+  fp8.scales[3] = 120;
+  fp8.codes[200 * 256 + 77] = 0xFF;  // -NaN
+  EXPECT_EQ(CheckWeightValues(fp8.view), "NaN code at row 200, column 77");
+  EXPECT_EQ(CheckWeightValues(fp8.view.RowSlice(0, 200)), "");
 }
 
 TEST(WeightMatrixTest, DecodesEachFormatWithItsBlockScales) {
@@ -320,6 +317,26 @@ TEST(DequantizeRowsTest, EqualsElementDecodeForEveryFormatAndColumnOrigin) {
         EXPECT_EQ(out, Dequantized(view))
             << GemmIsaName(isa) << " " << WeightFormatName(format) << " col0=" << col0;
       }
+    }
+  }
+}
+
+TEST(DoubleKernelsTest, CanonicalDoubleDotAndFusedScaledAddOnEveryInstructionSet) {
+  IsaGuard guard;
+  for (int64_t n : {1, 7, 8, 13, 64, 130}) {
+    const auto a = RandomX(n, 26), b = RandomX(n, 27);
+    double lanes[8] = {};
+    for (int64_t p = 0; p < n; ++p) lanes[p % 8] += static_cast<double>(a[p]) * b[p];
+    const double dot = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) +
+                       ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    std::vector<double> expected(n, 0.5);
+    for (int64_t c = 0; c < n; ++c) expected[c] = std::fma(0.1, static_cast<double>(a[c]), 0.5);
+    for (GemmIsa isa : SupportedIsas()) {
+      SetGemmIsa(isa);
+      EXPECT_EQ(DotDouble(a.data(), b.data(), n), dot) << GemmIsaName(isa) << " n=" << n;
+      std::vector<double> acc(n, 0.5);
+      AddScaledDouble(0.1, a.data(), n, acc.data());
+      EXPECT_EQ(acc, expected) << GemmIsaName(isa) << " n=" << n;
     }
   }
 }
