@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/safetensors/safetensors.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/dspark/confidence_calibration.h"
 #include "engine/model/layers.h"
 #include "engine/model/linear.h"
@@ -53,6 +54,7 @@ Drafter::Drafter(const config::ModelConfig& c, std::shared_ptr<parallel::RankRun
                  int64_t max_rollback, std::vector<double> confidence_temperatures)
     : dims_(engine::ModelDims::FromConfig(c)),
       ranks_(std::move(ranks)),
+      backends_(engine::backend::MakeCpuBackends(*ranks_)),
       // Stages have no compressor: plain rope_theta without YaRN, like the target's
       // window-only layers (dspark.py builds Attention(n_layers + s) with ratio 0).
       rope_(kc::BuildRopeTable(c.qk_rope_head_dim, c.max_position_embeddings, 0, c.rope_theta,
@@ -71,9 +73,8 @@ std::unique_ptr<DrafterState> Drafter::NewState() const {
 }
 
 engine::RankContext Drafter::RankZeroContext() const {
-  engine::RankContext ctx;
-  ctx.plan = &shards_[0].plan;
-  ctx.pool = ranks_->pool(0);
+  engine::RankContext ctx = engine::RankContext::For(shards_[0].plan, *backends_[0]);
+  ctx.comm = nullptr;  // no collectives: replicated work of rank 0 alone
   return ctx;
 }
 
@@ -85,7 +86,7 @@ void Drafter::AppendContext(DrafterState& state, const float* features, int64_t 
   const engine::RankContext ctx = RankZeroContext();
   std::vector<float> main_x(count * d.dim);
   engine::Linear(ctx, features, count, w.main_proj, main_x.data());
-  kc::RmsNorm(main_x.data(), w.main_norm.data(), count, d.dim, d.norm_eps, main_x.data());
+  ctx.ops().RmsNorm(main_x.data(), w.main_norm.data(), count, d.dim, d.norm_eps, main_x.data());
   std::vector<int64_t> positions(count);
   for (int64_t i = 0; i < count; ++i) positions[i] = state.num_positions() + i;
   const int64_t stages = static_cast<int64_t>(w.stages.size());
@@ -118,7 +119,7 @@ StatusOr<std::vector<float>> Drafter::StageAttention(const engine::RankContext& 
         engine::ProjectLatentKv(d, ctx, w, rope_, u.data(), rows, batch.positions.data());
     // Each row of a block attends to the last `window` context rows before the block and to
     // every row of the block (bidirectionally).
-    engine::AttentionKeys keys;
+    engine::backend::AttentionKeys keys;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const DrafterState& state = *inputs[i].state;
       const int64_t a = state.num_positions(), first_row = batch.row_begin[i];
@@ -152,10 +153,7 @@ std::vector<DraftOutput> Drafter::Draft(std::span<const DraftInput> inputs) cons
   std::vector<DraftOutput> out(inputs.size());
   if (batch.row_begin.back() == 0) return out;
   const Status st = ranks_->Run([&](int rank) {
-    engine::RankContext ctx;
-    ctx.plan = &shards_[rank].plan;
-    ctx.comm = ranks_->comm(rank);
-    ctx.pool = ranks_->pool(rank);
+    const engine::RankContext ctx = engine::RankContext::For(shards_[rank].plan, *backends_[rank]);
     return RankDraft(ctx, inputs, batch, rank == 0 ? &out : nullptr);
   });
   if (!st.ok()) {
@@ -171,7 +169,7 @@ Status Drafter::RankDraft(const engine::RankContext& ctx, std::span<const DraftI
   const DrafterWeights& w = shards_[ctx.plan->rank].w;
   const int64_t rows = batch.row_begin.back();
   // Every hyper-connection stream starts as the token embedding (replicated on every rank).
-  std::vector<float> streams = engine::EmbedStreams(d, w.embed, batch.tokens);
+  std::vector<float> streams = engine::EmbedStreams(d, ctx, w.embed, batch.tokens);
   for (int64_t s = 0; s < static_cast<int64_t>(w.stages.size()); ++s) {
     auto attention = [&](const std::vector<float>& u) {
       return StageAttention(ctx, s, u, inputs, batch);
@@ -180,7 +178,7 @@ Status Drafter::RankDraft(const engine::RankContext& ctx, std::span<const DraftI
   }
   const std::vector<float> y = engine::HcHead(d, ctx, w.hc_head, streams, rows);
   std::vector<float> yn(rows * d.dim);
-  kc::RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, yn.data());
+  ctx.ops().RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, yn.data());
   const std::vector<float> base = engine::VocabSliceLogits(ctx, yn.data(), rows, w.head);
   return MarkovHead(ctx, inputs, batch, base, y, out);
 }
@@ -198,8 +196,8 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
   std::vector<float> z_y;
   if (out) {
     z_y.resize(batch.row_begin.back());
-    engine::MatMulF32(ctx, y.data(), batch.row_begin.back(), dims_.dim, dims_.dim,
-                      w.confidence.data(), 1, dims_.dim, z_y.data(), 1);
+    engine::Linear(ctx, y.data(), batch.row_begin.back(),
+                   engine::F32Matrix(w.confidence.data(), 1, dims_.dim, dims_.dim), z_y.data());
   }
   std::vector<int32_t> prev(n);
   int64_t max_gamma = 0;
@@ -211,14 +209,15 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
   std::vector<float> e(n * markov_rank_), logits(n * local), full, chosen(n);
   for (int64_t k = 0; k < max_gamma; ++k) {
     active.clear();
+    std::vector<int32_t> active_prev;
     for (int64_t i = 0; i < n; ++i) {
       if (inputs[i].gamma > k) {
-        kc::DequantizeRows(w.markov_w1, prev[i], prev[i] + 1,
-                           e.data() + static_cast<int64_t>(active.size()) * markov_rank_);
         active.push_back(i);
+        active_prev.push_back(prev[i]);
       }
     }
     const int64_t m = static_cast<int64_t>(active.size());
+    ctx.ops().GatherRows(w.markov_w1, active_prev, 1, e.data());
     const std::vector<float> bias = engine::VocabSliceLogits(ctx, e.data(), m, w.markov_w2);
     for (int64_t a = 0; a < m; ++a) {
       const float* b = base.data() + (batch.row_begin[active[a]] + k) * local;

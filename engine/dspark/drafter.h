@@ -26,6 +26,7 @@
 
 #include "common/base/status.h"
 #include "common/config/model_config.h"
+#include "engine/backend/backend.h"
 #include "engine/dspark/drafter_state.h"
 #include "engine/dspark/drafter_weights.h"
 #include "engine/model/model_dims.h"
@@ -108,7 +109,8 @@ class Drafter {
 
   engine::ModelDims dims_;
   std::shared_ptr<parallel::RankRunner> ranks_;
-  std::vector<Shard> shards_;  // per rank
+  std::vector<std::unique_ptr<engine::backend::Backend>> backends_;  // per rank, on ranks_
+  std::vector<Shard> shards_;                                        // per rank
   kernels::cpu::RopeTable rope_;
   int64_t block_size_, noise_token_, num_features_, markov_rank_, max_rollback_;
   std::vector<double> temperatures_;

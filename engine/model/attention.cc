@@ -54,43 +54,37 @@ void ProjectCache(const ModelDims& d, const RankContext& ctx, const AttentionWei
   if (w.indexer) project(w.indexer->compressor, p.index_kv, p.index_score);
 }
 
+// The indexer's queries of this rank's heads (RoPE, Hadamard, FP4-simulated) and their weights.
+void ProjectIndexerQueries(const ModelDims& d, const RankContext& ctx, const IndexerWeights& ix,
+                           const kc::RopeTable& rope, const std::vector<float>& u,
+                           const BatchLayout& batch, AttentionProjections& p) {
+  const int64_t rows = batch.rows(), ih = ctx.plan->index_heads.size(), id = d.index_dim;
+  backend::Ops& ops = ctx.ops();
+  p.index_q.resize(rows * ih * id);
+  PerHeadLinear(ctx, p.qr.data(), rows, ix.wq_b, ih, id, p.index_q.data());
+  ops.Rope(rope, batch.positions.data(), rows, ih, id, id - d.rope_dim, /*inverse=*/false,
+           p.index_q.data());
+  ops.Hadamard(p.index_q.data(), rows * ih, id,
+               static_cast<float>(1.0 / std::sqrt(static_cast<double>(id))));
+  ops.QuantDequantFp4(p.index_q.data(), rows * ih, id, id, kIndexFp4Block);
+  // This rank's heads' weights (every output of a product is computed alone, so a slice of the
+  // rows gives the bits of the whole); the scale uses the global head count.
+  p.index_w.resize(rows * ih);
+  Linear(ctx, u.data(), rows,
+         ix.weights_proj.RowSlice(ctx.plan->index_heads.begin, ctx.plan->index_heads.end),
+         p.index_w.data());
+  ops.Scale(p.index_w.data(), rows * ih,
+            static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
+                               std::pow(static_cast<double>(d.index_heads), -0.5)));
+}
+
 AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
                              const kc::RopeTable& rope, const std::vector<float>& u,
                              const BatchLayout& batch) {
-  const int64_t rows = batch.rows();
   AttentionProjections p;
   p.q = ProjectQueries(d, ctx, ctx.plan->heads.size(), w, rope, u, batch.positions.data(), &p.qr);
   if (ctx.writes_cache || ctx.check_replicas) ProjectCache(d, ctx, w, rope, u, batch, p);
-
-  if (w.indexer) {
-    const IndexerWeights& ix = *w.indexer;
-    const int64_t ih = ctx.plan->index_heads.size(), id = d.index_dim;
-    p.index_q.resize(rows * ih * id);
-    PerHeadLinear(ctx, p.qr.data(), rows, ix.wq_b, ih, id, p.index_q.data());
-    const float hadamard_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(id)));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t h = 0; h < ih; ++h) {
-        float* qh = p.index_q.data() + (r * ih + h) * id;
-        kc::ApplyRope(rope, batch.positions[r], false, qh + id - d.rope_dim);
-        kc::HadamardTransform(qh, id, hadamard_scale);
-      }
-    }
-    kc::Fp4QuantDequant(p.index_q.data(), rows * ih, id, id, kIndexFp4Block);
-    // The head weights of all heads (one small GEMM, the same at every TP size), then ours;
-    // the scale uses the global head count.
-    std::vector<float> all_w(rows * d.index_heads);
-    Linear(ctx, u.data(), rows, ix.weights_proj, all_w.data());
-    const float weight_scale =
-        static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
-                           std::pow(static_cast<double>(d.index_heads), -0.5));
-    p.index_w.resize(rows * ih);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t h = 0; h < ih; ++h) {
-        p.index_w[r * ih + h] =
-            all_w[r * d.index_heads + ctx.plan->index_heads.begin + h] * weight_scale;
-      }
-    }
-  }
+  if (w.indexer) ProjectIndexerQueries(d, ctx, *w.indexer, rope, u, batch, p);
   return p;
 }
 
@@ -116,9 +110,9 @@ Status CheckCacheProjections(const RankContext& ctx, int64_t layer, const Attent
 }
 
 // Appends this sequence's new tokens to its caches (window KV, compressor rows and entries).
-void AppendToCache(const ModelDims& d, int64_t layer, const AttentionWeights& w,
-                   const kc::RopeTable& rope, const AttentionProjections& p,
-                   const BatchSequence& seq) {
+void AppendToCache(const ModelDims& d, const RankContext& ctx, int64_t layer,
+                   const AttentionWeights& w, const kc::RopeTable& rope,
+                   const AttentionProjections& p, const BatchSequence& seq) {
   SequenceState& state = *seq.state;
   PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
   for (int64_t i = 0; i < seq.count; ++i) {
@@ -126,7 +120,7 @@ void AppendToCache(const ModelDims& d, int64_t layer, const AttentionWeights& w,
   }
   if (w.compressor) {
     const int64_t width = w.compressor->wkv.rows;
-    CompressorAppend(d, *w.compressor, rope, CompressedKeyFormat::kFp8Nope,
+    CompressorAppend(d, ctx, *w.compressor, rope, CompressedKeyFormat::kFp8Nope,
                      p.comp_kv.data() + seq.row_begin * width,
                      p.comp_score.data() + seq.row_begin * width, seq.count, seq.start_pos,
                      state.Group(layer, CacheGroupKind::kCompressorRows),
@@ -134,7 +128,7 @@ void AppendToCache(const ModelDims& d, int64_t layer, const AttentionWeights& w,
   }
   if (w.indexer) {
     const int64_t width = w.indexer->compressor.wkv.rows;
-    CompressorAppend(d, w.indexer->compressor, rope, CompressedKeyFormat::kHadamardFp4,
+    CompressorAppend(d, ctx, w.indexer->compressor, rope, CompressedKeyFormat::kHadamardFp4,
                      p.index_kv.data() + seq.row_begin * width,
                      p.index_score.data() + seq.row_begin * width, seq.count, seq.start_pos,
                      state.Group(layer, CacheGroupKind::kIndexerRows),
@@ -150,34 +144,20 @@ StatusOr<std::vector<float>> IndexerScores(const ModelDims& d, const RankContext
                                            const AttentionProjections& p, const BatchLayout& batch,
                                            std::vector<int64_t>& offsets) {
   const int64_t ih = ctx.plan->index_heads.size(), id = d.index_dim;
-  offsets.assign(1, 0);
+  // Row r's eligible entries are the first (t + 1) / ratio of its sequence's indexer keys.
+  backend::AttentionKeys keys;
   for (const BatchSequence& seq : batch.sequences) {
-    for (int64_t i = 0; i < seq.count; ++i)
-      offsets.push_back(offsets.back() + (seq.start_pos + i + 1) / ratio);
-  }
-  std::vector<double> partial(offsets.back(), 0.0);
-  std::vector<const PagedRows*> row_keys;
-  for (const BatchSequence& seq : batch.sequences) {
-    row_keys.insert(row_keys.end(), seq.count,
-                    &seq.state->Group(layer, CacheGroupKind::kIndexerKeys));
-  }
-  auto score_row = [&](int64_t row) {
-    const PagedRows& keys = *row_keys[row];
-    const float* q = p.index_q.data() + row * ih * id;
-    const float* w = p.index_w.data() + row * ih;
-    double* scores = partial.data() + offsets[row];
-    for (int64_t j = 0; j < offsets[row + 1] - offsets[row]; ++j) {
-      const float* k = keys.Row(j);
-      // Double accumulation keeps the top-k decision as close to exact arithmetic as possible.
-      double total = 0.0;
-      for (int64_t h = 0; h < ih; ++h) {
-        const double dot = kc::DotDouble(q + h * id, k, id);
-        total += std::max(static_cast<float>(dot), 0.0f) * w[h];
+    const PagedRows& entries = seq.state->Group(layer, CacheGroupKind::kIndexerKeys);
+    for (int64_t i = 0; i < seq.count; ++i) {
+      for (int64_t j = 0; j < (seq.start_pos + i + 1) / ratio; ++j) {
+        keys.rows.push_back(entries.Row(j));
       }
-      scores[j] = total;
+      keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
     }
-  };
-  ParallelRows(ctx, batch.rows(), score_row);
+  }
+  offsets = keys.offsets;
+  std::vector<double> partial(offsets.back(), 0.0);
+  ctx.ops().IndexerScores(keys, p.index_q.data(), p.index_w.data(), ih, id, partial.data());
   std::vector<float> scores;
   RETURN_IF_ERROR(ReduceToFloat(ctx, partial, scores));
   return scores;
@@ -189,13 +169,15 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
                  const AttentionProjections& p, const BatchLayout& batch, std::vector<float>& o) {
   const int64_t ratio = w.compressor ? w.compressor->ratio : 0;
   const int64_t heads = ctx.plan->heads.size(), hd = d.head_dim;
-  std::vector<float> index_scores;
-  std::vector<int64_t> offsets;
+  std::vector<std::vector<int32_t>> selected;  // per row: the indexer's top-k entries
   if (w.indexer) {
-    ASSIGN_OR_RETURN(index_scores, IndexerScores(d, ctx, layer, ratio, p, batch, offsets));
+    std::vector<int64_t> offsets;
+    ASSIGN_OR_RETURN(const std::vector<float> index_scores,
+                     IndexerScores(d, ctx, layer, ratio, p, batch, offsets));
+    selected = ctx.ops().TopK(index_scores.data(), offsets, d.index_topk);
   }
   // Every row's keys (= values), then all rows attend at once.
-  AttentionKeys keys;
+  backend::AttentionKeys keys;
   for (const BatchSequence& seq : batch.sequences) {
     const SequenceState& state = *seq.state;
     const PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
@@ -208,10 +190,7 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
         const PagedRows& entries = state.Group(layer, CacheGroupKind::kCompressedKv);
         const int64_t eligible = (t + 1) / ratio;
         if (w.indexer) {
-          const std::span<const float> scores(index_scores.data() + offsets[row], eligible);
-          for (int32_t j : kc::TopK(scores, std::min(d.index_topk, eligible))) {
-            keys.rows.push_back(entries.Row(j));
-          }
+          for (int32_t j : selected[row]) keys.rows.push_back(entries.Row(j));
         } else {
           for (int64_t j = 0; j < eligible; ++j) keys.rows.push_back(entries.Row(j));
         }
@@ -239,15 +218,12 @@ std::vector<float> ProjectQueries(const ModelDims& d, const RankContext& ctx, in
                                   std::vector<float>* qr_out) {
   const int64_t rows = static_cast<int64_t>(u.size()) / d.dim, hd = d.head_dim;
   std::vector<float> qr(rows * d.q_lora), q(rows * heads * hd);
+  backend::Ops& ops = ctx.ops();
   Linear(ctx, u.data(), rows, w.wq_a, qr.data());
-  kc::RmsNorm(qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, qr.data());
+  ops.RmsNorm(qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, qr.data());
   PerHeadLinear(ctx, qr.data(), rows, w.wq_b, heads, hd, q.data());
-  kc::RmsNorm(q.data(), nullptr, rows * heads, hd, d.norm_eps, q.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t h = 0; h < heads; ++h) {
-      kc::ApplyRope(rope, positions[r], false, q.data() + (r * heads + h) * hd + d.nope_dim);
-    }
-  }
+  ops.RmsNorm(q.data(), nullptr, rows * heads, hd, d.norm_eps, q.data());
+  ops.Rope(rope, positions, rows, heads, hd, d.nope_dim, /*inverse=*/false, q.data());
   if (qr_out) *qr_out = std::move(qr);
   return q;
 }
@@ -257,12 +233,11 @@ std::vector<float> ProjectLatentKv(const ModelDims& d, const RankContext& ctx,
                                    const float* x, int64_t rows, const int64_t* positions) {
   const int64_t hd = d.head_dim;
   std::vector<float> kv(rows * hd);
+  backend::Ops& ops = ctx.ops();
   Linear(ctx, x, rows, w.wkv, kv.data());
-  kc::RmsNorm(kv.data(), w.kv_norm.data(), rows, hd, d.norm_eps, kv.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    kc::ApplyRope(rope, positions[r], false, kv.data() + r * hd + d.nope_dim);
-  }
-  kc::Fp8QuantDequant(kv.data(), rows, d.nope_dim, hd, kKvFp8Block);
+  ops.RmsNorm(kv.data(), w.kv_norm.data(), rows, hd, d.norm_eps, kv.data());
+  ops.Rope(rope, positions, rows, 1, hd, d.nope_dim, /*inverse=*/false, kv.data());
+  ops.QuantDequantFp8(kv.data(), rows, d.nope_dim, hd, kKvFp8Block);
   return kv;
 }
 
@@ -283,11 +258,8 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
     Linear(ctx, o.data() + u * unit_in, rows, local, w.wo_a[u], dst,
            plan.reduce_z ? d.o_lora : z_width);
     if (!plan.reduce_z) continue;
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t i = 0; i < d.o_lora; ++i) {
-        z_sum[r * z_width + group * d.o_lora + i] += z_unit[r * d.o_lora + i];
-      }
-    }
+    ctx.ops().AddRowsDouble(z_unit.data(), rows, d.o_lora, nullptr, z_sum.data() + group * d.o_lora,
+                            z_width);
   }
   if (plan.reduce_z) RETURN_IF_ERROR(ReduceToFloat(ctx, z_sum, z));
   std::vector<double> sum(rows * d.dim, 0.0);
@@ -296,54 +268,17 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
     const int64_t col = (g - plan.out_groups.begin) * d.o_lora;
     Linear(ctx, z.data() + g * d.o_lora, rows, z_width, w.wo_b.ColSlice(col, col + d.o_lora),
            part.data(), d.dim);
-    for (int64_t i = 0; i < rows * d.dim; ++i) sum[i] += part[i];
+    ctx.ops().AddRowsDouble(part.data(), rows, d.dim, nullptr, sum.data(), d.dim);
   }
   return ReduceToFloat(ctx, sum, out);
 }
 
-void ParallelRows(const RankContext& ctx, int64_t rows,
-                  const std::function<void(int64_t row)>& run) {
-  if (ctx.pool) {
-    ctx.pool->ParallelFor(rows, run);
-  } else {
-    for (int64_t r = 0; r < rows; ++r) run(r);
-  }
-}
-
 void AttendRows(const ModelDims& d, const RankContext& ctx, int64_t heads, const float* q,
-                const AttentionKeys& keys, const float* sink, const kc::RopeTable& rope,
+                const backend::AttentionKeys& keys, const float* sink, const kc::RopeTable& rope,
                 const int64_t* positions, float* out) {
-  const int64_t hd = d.head_dim, rows = static_cast<int64_t>(keys.offsets.size()) - 1;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  // A task is one row's heads, in blocks small enough to spread one decode row over the threads.
-  const int64_t block = std::clamp<int64_t>(heads / 4, 1, 8);
-  const int64_t blocks = heads > 0 ? (heads + block - 1) / block : 0;
-  ParallelRows(ctx, rows * blocks, [&](int64_t task) {
-    const int64_t r = task / blocks, h0 = (task % blocks) * block;
-    const float* const* key = keys.rows.data() + keys.offsets[r];
-    const int64_t n = keys.offsets[r + 1] - keys.offsets[r];
-    std::vector<float> s(n);
-    std::vector<double> acc(hd);
-    for (int64_t h = h0; h < std::min(heads, h0 + block); ++h) {
-      const float* qh = q + (r * heads + h) * hd;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = static_cast<float>(kc::DotDouble(qh, key[j], hd)) * scale;
-        max_score = std::max(max_score, s[j]);
-      }
-      double denom = 0.0;
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = std::exp(s[j] - max_score);
-        denom += s[j];
-      }
-      denom += std::exp(sink[h] - max_score);
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j < n; ++j) kc::AddScaledDouble(s[j], key[j], hd, acc.data());
-      float* o = out + (r * heads + h) * hd;
-      for (int64_t c = 0; c < hd; ++c) o[c] = static_cast<float>(acc[c] / denom);
-      kc::ApplyRope(rope, positions[r], /*inverse=*/true, o + d.nope_dim);
-    }
-  });
+  ctx.ops().Attend(keys, q, heads, d.head_dim, sink, out);
+  ctx.ops().Rope(rope, positions, keys.num_rows(), heads, d.head_dim, d.nope_dim,
+                 /*inverse=*/true, out);
 }
 
 StatusOr<std::vector<float>> AttentionForward(const ModelDims& d, const RankContext& ctx,
@@ -354,7 +289,9 @@ StatusOr<std::vector<float>> AttentionForward(const ModelDims& d, const RankCont
   const AttentionProjections p = Project(d, ctx, w, rope, u, batch);
   if (ctx.check_replicas) RETURN_IF_ERROR(CheckCacheProjections(ctx, layer, p));
   if (ctx.writes_cache) {
-    for (const BatchSequence& seq : batch.sequences) AppendToCache(d, layer, w, rope, p, seq);
+    for (const BatchSequence& seq : batch.sequences) {
+      AppendToCache(d, ctx, layer, w, rope, p, seq);
+    }
   }
   // Nobody reads this layer's caches before rank 0 has appended the step's tokens.
   if (ctx.distributed()) RETURN_IF_ERROR(ctx.comm->Barrier());

@@ -3,22 +3,21 @@
 
 namespace pdspark::engine {
 
-namespace kc = ::pdspark::kernels::cpu;
-
 Status RunV4Block(const ModelDims& d, const RankContext& ctx, const BlockWeights& block,
                   const std::vector<int32_t>& token_ids, const AttentionFn& attention,
                   std::vector<float>& streams) {
   const int64_t rows = static_cast<int64_t>(token_ids.size());
+  backend::Ops& ops = ctx.ops();
   HcMix mix = HcPre(d, ctx, block.hc_attn, streams, rows);
-  kc::RmsNorm(mix.input.data(), block.attn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
+  ops.RmsNorm(mix.input.data(), block.attn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
   ASSIGN_OR_RETURN(const std::vector<float> attn, attention(mix.input));
-  HcPost(d, mix, attn, streams, rows);
+  HcPost(d, ctx, mix, attn, streams, rows);
 
   mix = HcPre(d, ctx, block.hc_ffn, streams, rows);
-  kc::RmsNorm(mix.input.data(), block.ffn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
+  ops.RmsNorm(mix.input.data(), block.ffn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
   ASSIGN_OR_RETURN(const std::vector<float> ffn,
                    MoeForward(d, ctx, block.ffn, block.hash_gate, mix.input, token_ids));
-  HcPost(d, mix, ffn, streams, rows);
+  HcPost(d, ctx, mix, ffn, streams, rows);
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 
 #include "engine/cache/paged_rows.h"
 #include "engine/model/model_dims.h"
+#include "engine/model/rank_context.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/kernels.h"
 
@@ -19,7 +20,7 @@ enum class CompressedKeyFormat { kFp8Nope, kHadamardFp4 };
 // Appends token rows for `count` tokens starting at `start_pos` from the projections
 // kv/score [count, c*head_dim] (row stride c*head_dim), then emits every entry whose group
 // completed into `entries`.
-void CompressorAppend(const ModelDims& d, const CompressorWeights& w,
+void CompressorAppend(const ModelDims& d, const RankContext& ctx, const CompressorWeights& w,
                       const kernels::cpu::RopeTable& rope, CompressedKeyFormat format,
                       const float* kv, const float* score, int64_t count, int64_t start_pos,
                       PagedRows& token_rows, PagedRows& entries);

@@ -33,11 +33,14 @@ struct HcMix {
 HcMix HcPre(const ModelDims& d, const RankContext& ctx, const HyperConnectionWeights& w,
             const std::vector<float>& streams, int64_t rows);
 // streams <- post * f + comb^T * streams.
-void HcPost(const ModelDims& d, const HcMix& mix, const std::vector<float>& f,
-            std::vector<float>& streams, int64_t rows);
+void HcPost(const ModelDims& d, const RankContext& ctx, const HcMix& mix,
+            const std::vector<float>& f, std::vector<float>& streams, int64_t rows);
 // The hc streams [rows, hc, dim] a step starts from: each token's embedding row, hc times.
-std::vector<float> EmbedStreams(const ModelDims& d, const Matrix& embed,
+std::vector<float> EmbedStreams(const ModelDims& d, const RankContext& ctx, const Matrix& embed,
                                 const std::vector<int32_t>& token_ids);
+// The mean of every row's hc streams (DSpark's target features) into out, rows out_stride apart.
+void StreamMean(const ModelDims& d, const RankContext& ctx, const std::vector<float>& streams,
+                int64_t rows, float* out, int64_t out_stride);
 // hc_head: the final 4 -> 1 mixing, [rows, dim].
 std::vector<float> HcHead(const ModelDims& d, const RankContext& ctx,
                           const HyperConnectionWeights& w, const std::vector<float>& streams,
@@ -73,26 +76,12 @@ std::vector<float> ProjectLatentKv(const ModelDims& d, const RankContext& ctx,
 Status OutputProjection(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
                         const std::vector<float>& o, int64_t rows, std::vector<float>& out);
 
-// The keys (= values: one latent K=V head) each query row attends to, wherever the cache holds
-// them: row r's are rows[offsets[r]] .. rows[offsets[r + 1] - 1].
-struct AttentionKeys {
-  std::vector<const float*> rows;
-  std::vector<int64_t> offsets{0};
-};
-// Softmax attention of `heads` heads of every query row q [rows, heads, head_dim] over its keys,
-// the sink adding exp(sink - max) to the denominator only, then the inverse RoPE at the row's
-// position: out [rows, heads, head_dim]. Scores and the weighted sum accumulate in double
-// (kernels/cpu/quant_gemm.h DotDouble, AddScaledDouble): the output feeds FP8-simulated values
-// downstream, and staying near exact arithmetic keeps their codes from flipping on rounding
-// noise (an fp32 version moved the golden lockstep run past its tolerance). A head's output is
-// the same bits whatever else is in the batch and whichever heads a rank holds. Shared by the
-// target and the DSpark drafter; rows and head blocks run on the rank's threads.
+// Softmax attention of `heads` heads of every query row q [rows, heads, head_dim] over its
+// keys, the sink adding exp(sink - max) to the denominator only, then the inverse RoPE at the
+// row's position: out [rows, heads, head_dim]. Shared by the target and the DSpark drafter.
 void AttendRows(const ModelDims& d, const RankContext& ctx, int64_t heads, const float* q,
-                const AttentionKeys& keys, const float* sink, const kernels::cpu::RopeTable& rope,
-                const int64_t* positions, float* out);
-// run(row) for every row in [0, rows), on the rank's threads.
-void ParallelRows(const RankContext& ctx, int64_t rows,
-                  const std::function<void(int64_t row)>& run);
+                const backend::AttentionKeys& keys, const float* sink,
+                const kernels::cpu::RopeTable& rope, const int64_t* positions, float* out);
 
 // MoE sub-layer on normalised input v [rows, dim] with this rank's experts and shared-expert
 // chunks. Returns the sum over all ranks, [rows, dim].
@@ -100,7 +89,7 @@ StatusOr<std::vector<float>> MoeForward(const ModelDims& d, const RankContext& c
                                         const MoeWeights& w, bool hash_gate,
                                         const std::vector<float>& v,
                                         const std::vector<int32_t>& token_ids);
-// The same with whole weights on one rank.
+// The same with whole weights on one rank of the CPU backend, on the caller's thread (tests).
 std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
                               const std::vector<float>& v, const std::vector<int32_t>& token_ids);
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/safetensors/safetensors.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/batch.h"
 #include "engine/model/layers.h"
 #include "engine/model/vocab_parallel.h"
@@ -52,20 +53,6 @@ BatchLayout MakeBatch(std::span<const StepInput> inputs) {
   return batch;
 }
 
-// The hc-stream mean of every row, written into features[row, slot, :].
-void ExportFeatures(const ModelDims& d, const std::vector<float>& streams, int64_t rows,
-                    int64_t slot, int64_t slots, std::vector<float>& features) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = streams.data() + r * d.hc * d.dim;
-    float* out = features.data() + (r * slots + slot) * d.dim;
-    for (int64_t i = 0; i < d.dim; ++i) {
-      float sum = x[i];
-      for (int64_t j = 1; j < d.hc; ++j) sum += x[j * d.dim + i];
-      out[i] = sum / static_cast<float>(d.hc);
-    }
-  }
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const ModelOptions& options) {
@@ -100,6 +87,7 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
   // The ranks are threads too: each gets its share of the cores for its kernels.
   const int threads = options.threads > 0 ? options.threads : kc::AvailableCores();
   runner_ = parallel::RankRunner::Create(world, std::max(1, threads / world)).value();
+  backends_ = backend::MakeCpuBackends(*runner_);
 }
 
 Model::~Model() = default;
@@ -165,10 +153,7 @@ StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOp
 }
 
 RankContext Model::Context(int rank, Status* replica_mismatch) const {
-  RankContext ctx;
-  ctx.plan = &ranks_[rank].plan;
-  ctx.comm = runner_->comm(rank);
-  ctx.pool = runner_->pool(rank);
+  RankContext ctx = RankContext::For(ranks_[rank].plan, *backends_[rank]);
   ctx.writes_cache = rank == 0;
   ctx.check_replicas = check_replicas_ && ctx.comm != nullptr;
   ctx.replica_mismatch = replica_mismatch;
@@ -182,7 +167,7 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
   const RankContext ctx = Context(rank, &replica_mismatch);
   const int64_t rows = batch.rows();
   // Embedding, replicated into hc identical streams (on every rank: the streams are replicated).
-  std::vector<float> streams = EmbedStreams(d, w.embed, batch.token_ids);
+  std::vector<float> streams = EmbedStreams(d, ctx, w.embed, batch.token_ids);
   const bool features = out && options.features, block_io = out && options.block_io;
   const int64_t slots = static_cast<int64_t>(feature_layers_.size());
   if (features) out->features.resize(rows * slots * d.dim);
@@ -194,7 +179,8 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
     if (features) {
       auto it = std::find(feature_layers_.begin(), feature_layers_.end(), l);
       if (it != feature_layers_.end()) {
-        ExportFeatures(d, streams, rows, it - feature_layers_.begin(), slots, out->features);
+        StreamMean(d, ctx, streams, rows,
+                   out->features.data() + (it - feature_layers_.begin()) * d.dim, slots * d.dim);
       }
     }
     // Rank 0 writes the caches (the others' replicated rows are not stored), so it alone
@@ -238,7 +224,7 @@ Status Model::Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode 
     head_in = &selected;
   }
   std::vector<float> y = HcHead(d, ctx, w.hc_head, *head_in, rows);
-  kc::RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, y.data());
+  ctx.ops().RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, y.data());
   std::vector<float> logits = VocabSliceLogits(ctx, y.data(), rows, w.head);
   if (!ctx.distributed()) {
     out->logits = std::move(logits);

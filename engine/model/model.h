@@ -24,6 +24,7 @@
 
 #include "common/base/status.h"
 #include "common/config/model_config.h"
+#include "engine/backend/backend.h"
 #include "engine/cache/block_pool.h"
 #include "engine/cache/cache_layout.h"
 #include "engine/cache/sequence_state.h"
@@ -110,6 +111,8 @@ class Model {
   WeightFootprint footprint() const { return Footprint(ranks_[0].weights); }
   // The model's ranks, for the DSpark drafter to run its shards on (dspark::Drafter::Load).
   const std::shared_ptr<parallel::RankRunner>& rank_runner() const { return runner_; }
+  // Rank `rank`'s device.
+  backend::Backend& backend(int rank) const { return *backends_[rank]; }
 
  private:
   struct Rank {
@@ -141,6 +144,7 @@ class Model {
   // The rank threads and their group; a rank failing mid-step breaks it, and every later Step
   // returns that error.
   std::shared_ptr<parallel::RankRunner> runner_;
+  std::vector<std::unique_ptr<backend::Backend>> backends_;  // per rank
 };
 
 }  // namespace pdspark::engine

@@ -9,50 +9,23 @@
 // parallel region, then all down products in another.
 #include <algorithm>
 
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/layers.h"
 #include "engine/model/linear.h"
 
 namespace pdspark::engine {
 
-namespace kc = ::pdspark::kernels::cpu;
-
 namespace {
 
-struct Routing {
-  std::vector<int32_t> experts;  // [rows, k]
-  std::vector<float> weights;    // [rows, k]
-};
-
-Routing Route(const ModelDims& d, const RankContext& ctx, const MoeWeights& w, bool hash_gate,
-              const std::vector<float>& v, const std::vector<int32_t>& token_ids) {
+backend::Routing Route(const ModelDims& d, const RankContext& ctx, const MoeWeights& w,
+                       bool hash_gate, const std::vector<float>& v,
+                       const std::vector<int32_t>& token_ids) {
   const int64_t rows = static_cast<int64_t>(token_ids.size());
-  const int64_t e = d.experts, k = d.experts_per_token;
-  std::vector<float> scores(rows * e);
-  Linear(ctx, v.data(), rows, w.gate, scores.data());
-  for (float& s : scores) s = kc::SqrtSoftplus(s);
-  Routing routing;
-  routing.experts.resize(rows * k);
-  routing.weights.resize(rows * k);
-  std::vector<float> biased(e);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* s = scores.data() + r * e;
-    int32_t* chosen = routing.experts.data() + r * k;
-    if (hash_gate) {
-      std::copy_n(w.tid2eid.data() + static_cast<int64_t>(token_ids[r]) * k, k, chosen);
-    } else {
-      for (int64_t i = 0; i < e; ++i) biased[i] = s[i] + w.gate_bias[i];
-      const std::vector<int32_t> top = kc::TopK(biased, k);
-      std::copy(top.begin(), top.end(), chosen);
-    }
-    float* weight = routing.weights.data() + r * k;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k; ++i) {
-      weight[i] = s[chosen[i]];
-      sum += weight[i];
-    }
-    for (int64_t i = 0; i < k; ++i) weight[i] = weight[i] / sum * d.route_scale;
-  }
-  return routing;
+  std::vector<float> logits(rows * d.experts);
+  Linear(ctx, v.data(), rows, w.gate, logits.data());
+  return ctx.ops().Route(logits.data(), rows, d.experts, d.experts_per_token,
+                         hash_gate ? nullptr : w.gate_bias.data(),
+                         hash_gate ? w.tid2eid.data() : nullptr, token_ids.data(), d.route_scale);
 }
 
 // One SwiGLU feed-forward over gathered rows: out [n, dim] = w2[:, part] . (row_weight *
@@ -73,7 +46,7 @@ struct FfnJob {
 void RunFfnJobs(const ModelDims& d, const RankContext& ctx, std::vector<FfnJob>& jobs) {
   const size_t count = jobs.size();
   std::vector<std::vector<float>> gate(count), up(count);
-  std::vector<kc::GemmProblem> problems;
+  std::vector<backend::GemmCall> problems;
   for (size_t j = 0; j < count; ++j) {
     FfnJob& job = jobs[j];
     const int64_t n = job.n, inter = job.part.size();
@@ -84,27 +57,26 @@ void RunFfnJobs(const ModelDims& d, const RankContext& ctx, std::vector<FfnJob>&
     problems.push_back(
         {job.x, n, d.dim, job.w->w3.RowSlice(job.part.begin, job.part.end), up[j].data(), inter});
   }
-  kc::GroupedGemm(problems, ctx.pool);
+  ctx.ops().GroupedGemm(problems);
   problems.clear();
   for (size_t j = 0; j < count; ++j) {
     FfnJob& job = jobs[j];
     const int64_t n = job.n, inter = job.part.size();
     std::vector<float>& act = gate[j];  // overwritten in place
-    kc::SwiGlu(gate[j].data(), up[j].data(), n * inter, job.limit, act.data());
-    for (int64_t r = 0; r < n && !job.row_weights.empty(); ++r) {
-      for (int64_t i = 0; i < inter; ++i)
-        act[r * inter + i] = job.row_weights[r] * act[r * inter + i];
-    }
+    ctx.ops().SwiGlu(gate[j].data(), up[j].data(),
+                     job.row_weights.empty() ? nullptr : job.row_weights.data(), n, inter,
+                     job.limit, act.data());
     job.out.resize(n * d.dim);
     problems.push_back({act.data(), n, inter, job.w->w2.ColSlice(job.part.begin, job.part.end),
                         job.out.data(), d.dim});
   }
-  kc::GroupedGemm(problems, ctx.pool);
+  ctx.ops().GroupedGemm(problems);
 }
 
 // y += this rank's routed experts, in ascending expert order.
 void AddRoutedExperts(const ModelDims& d, const RankContext& ctx, const MoeWeights& w,
-                      const Routing& routing, const std::vector<float>& v, std::vector<double>& y) {
+                      const backend::Routing& routing, const std::vector<float>& v,
+                      std::vector<double>& y) {
   const int64_t rows = static_cast<int64_t>(v.size()) / d.dim, k = d.experts_per_token;
   std::vector<FfnJob> jobs;
   std::vector<std::vector<int64_t>> members;
@@ -131,11 +103,8 @@ void AddRoutedExperts(const ModelDims& d, const RankContext& ctx, const MoeWeigh
   }
   RunFfnJobs(d, ctx, jobs);
   for (size_t j = 0; j < jobs.size(); ++j) {
-    for (size_t m = 0; m < members[j].size(); ++m) {
-      double* yr = y.data() + members[j][m] * d.dim;
-      const float* o = jobs[j].out.data() + m * d.dim;
-      for (int64_t i = 0; i < d.dim; ++i) yr[i] += o[i];
-    }
+    ctx.ops().AddRowsDouble(jobs[j].out.data(), jobs[j].n, d.dim, members[j].data(), y.data(),
+                            d.dim);
   }
 }
 
@@ -157,7 +126,7 @@ void AddSharedExpert(const ModelDims& d, const RankContext& ctx, const MoeWeight
   }
   RunFfnJobs(d, ctx, jobs);
   for (const FfnJob& job : jobs) {
-    for (size_t i = 0; i < y.size(); ++i) y[i] += job.out[i];
+    ctx.ops().AddRowsDouble(job.out.data(), job.n, d.dim, nullptr, y.data(), d.dim);
   }
 }
 
@@ -168,7 +137,7 @@ StatusOr<std::vector<float>> MoeForward(const ModelDims& d, const RankContext& c
                                         const std::vector<float>& v,
                                         const std::vector<int32_t>& token_ids) {
   const ShardPlan& plan = *ctx.plan;
-  const Routing routing = Route(d, ctx, w, hash_gate, v, token_ids);
+  const backend::Routing routing = Route(d, ctx, w, hash_gate, v, token_ids);
   std::vector<double> y(v.size(), 0.0);
   AddRoutedExperts(d, ctx, w, routing, v, y);
   if (!plan.shared_after_reduce) AddSharedExpert(d, ctx, w, plan.shared_chunks, v, y);
@@ -180,9 +149,8 @@ StatusOr<std::vector<float>> MoeForward(const ModelDims& d, const RankContext& c
 std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
                               const std::vector<float>& v, const std::vector<int32_t>& token_ids) {
   const ShardPlan plan = ShardPlan::Full(d);
-  RankContext ctx;
-  ctx.plan = &plan;
-  return MoeForward(d, ctx, w, hash_gate, v, token_ids).value();
+  backend::CpuBackend cpu(/*pool=*/nullptr, /*comm=*/nullptr);
+  return MoeForward(d, RankContext::For(plan, cpu), w, hash_gate, v, token_ids).value();
 }
 
 }  // namespace pdspark::engine

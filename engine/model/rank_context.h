@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "engine/backend/backend.h"
 #include "engine/model/shard_plan.h"
 #include "engine/parallel/communicator.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace pdspark::engine {
 
@@ -15,8 +15,8 @@ namespace pdspark::engine {
 // in the same order, and each sub-layer makes the same collectives on every rank.
 struct RankContext {
   const ShardPlan* plan = nullptr;
-  parallel::Communicator* comm = nullptr;    // null: one rank, nothing to reduce
-  kernels::cpu::ThreadPool* pool = nullptr;  // the rank's compute threads; null: this thread
+  backend::Backend* backend = nullptr;     // the rank's device: its ops and communicator
+  parallel::Communicator* comm = nullptr;  // null: one rank, nothing to reduce
   // Rank 0 appends the step's tokens to the sequence states, which all ranks share (they are
   // replicated state: docs/tensor_parallel.md); the others read them after a barrier.
   bool writes_cache = true;
@@ -26,6 +26,16 @@ struct RankContext {
   Status* replica_mismatch = nullptr;
 
   bool distributed() const { return comm != nullptr && comm->world_size() > 1; }
+  backend::Ops& ops() const { return backend->ops(); }
+
+  // A rank holding slice `plan` of the model on `backend`.
+  static RankContext For(const ShardPlan& plan, backend::Backend& backend) {
+    RankContext ctx;
+    ctx.plan = &plan;
+    ctx.backend = &backend;
+    ctx.comm = backend.comm();
+    return ctx;
+  }
 };
 
 // Sums per-rank partial results over the ranks (in double: see shard_plan.h) and rounds to float.

@@ -49,7 +49,9 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
     : model_(std::move(model)),
       options_(options),
       max_model_len_(options.max_model_len > 0 ? options.max_model_len
-                                               : model_->config().max_position_embeddings) {
+                                               : model_->config().max_position_embeddings),
+      step_timer_(model_->backend(0).NewTimer()),
+      call_timer_(model_->backend(0).NewTimer()) {
   for (int64_t id : model_->config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
   if (eos_ids_.empty()) eos_ids_.push_back(static_cast<int32_t>(model_->config().eos_token_id));
   if (SpecEnabled() && options_.spec_auto) {
@@ -374,12 +376,11 @@ bool ServingEngine::DraftAll() {
     };
     inputs.push_back(std::move(in));
   }
-  const double start = SpecCostModel::ThreadCpuSeconds();
+  call_timer_->Start();
   std::vector<dspark::DraftOutput> drafts = options_.drafter->Draft(inputs);
   if (options_.spec_auto) {
     spec_costs_.ObserveDraft(static_cast<int64_t>(inputs.size()),
-                             *std::max_element(gammas.begin(), gammas.end()),
-                             SpecCostModel::ThreadCpuSeconds() - start);
+                             *std::max_element(gammas.begin(), gammas.end()), call_timer_->Stop());
   }
   for (size_t i = 0; i < drafting.size(); ++i) drafting[i]->draft = drafts[i].tokens;
   if (options_.spec_auto) ScheduleVerifyLengths(drafting, drafts);
@@ -533,7 +534,7 @@ void ServingEngine::RunStep() {
   std::vector<engine::StepInput> inputs;
   std::vector<std::vector<int32_t>> chunks;
   chunks.reserve(running_.size());
-  const double cpu_start = SpecCostModel::ThreadCpuSeconds();
+  step_timer_->Start();
   const bool drafted = SpecEnabled() && DraftAll();
   std::vector<Active*> planned = PlanStep(inputs, chunks);
   if (planned.empty()) return;
@@ -562,11 +563,11 @@ void ServingEngine::RunStep() {
       for (Active* r : observed) r->spec.state_observer->OnLayerDone(*r->state, layer);
     };
   }
-  const double start = SpecCostModel::ThreadCpuSeconds();
+  call_timer_->Start();
   auto output = model_->Step(inputs, step_options);
   if (decode_step && output.ok()) {
     spec_costs_.ObserveTarget(static_cast<int64_t>(planned.size()), output->row_offsets.back(),
-                              SpecCostModel::ThreadCpuSeconds() - start);
+                              call_timer_->Stop());
   }
   if (!output.ok()) {
     LOG_ERROR("engine step failed sequences={} error={}", planned.size(),
@@ -599,7 +600,7 @@ void ServingEngine::RunStep() {
     for (size_t i = 0; i < planned.size(); ++i)
       committed += static_cast<double>(planned[i]->generated - generated_before[i]);
     drafting_guard_.Observe(static_cast<int64_t>(planned.size()), drafted, committed,
-                            SpecCostModel::ThreadCpuSeconds() - cpu_start);
+                            step_timer_->Stop());
   }
   std::lock_guard lock(mu_);
   ++stats_.steps;

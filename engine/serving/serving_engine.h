@@ -169,6 +169,9 @@ class ServingEngine {
   int64_t live_drafter_states_ = 0;
   // auto (owned by the loop thread too).
   SpecCostModel spec_costs_;
+  // The backend's clocks: a whole decode step (the drafting guard), and one model call in it
+  // (the cost model's observations).
+  std::unique_ptr<engine::backend::Timer> step_timer_, call_timer_;
   DraftingGuard drafting_guard_;
   std::vector<dspark::ConfidenceCalibration> calibration_;  // [0] greedy, [1] sampled requests
   std::vector<std::vector<double>> prior_survival_;         // same index: for requests without

@@ -53,23 +53,20 @@ void MakeMonotone(std::vector<std::vector<double>>& table) {
 // run: what precedes that kind of call when serving, so that the run finds the caches as it
 // would there. (Back to back, a drafter forward found its weights in cache and measured a third
 // of what it costs right after a target step.)
+// Times are the backend's (engine::backend::Timer: the wall time of the work on all of the rank's
+// threads, or of a GPU's stream).
 template <typename F, typename B>
-StatusOr<double> BestTime(int repeats, F&& run, B&& before) {
+StatusOr<double> BestTime(engine::backend::Timer& timer, int repeats, F&& run, B&& before) {
   double best = 1e30, total = 0;
   for (int rep = 0; rep < repeats || (total < 0.02 && rep < 16); ++rep) {
     RETURN_IF_ERROR(before());
-    const double start = SpecCostModel::ThreadCpuSeconds();
+    timer.Start();
     RETURN_IF_ERROR(run());
-    const double s = SpecCostModel::ThreadCpuSeconds() - start;
+    const double s = timer.Stop();
     best = std::min(best, s);
     total += s;
   }
   return best;
-}
-
-template <typename F>
-StatusOr<double> BestTime(int repeats, F&& run) {
-  return BestTime(repeats, std::forward<F>(run), [] { return absl::OkStatus(); });
 }
 
 // Running correction towards measured/predicted, robust to one-off stalls.
@@ -93,12 +90,6 @@ SpecCostModel SpecCostModel::FromTables(std::vector<int64_t> requests,
   m.target_scales_.assign(m.target_.at(0).size(), 1.0);
   m.corrected_ = false;
   return m;
-}
-
-double SpecCostModel::ThreadCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 StatusOr<SpecCostModel> SpecCostModel::Measure(engine::Model& model, const dspark::Drafter& drafter,
@@ -164,21 +155,23 @@ StatusOr<SpecCostModel> SpecCostModel::Measure(engine::Model& model, const dspar
     drafter.AppendContext(*scratch, prefill.features.data(), context);
     return absl::OkStatus();
   };
-  ASSIGN_OR_RETURN(const double ring, BestTime(repeats, catch_up, [&] { return step(1, 0); }));
+  const std::unique_ptr<engine::backend::Timer> timer = model.backend(0).NewTimer();
+  ASSIGN_OR_RETURN(const double ring,
+                   BestTime(*timer, repeats, catch_up, [&] { return step(1, 0); }));
   m.context_per_position_ = ring / static_cast<double>(context);
   for (int64_t r : m.requests_) {
     std::vector<double>& target = m.target_.emplace_back();
     for (int64_t l = 0; l <= block; ++l) {
-      ASSIGN_OR_RETURN(const double best,
-                       BestTime(
-                           repeats, [&] { return step(r, l); }, [&] { return draft(r, l); }));
+      ASSIGN_OR_RETURN(const double best, BestTime(
+                                              *timer, repeats, [&] { return step(r, l); },
+                                              [&] { return draft(r, l); }));
       target.push_back(best);
     }
     std::vector<double>& drafts = m.draft_.emplace_back();
     for (int64_t g = 1; g <= block; ++g) {
-      ASSIGN_OR_RETURN(const double best,
-                       BestTime(
-                           repeats, [&] { return draft(r, g); }, [&] { return step(r, 0); }));
+      ASSIGN_OR_RETURN(const double best, BestTime(
+                                              *timer, repeats, [&] { return draft(r, g); },
+                                              [&] { return step(r, 0); }));
       drafts.push_back(best);
     }
   }

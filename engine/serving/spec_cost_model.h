@@ -55,8 +55,6 @@ class SpecCostModel {
   void ObserveDraft(int64_t requests, int64_t gamma, double seconds);
 
   bool profiled() const { return !requests_.empty(); }
-  // CPU seconds used by the calling thread so far (the clock of every cost here).
-  static double ThreadCpuSeconds();
   // The tables in milliseconds on one line (the startup log line, dspark_bench --profile).
   std::string Describe() const;
 

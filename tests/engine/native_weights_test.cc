@@ -53,6 +53,20 @@ TEST(NativeWeights, SameLogitsAsFp32CopiesAtEveryTensorParallelSize) {
   }
 }
 
+TEST(NativeWeights, TheNumberOfComputeThreadsChangesNoBit) {
+  ModelOptions one;
+  one.show_progress = false;
+  one.threads = 1;
+  const std::vector<float> expected = RunSteps(*Model::Load(kGoldenDir, one).value());
+  for (int threads : {2, 3}) {
+    ModelOptions many = one;
+    many.threads = threads;
+    auto model = Model::Load(kGoldenDir, many).value();
+    EXPECT_EQ(model->threads_per_rank(), threads);
+    EXPECT_EQ(RunSteps(*model), expected) << threads << " threads";
+  }
+}
+
 TEST(NativeWeights, MatricesAreViewsOfTheMappedCheckpoint) {
   const config::ModelConfig config = config::LoadModelConfig(kGoldenDir).value();
   auto checkpoint = safetensors::Checkpoint::OpenShared(kGoldenDir).value();

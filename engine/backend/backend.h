@@ -1,0 +1,47 @@
+// A tensor-parallel rank's device: its memory, its compute operations (ops.h), a timer for the
+// work it runs, and its communicator. The model and the DSpark drafter reach the device only
+// through this interface, so a CUDA backend plugs in beside the CPU one (engine/backend/cpu).
+//
+//   std::vector<std::unique_ptr<Backend>> ranks = MakeCpuBackends(runner);
+//   Ops& ops = ranks[r]->ops();
+//   auto timer = ranks[r]->NewTimer();  timer->Start(); ...; double s = timer->Stop();
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "engine/backend/ops.h"
+#include "engine/parallel/communicator.h"
+
+namespace pdspark::engine::backend {
+
+enum class Device { kCpu, kCuda };
+const char* DeviceName(Device device);
+
+// Times work submitted to a device: wall-clock seconds from Start until the work launched
+// since has finished (a GPU backend records events on its stream; the CPU runs synchronously).
+class Timer {
+ public:
+  virtual ~Timer() = default;
+  virtual void Start() = 0;
+  virtual double Stop() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual Ops& ops() = 0;
+  virtual std::unique_ptr<Timer> NewTimer() const = 0;
+  // The rank's communicator; null when the model runs as one rank.
+  virtual parallel::Communicator* comm() const = 0;
+  // Device memory, 64-byte aligned (host memory for the CPU backend).
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  // A quantised weight slice must start on a multiple of this many columns for the kernels to
+  // read it in place (the CPU's 16-wide vectors; a GPU backend's scale blocks).
+  virtual int64_t weight_column_alignment() const = 0;
+};
+
+}  // namespace pdspark::engine::backend

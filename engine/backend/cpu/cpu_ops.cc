@@ -1,0 +1,109 @@
+// CpuOps: products and row-wise operations.
+#include "engine/backend/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quant_gemm.h"
+
+namespace pdspark::engine::backend {
+
+namespace kc = ::pdspark::kernels::cpu;
+
+void CpuOps::ForChunks(int64_t n, int64_t unit, const std::function<void(int64_t, int64_t)>& run) {
+  const int64_t chunks = pool_ ? std::min<int64_t>(4 * pool_->size(), (n + unit - 1) / unit) : 1;
+  if (chunks <= 1) {
+    if (n > 0) run(0, n);
+    return;
+  }
+  pool_->ParallelFor(chunks, [&](int64_t c) { run(n * c / chunks, n * (c + 1) / chunks); });
+}
+
+void CpuOps::Gemm(const GemmCall& call) {
+  kc::Gemm({call.x, call.m, call.ldx, call.w, call.y, call.ldy}, pool_);
+}
+
+void CpuOps::GroupedGemm(std::span<const GemmCall> calls) {
+  std::vector<kc::GemmProblem> problems;
+  problems.reserve(calls.size());
+  for (const GemmCall& c : calls) problems.push_back({c.x, c.m, c.ldx, c.w, c.y, c.ldy});
+  kc::GroupedGemm(problems, pool_);
+}
+
+void CpuOps::GatherRows(const kernels::WeightMatrix& table, std::span<const int32_t> ids,
+                        int64_t copies, float* out) {
+  const int64_t n = table.cols;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    float* first = out + static_cast<int64_t>(i) * copies * n;
+    kc::DequantizeRows(table, ids[i], ids[i] + 1, first);
+    for (int64_t c = 1; c < copies; ++c) std::copy_n(first, n, first + c * n);
+  }
+}
+
+void CpuOps::RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+                     float* y) {
+  ForChunks(rows, 16, [&](int64_t begin, int64_t end) {
+    kc::RmsNorm(x + begin * n, weight, end - begin, n, eps, y + begin * n);
+  });
+}
+
+void CpuOps::Rope(const kc::RopeTable& table, const int64_t* positions, int64_t rows,
+                  int64_t vectors, int64_t stride, int64_t offset, bool inverse, float* x) {
+  ForChunks(rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t v = 0; v < vectors; ++v) {
+        kc::ApplyRope(table, positions[r], inverse, x + (r * vectors + v) * stride + offset);
+      }
+    }
+  });
+}
+
+void CpuOps::QuantDequantFp8(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t block) {
+  ForChunks(rows, 16, [&](int64_t begin, int64_t end) {
+    kc::Fp8QuantDequant(x + begin * stride, end - begin, cols, stride, block);
+  });
+}
+
+void CpuOps::QuantDequantFp4(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t block) {
+  ForChunks(rows, 16, [&](int64_t begin, int64_t end) {
+    kc::Fp4QuantDequant(x + begin * stride, end - begin, cols, stride, block);
+  });
+}
+
+void CpuOps::Hadamard(float* x, int64_t rows, int64_t n, float scale) {
+  ForChunks(rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) kc::HadamardTransform(x + r * n, n, scale);
+  });
+}
+
+void CpuOps::SwiGlu(const float* gate, const float* up, const float* row_scale, int64_t rows,
+                    int64_t n, float limit, float* out) {
+  ForChunks(rows, 16, [&](int64_t begin, int64_t end) {
+    kc::SwiGlu(gate + begin * n, up + begin * n, (end - begin) * n, limit, out + begin * n);
+    if (!row_scale) return;
+    for (int64_t r = begin; r < end; ++r) {
+      for (int64_t i = 0; i < n; ++i) out[r * n + i] = row_scale[r] * out[r * n + i];
+    }
+  });
+}
+
+void CpuOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows,
+                           double* acc, int64_t acc_stride) {
+  // Chunks over the columns, so rows that repeat (a token's experts) never race.
+  ForChunks(n, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t i = 0; i < count; ++i) {
+      double* a = acc + (rows ? rows[i] : i) * acc_stride;
+      const float* xi = x + i * n;
+      for (int64_t c = begin; c < end; ++c) a[c] += xi[c];
+    }
+  });
+}
+
+void CpuOps::Scale(float* x, int64_t n, float s) {
+  ForChunks(n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) x[i] *= s;
+  });
+}
+
+}  // namespace pdspark::engine::backend

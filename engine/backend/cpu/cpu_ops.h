@@ -1,0 +1,70 @@
+// The CPU implementation of Ops: the kernels of kernels/cpu, with the per-row work of the
+// forward spread over the rank's compute threads. Each output is computed by the same
+// operations whichever thread runs it, so the threads change no bit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "engine/backend/ops.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace pdspark::engine::backend {
+
+class CpuOps : public Ops {
+ public:
+  explicit CpuOps(kernels::cpu::ThreadPool* pool) : pool_(pool) {}
+
+  void Gemm(const GemmCall& call) override;
+  void GroupedGemm(std::span<const GemmCall> calls) override;
+  void GatherRows(const kernels::WeightMatrix& table, std::span<const int32_t> ids, int64_t copies,
+                  float* out) override;
+
+  void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+               float* y) override;
+  void Rope(const kernels::cpu::RopeTable& table, const int64_t* positions, int64_t rows,
+            int64_t vectors, int64_t stride, int64_t offset, bool inverse, float* x) override;
+  void QuantDequantFp8(float* x, int64_t rows, int64_t cols, int64_t stride,
+                       int64_t block) override;
+  void QuantDequantFp4(float* x, int64_t rows, int64_t cols, int64_t stride,
+                       int64_t block) override;
+  void Hadamard(float* x, int64_t rows, int64_t n, float scale) override;
+  void SwiGlu(const float* gate, const float* up, const float* row_scale, int64_t rows, int64_t n,
+              float limit, float* out) override;
+  void AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows, double* acc,
+                     int64_t acc_stride) override;
+  void Scale(float* x, int64_t n, float s) override;
+
+  void HcPre(const HcShape& s, const float* streams, float* mixes, int64_t rows, const float* scale,
+             const float* base, float* input, float* post, float* comb) override;
+  void HcPost(const HcShape& s, const float* f, const float* post, const float* comb, int64_t rows,
+              float* streams) override;
+  void HcHead(const HcShape& s, const float* streams, float* mixes, int64_t rows,
+              const float* scale, const float* base, float* y) override;
+  void StreamMean(const HcShape& s, const float* streams, int64_t rows, float* out,
+                  int64_t out_stride) override;
+
+  Routing Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
+                const float* bias, const int32_t* hash_table, const int32_t* token_ids,
+                float route_scale) override;
+
+  void Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
+              const float* sink, float* out) override;
+  void IndexerScores(const AttentionKeys& keys, const float* q, const float* w, int64_t heads,
+                     int64_t dim, double* scores) override;
+  std::vector<std::vector<int32_t>> TopK(const float* values, const std::vector<int64_t>& offsets,
+                                         int64_t k) override;
+  void PoolEntry(const float* const* slot_rows, const int64_t* channel_offset, int64_t slots,
+                 int64_t head_dim, int64_t score_offset, float* out) override;
+
+ private:
+  // run(begin, end) over [0, n) in contiguous chunks on the rank's threads; `unit` items at
+  // least per chunk (small rows are not worth a hand-off).
+  void ForChunks(int64_t n, int64_t unit, const std::function<void(int64_t, int64_t)>& run);
+  // The mixes of every row scaled by rsqrt(mean(streams^2) + eps) (hc_pre and hc_head).
+  void ScaleMixes(const HcShape& s, const float* streams, int64_t rows, int64_t mix, float* mixes);
+
+  kernels::cpu::ThreadPool* pool_;
+};
+
+}  // namespace pdspark::engine::backend

@@ -1,0 +1,137 @@
+// The compute operations of the DeepSeek-V4-Flash forward and the DSpark drafter, behind one
+// interface so the model is written once (engine/model, engine/dspark) and each device
+// implements it (engine/backend/cpu now; a CUDA backend next, issue 23). Pointers are the
+// backend's memory; activations are fp32 row-major with explicit row strides; weights are
+// kernels::WeightMatrix views in their checkpoint formats, dequantised inside the kernels.
+//
+// Every operation is deterministic and computes each output the same way whatever the batch
+// around it, the slice of the model a tensor-parallel rank holds, or the threads that run it:
+// the engine's batch and TP invariance rest on that (docs/model.md).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/cpu/kernels.h"
+#include "kernels/weight_matrix.h"
+
+namespace pdspark::engine::backend {
+
+// y [m, w.rows] (rows ldy apart) = x [m, w.cols] (rows ldx apart) . w^T.
+struct GemmCall {
+  const float* x = nullptr;
+  int64_t m = 0;
+  int64_t ldx = 0;
+  kernels::WeightMatrix w;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// The shape of the hyper-connection streams: `hc` streams of `dim` per row.
+struct HcShape {
+  int64_t hc = 0;
+  int64_t dim = 0;
+  int64_t sinkhorn_iters = 0;
+  float hc_eps = 0.0f;
+  float norm_eps = 0.0f;
+};
+
+// The keys (= values: one latent K=V head) each query row attends to, wherever the cache holds
+// them: row r's are rows[offsets[r]] .. rows[offsets[r + 1] - 1].
+struct AttentionKeys {
+  std::vector<const float*> rows;
+  std::vector<int64_t> offsets{0};
+  int64_t num_rows() const { return static_cast<int64_t>(offsets.size()) - 1; }
+};
+
+// The expert choice of a MoE layer for every row: top_k experts and their weights.
+struct Routing {
+  std::vector<int32_t> experts;  // [rows, k]
+  std::vector<float> weights;    // [rows, k]
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // ---- Products --------------------------------------------------------------------------
+  virtual void Gemm(const GemmCall& call) = 0;
+  // Several independent products in one launch (a MoE layer's experts, a sharded head).
+  virtual void GroupedGemm(std::span<const GemmCall> calls) = 0;
+  // Rows ids[i] of table as fp32, each written `copies` times: out [ids, copies, table.cols].
+  virtual void GatherRows(const kernels::WeightMatrix& table, std::span<const int32_t> ids,
+                          int64_t copies, float* out) = 0;
+
+  // ---- Row-wise --------------------------------------------------------------------------
+  // y = weight * x * rsqrt(mean(x^2) + eps) per row of n (weight null: unweighted); in place ok.
+  virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+                       float* y) = 0;
+  // RoPE (interleaved pairs) of the rope_dim values at `offset` of each of the `vectors`
+  // vectors (`stride` floats apart) of every row, at positions[row]; inverse: the conjugate.
+  virtual void Rope(const kernels::cpu::RopeTable& table, const int64_t* positions, int64_t rows,
+                    int64_t vectors, int64_t stride, int64_t offset, bool inverse, float* x) = 0;
+  // The model's quantise-dequantise simulations (kernels.h) of `cols` values of `rows` rows.
+  virtual void QuantDequantFp8(float* x, int64_t rows, int64_t cols, int64_t stride,
+                               int64_t block) = 0;
+  virtual void QuantDequantFp4(float* x, int64_t rows, int64_t cols, int64_t stride,
+                               int64_t block) = 0;
+  virtual void Hadamard(float* x, int64_t rows, int64_t n, float scale) = 0;
+  // out = row_scale[row] * silu(min(gate, limit)) * clamp(up, +-limit) (limit 0: no clamp;
+  // row_scale null: 1) over rows of n.
+  virtual void SwiGlu(const float* gate, const float* up, const float* row_scale, int64_t rows,
+                      int64_t n, float limit, float* out) = 0;
+  // Row i of x [count, n] added to row rows[i] (rows null: row i) of acc, acc's rows
+  // acc_stride apart, in double; rows in order.
+  virtual void AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows,
+                             double* acc, int64_t acc_stride) = 0;
+  // x *= s over n values.
+  virtual void Scale(float* x, int64_t n, float s) = 0;
+
+  // ---- Hyper-connections (mHC) ---------------------------------------------------------------
+  // From streams [rows, hc, dim] and their raw mixes [rows, (2+hc)*hc] (streams . fn^T), which
+  // are scaled in place by rsqrt(mean(streams^2) + norm_eps): the sub-layer input [rows, dim]
+  // and the post [rows, hc] and Sinkhorn comb [rows, hc, hc] coefficients.
+  virtual void HcPre(const HcShape& s, const float* streams, float* mixes, int64_t rows,
+                     const float* scale, const float* base, float* input, float* post,
+                     float* comb) = 0;
+  // streams <- post * f + comb^T . streams per row (f [rows, dim]).
+  virtual void HcPost(const HcShape& s, const float* f, const float* post, const float* comb,
+                      int64_t rows, float* streams) = 0;
+  // The final 4 -> 1 mixing from raw mixes [rows, hc] (scaled in place): y [rows, dim].
+  virtual void HcHead(const HcShape& s, const float* streams, float* mixes, int64_t rows,
+                      const float* scale, const float* base, float* y) = 0;
+  // The mean of the hc streams of every row, into out (rows out_stride apart).
+  virtual void StreamMean(const HcShape& s, const float* streams, int64_t rows, float* out,
+                          int64_t out_stride) = 0;
+
+  // ---- Mixture of experts --------------------------------------------------------------------
+  // From gate logits [rows, experts]: sqrt-softplus scores; the top_k experts by score + bias
+  // (or, for hash layers, hash_table[token_ids[row]]); weights = renormalised scores times
+  // route_scale.
+  virtual Routing Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
+                        const float* bias, const int32_t* hash_table, const int32_t* token_ids,
+                        float route_scale) = 0;
+
+  // ---- Attention -------------------------------------------------------------------------------
+  // Softmax attention of `heads` heads of every query row q [rows, heads, head_dim] over its
+  // keys, the sink adding exp(sink - max) to the denominator only: out [rows, heads, head_dim].
+  virtual void Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
+                      const float* sink, float* out) = 0;
+  // The lightning indexer: scores[offsets[r] + j] = sum over heads h of
+  // w[r, h] * relu(q[r, h] . keys[r][j]) (partial: this rank's heads), in double.
+  virtual void IndexerScores(const AttentionKeys& keys, const float* q, const float* w,
+                             int64_t heads, int64_t dim, double* scores) = 0;
+  // Per row r: the indices of the min(k, count) largest of values[offsets[r] .. offsets[r+1]),
+  // largest first, ties to the lower index (the indexer's selection).
+  virtual std::vector<std::vector<int32_t>> TopK(const float* values,
+                                                 const std::vector<int64_t>& offsets,
+                                                 int64_t k) = 0;
+  // One compressed entry from the token rows of its group (`slots` rows; null rows count as
+  // -inf score): per channel c < head_dim, the softmax over slots of the score at
+  // score_offset + channel_offset[slot] + c, weighting the value at channel_offset[slot] + c.
+  virtual void PoolEntry(const float* const* slot_rows, const int64_t* channel_offset,
+                         int64_t slots, int64_t head_dim, int64_t score_offset, float* out) = 0;
+};
+
+}  // namespace pdspark::engine::backend
