@@ -13,11 +13,13 @@
 namespace pdspark::kernels::cpu {
 namespace {
 
-// Output columns per task: a whole number of every path's column tiles.
-constexpr int64_t kTaskCols = 16;
 // Rows per task once rows are many (prefill): a block of x stays in the core's L2 while the
 // task's weight columns, dequantised once, are swept against it.
 constexpr int64_t kTaskRows = 64;
+// Tasks per thread of a parallel region: enough to even out threads that run slow (another
+// process on the core), few enough that handing them out stays cheap next to a decode GEMM of
+// some tens of microseconds.
+constexpr int64_t kTasksPerThread = 4;
 
 std::atomic<GemmIsa> forced_isa{GemmIsa::kAuto};
 
@@ -39,13 +41,24 @@ const internal::IsaKernels& Kernels() {
   }
 }
 
-// The tasks of one problem: row blocks x column blocks, row-block major.
+// Multiply-adds of a problem.
+double Work(const GemmProblem& p) {
+  return static_cast<double>(p.m) * static_cast<double>(p.w.rows) * static_cast<double>(p.w.cols);
+}
+
+// The tasks of one problem: row blocks x column blocks (row-block major), column blocks a
+// multiple of kPanelCols sized so that a task does about `task_work` multiply-adds.
 struct TaskGrid {
-  int64_t row_block = 0, row_blocks = 0, col_blocks = 0;
-  explicit TaskGrid(const GemmProblem& p) {
+  int64_t row_block = 0, row_blocks = 0, col_block = 0, col_blocks = 0;
+  TaskGrid(const GemmProblem& p, double task_work) {
     row_block = p.m < internal::kPanelMinRows ? std::max<int64_t>(p.m, 1) : kTaskRows;
     row_blocks = (p.m + row_block - 1) / row_block;
-    col_blocks = (p.w.rows + kTaskCols - 1) / kTaskCols;
+    const double per_col = static_cast<double>(row_block) * static_cast<double>(p.w.cols);
+    const int64_t panels = (p.w.rows + internal::kPanelCols - 1) / internal::kPanelCols;
+    const int64_t panels_per_task = std::clamp<int64_t>(
+        static_cast<int64_t>(task_work / (per_col * internal::kPanelCols + 1.0)), 1, panels);
+    col_block = panels_per_task * internal::kPanelCols;
+    col_blocks = (p.w.rows + col_block - 1) / col_block;
   }
   int64_t tasks() const { return row_blocks * col_blocks; }
 };
@@ -60,8 +73,8 @@ void RunTask(const internal::IsaKernels& kernels, const GemmProblem& p, const Ta
              int64_t task) {
   const int64_t rb = task / grid.col_blocks, cb = task % grid.col_blocks;
   const int64_t i0 = rb * grid.row_block, i1 = std::min(p.m, i0 + grid.row_block);
-  const int64_t j0 = cb * kTaskCols, j1 = std::min(p.w.rows, j0 + kTaskCols);
-  kernels.gemm_block(p, i0, i1, j0, j1, Scratch(kTaskCols * p.w.cols));
+  const int64_t j0 = cb * grid.col_block, j1 = std::min(p.w.rows, j0 + grid.col_block);
+  kernels.gemm_block(p, i0, i1, j0, j1, Scratch(internal::kPanelCols * p.w.cols));
 }
 
 }  // namespace
@@ -149,10 +162,13 @@ bool GemmSupports(const WeightMatrix& w) {
 
 void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
   const internal::IsaKernels& kernels = Kernels();
+  double work = 0;
+  for (const GemmProblem& p : problems) work += Work(p);
+  const double task_work = work / static_cast<double>(kTasksPerThread * (pool ? pool->size() : 1));
   std::vector<TaskGrid> grids;
   std::vector<int64_t> first_task{0};
   for (const GemmProblem& p : problems) {
-    grids.emplace_back(p);
+    grids.emplace_back(p, task_work);
     const int64_t tasks = p.m > 0 ? grids.back().tasks() : 0;
     first_task.push_back(first_task.back() + tasks);
   }

@@ -14,8 +14,8 @@ namespace pdspark::kernels::cpu::internal {
 // table); quant_gemm.h documents what they compute.
 struct IsaKernels {
   // Outputs rows [i0, i1) x columns [j0, j1) of `p`. `scratch` holds at least
-  // (j1 - j0) * p.w.cols floats, for dequantising the columns' weights once when many rows
-  // share them.
+  // kPanelCols * p.w.cols floats, for dequantising a panel of columns once when many rows share
+  // them.
   void (*gemm_block)(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                      float* scratch);
   // View rows [j0, j1) of w as fp32 into out (row stride w.cols); the view's column origin on
@@ -30,7 +30,10 @@ extern const IsaKernels kPortableKernels;
 
 // From this many rows on, a task dequantises its weight columns into scratch once and runs the
 // fp32 tiles over them (same bits: dequantisation is exact); below, it dequantises in registers.
-inline constexpr int64_t kPanelMinRows = 8;
+inline constexpr int64_t kPanelMinRows = 64;
+// Columns of such a panel: a multiple of every path's column tile, small enough for the core's
+// L2 at the model's widest inputs.
+inline constexpr int64_t kPanelCols = 16;
 
 // 2^(code - 127); 255 is NaN (the OCP MX E8M0 encoding).
 constexpr float E8M0Value(uint8_t code) {

@@ -199,14 +199,19 @@ void GemmBlockFormat(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, i
   if (F == WeightFormat::kF32 || i1 - i0 < internal::kPanelMinRows) {
     return Block<F>(p.x, p.ldx, p.w, i0, i1, j0, j1, p.y, p.ldy);
   }
-  DequantizeRows<F>(p.w, j0, j1, scratch);
-  WeightMatrix panel;
-  panel.format = WeightFormat::kF32;
-  panel.data = scratch;
-  panel.row_stride = p.w.cols;
-  panel.rows = j1 - j0;
-  panel.cols = p.w.cols;
-  Block<WeightFormat::kF32>(p.x, p.ldx, panel, i0, i1, 0, j1 - j0, p.y + j0, p.ldy);
+  // Panels of internal::kPanelCols columns, each dequantised once into scratch and swept
+  // against every row.
+  for (int64_t jp = j0; jp < j1; jp += internal::kPanelCols) {
+    const int64_t jq = jp + internal::kPanelCols < j1 ? jp + internal::kPanelCols : j1;
+    DequantizeRows<F>(p.w, jp, jq, scratch);
+    WeightMatrix panel;
+    panel.format = WeightFormat::kF32;
+    panel.data = scratch;
+    panel.row_stride = p.w.cols;
+    panel.rows = jq - jp;
+    panel.cols = p.w.cols;
+    Block<WeightFormat::kF32>(p.x, p.ldx, panel, i0, i1, 0, jq - jp, p.y + jp, p.ldy);
+  }
 }
 
 void GemmBlock(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
