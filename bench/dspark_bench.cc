@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_join.h"
 #include "common/tokenizer/tokenizer.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/spec_cost_model.h"
@@ -253,6 +254,44 @@ std::string Row(const std::string& mode, int c, const Result& r, std::pair<doubl
   return line;
 }
 
+// --profile: the cost profile `auto` measures at startup, at each concurrency R, and what it
+// projects: per draft length g, a verify step of R x (g+1) rows and a drafter forward over a
+// plain step of R rows, and the tokens per second of drafting g every step relative to plain
+// decoding, (1 + sum of survival[0..g)) x plain / (draft + verify). A projection from measured
+// costs and given acceptance, not a measured speed-up.
+int Profile(const std::string& model_dir, const std::vector<int>& concurrency,
+            const std::vector<double>& survival) {
+  engine::ModelOptions mo;
+  mo.show_progress = false;
+  auto m = engine::Model::Load(model_dir, mo).value();
+  auto drafter = dspark::Drafter::Load(model_dir, m->config(), m->rank_runner()).value();
+  std::vector<int64_t> requests(concurrency.begin(), concurrency.end());
+  std::sort(requests.begin(), requests.end());
+  std::fprintf(stderr, "dspark_bench: measuring the cost profile at R = %s\n",
+               absl::StrJoin(requests, ",").c_str());
+  auto cost = serving::SpecCostModel::Measure(*m, *drafter, requests).value();
+  std::string text = cost.Describe();
+  for (size_t at; (at = text.find("; ")) != std::string::npos;) text.replace(at, 2, "\n");
+  std::printf("%s\n\nprojection (survival %s):\n", text.c_str(),
+              absl::StrJoin(survival, ",").c_str());
+  std::printf(
+      "| R | g | plain ms | verify/plain | draft/plain | tokens/round | projected vs off |\n"
+      "|---|---|---|---|---|---|---|\n");
+  const int64_t max_g = std::min<int64_t>(drafter->block_size(), survival.size());
+  for (int64_t r : requests) {
+    const double plain = cost.TargetSeconds(r, r);
+    double tokens = 1.0;
+    for (int64_t g = 1; g <= max_g; ++g) {
+      tokens += survival[g - 1];
+      const double verify = cost.TargetSeconds(r, r * (g + 1)), draft = cost.DraftSeconds(r, g);
+      std::printf("| %ld | %ld | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", static_cast<long>(r),
+                  static_cast<long>(g), 1e3 * plain, verify / plain, draft / plain, tokens,
+                  tokens * plain / (verify + draft));
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace pdspark
 
@@ -265,6 +304,9 @@ int main(int argc, char** argv) {
   std::string prompts_file;
   int num_prompts = 0, repeats = 1;
   bool profile = false, one_run = false;
+  // Prefix survival per draft position (P(draft 1..k all accepted)) for the --profile projection:
+  // the bundled model's, measured at N = 5 (docs/perf.md, DSpark table).
+  std::vector<double> survival{0.83, 0.58, 0.38, 0.26, 0.21};
   app.add_option("--model", w.model)->capture_default_str();
   app.add_option("--prompts", prompts_file, "JSON list of {id, text}; default synthetic [bos, t]");
   app.add_option("--num-prompts", num_prompts, "use the first N prompts (0: all; synthetic: 64)");
@@ -274,21 +316,15 @@ int main(int argc, char** argv) {
   app.add_option("--temperature", w.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--repeats", repeats,
                  "rounds of every mode: best tok/s, median paired ratio to off are reported");
-  app.add_flag("--profile", profile, "print the target/drafter cost profile auto uses, then exit");
+  app.add_flag("--profile", profile,
+               "print the target/drafter cost profile auto uses at each concurrency, and the "
+               "speed-up it projects with --survival, then exit");
+  app.add_option("--survival", survival,
+                 "--profile: P(drafts 1..k accepted) per position k, for the projection")
+      ->delimiter(',');
   app.add_flag("--one-run", one_run, "internal: run the one mode and concurrency, print JSON");
   CLI11_PARSE(app, argc, argv);
-  if (profile) {
-    pdspark::engine::ModelOptions mo;
-    mo.show_progress = false;
-    auto m = pdspark::engine::Model::Load(w.model, mo).value();
-    auto drafter = pdspark::dspark::Drafter::Load(w.model, m->config()).value();
-    const int max_c = *std::max_element(concurrency.begin(), concurrency.end());
-    auto cost = pdspark::serving::SpecCostModel::Measure(*m, *drafter, max_c).value();
-    std::string text = cost.Describe();
-    for (size_t at; (at = text.find("; ")) != std::string::npos;) text.replace(at, 2, "\n");
-    std::printf("%s\n", text.c_str());
-    return 0;
-  }
+  if (profile) return pdspark::Profile(w.model, concurrency, survival);
   if (!prompts_file.empty()) {
     w.prompts = pdspark::LoadPrompts(prompts_file, w.model, num_prompts);
   } else {

@@ -56,7 +56,7 @@ def config():
         "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3",
                                 "quant_method": "fp8", "scale_fmt": "ue8m0",
                                 "weight_block_size": [128, 128]},
-        "dspark_block_size": 8, "dspark_noise_token_id": NOISE_TOKEN,
+        "dspark_block_size": 5, "dspark_noise_token_id": NOISE_TOKEN,
         "dspark_target_layer_ids": list(range(len(RATIOS))), "dspark_markov_rank": MARKOV_RANK,
     }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/transport/ucx_agent.h"
 #include "common/worker/registry_client.h"
@@ -12,7 +13,6 @@
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_process.h"
 #include "decode_worker/decode_service.h"
-#include "absl/strings/str_cat.h"
 #include "engine/cache/staging_layout.h"
 #include "engine/serving/engine_metrics.h"
 #include "engine/serving/proto_conversions.h"
@@ -68,6 +68,8 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   engine::ModelOptions model_options;
   model_options.cache_block_rows = f.common.block_size;
   model_options.tensor_parallel_size = f.common.tensor_parallel_size;
+  model_options.threads = f.common.threads;
+  model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
   auto model = engine::Model::Load(f.common.model, model_options);
   if (!model.ok()) {
     LOG_ERROR("cannot load model: {}", model.status().ToString());
@@ -82,8 +84,8 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
   options.cache_budget_bytes = f.common.kv_cache_memory_bytes;
-  if (Status st = serving::ApplySpecSettings(f.spec_method, f.spec_tokens, f.common.model,
-                                              **model, options);
+  if (Status st = serving::ApplySpecSettings(f.spec_method, f.spec_tokens, f.common.model, **model,
+                                             options);
       !st.ok()) {
     LOG_ERROR("cannot start DSpark: {}", st.ToString());
     return 2;
@@ -106,7 +108,8 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
       return 1;
     }
     agent = std::move(created).value();
-    transfer_metrics = std::make_unique<worker::KvTransferMetrics>(*metrics, agent->TransportName());
+    transfer_metrics =
+        std::make_unique<worker::KvTransferMetrics>(*metrics, agent->TransportName());
     ReceiverOptions staging;
     staging.arena_bytes = static_cast<uint64_t>(f.kv_staging_mb) << 20;
     staging.incarnation_id = identity.incarnation_id;

@@ -52,6 +52,8 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   engine::ModelOptions model_options;
   model_options.cache_block_rows = f.common.block_size;
   model_options.tensor_parallel_size = f.common.tensor_parallel_size;
+  model_options.threads = f.common.threads;
+  model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
   auto model = engine::Model::Load(f.common.model, model_options);
   if (!model.ok()) {
     LOG_ERROR("cannot load model: {}", model.status().ToString());

@@ -13,6 +13,16 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
                  "tensor-parallel ranks of the model (threads of this process on CPU), 1..8")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
+  app.add_option("--threads", f.threads,
+                 "compute threads of the model, shared by its ranks (0 = every core this process "
+                 "may run on)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--weights", f.weights,
+                 "native: weights used in the checkpoint's formats; fp32: dequantised copies "
+                 "(about 4x the memory, for comparisons)")
+      ->check(CLI::IsMember({"native", "fp32"}))
+      ->capture_default_str();
   app.add_option("--block-size", f.block_size, "cache rows per paged block")->capture_default_str();
   app.add_option("--max-num-seqs", f.max_num_seqs, "running requests at once")
       ->capture_default_str();

@@ -15,6 +15,8 @@ struct WorkerFlags {
   std::string routers;
   std::string advertise_address;
   int tensor_parallel_size = 1;
+  int threads = 0;                 // compute threads of the model; 0 = every core allowed
+  std::string weights = "native";  // native | fp32 (dequantised copies, for comparisons)
   int block_size = 256;
   int max_num_seqs = 64;
   int max_model_len = 0;

@@ -73,7 +73,8 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
       ranks_(options.tensor_parallel_size),
       layout_(BuildCacheLayout(config_, options.max_rollback_tokens)),
       pools_(options.cache_block_rows),
-      check_replicas_(options.check_replicas) {
+      check_replicas_(options.check_replicas),
+      weight_storage_(options.weights) {
   // Tables cover the first 64k positions; later positions are computed on the fly.
   const int64_t table_positions = std::min<int64_t>(dims_.max_positions, 65536);
   for (int64_t l = 0; l < dims_.layers; ++l)

@@ -107,6 +107,7 @@ class Model {
   int64_t parameter_count() const { return ranks_[0].weights.total_parameters; }
   int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
   int threads_per_rank() const;
+  WeightStorage weight_storage() const { return weight_storage_; }
   // Rank 0's weights, by what a step reads (the whole model at tensor_parallel_size 1).
   WeightFootprint footprint() const { return Footprint(ranks_[0].weights); }
   // The model's ranks, for the DSpark drafter to run its shards on (dspark::Drafter::Load).
@@ -141,6 +142,7 @@ class Model {
   CachePools pools_;
   std::vector<int64_t> feature_layers_;
   bool check_replicas_ = false;
+  WeightStorage weight_storage_;
   // The rank threads and their group; a rank failing mid-step breaks it, and every later Step
   // returns that error.
   std::shared_ptr<parallel::RankRunner> runner_;

@@ -94,9 +94,17 @@ SpecCostModel SpecCostModel::FromTables(std::vector<int64_t> requests,
 
 StatusOr<SpecCostModel> SpecCostModel::Measure(engine::Model& model, const dspark::Drafter& drafter,
                                                int64_t max_requests, int64_t context, int repeats) {
+  std::vector<int64_t> requests;
+  for (int64_t r = 1; r < max_requests; r *= 2) requests.push_back(r);
+  requests.push_back(std::max<int64_t>(max_requests, 1));
+  return Measure(model, drafter, std::move(requests), context, repeats);
+}
+
+StatusOr<SpecCostModel> SpecCostModel::Measure(engine::Model& model, const dspark::Drafter& drafter,
+                                               std::vector<int64_t> requests, int64_t context,
+                                               int repeats) {
   SpecCostModel m;
-  for (int64_t r = 1; r < max_requests; r *= 2) m.requests_.push_back(r);
-  m.requests_.push_back(std::max<int64_t>(max_requests, 1));
+  m.requests_ = std::move(requests);
   const int64_t n = m.requests_.back(), block = drafter.block_size();
   const int64_t vocab = model.config().vocab_size;
   const int64_t width = drafter.num_feature_layers() * model.config().hidden_size;

@@ -43,6 +43,10 @@ class SpecCostModel {
   static StatusOr<SpecCostModel> Measure(engine::Model& model, const dspark::Drafter& drafter,
                                          int64_t max_requests, int64_t context = 48,
                                          int repeats = 3);
+  // The same at exactly these request counts (increasing), e.g. a benchmark's concurrencies.
+  static StatusOr<SpecCostModel> Measure(engine::Model& model, const dspark::Drafter& drafter,
+                                         std::vector<int64_t> requests, int64_t context = 48,
+                                         int repeats = 3);
 
   // Target step over `sequences` sequences feeding `rows` rows in all (rows >= sequences).
   double TargetSeconds(int64_t sequences, int64_t rows) const;

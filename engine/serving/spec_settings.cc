@@ -14,8 +14,8 @@ Status ApplySpecSettings(const std::string& method, const std::string& tokens,
   options.spec_auto = false;
   if (method == "none") return absl::OkStatus();
   if (method != "dspark") {
-    return absl::InvalidArgumentError(absl::StrCat("--spec-method ", method,
-                                                   ": expected none or dspark"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spec-method ", method, ": expected none or dspark"));
   }
   const bool automatic = tokens == "auto";
   int64_t n = 0;
@@ -26,7 +26,8 @@ Status ApplySpecSettings(const std::string& method, const std::string& tokens,
   if (!automatic && n == 0) return absl::OkStatus();  // speculation explicitly off
   // Sharded like the target, on its ranks.
   ASSIGN_OR_RETURN(auto drafter,
-                   dspark::Drafter::Load(model_dir, model.config(), model.rank_runner()));
+                   dspark::Drafter::Load(model_dir, model.config(), model.rank_runner(),
+                                         /*max_rollback=*/64, model.weight_storage()));
   if (n > drafter->block_size()) {
     return absl::InvalidArgumentError(absl::StrCat("--spec-tokens ", n, " exceeds the drafter's ",
                                                    "dspark_block_size ", drafter->block_size()));

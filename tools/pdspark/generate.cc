@@ -27,13 +27,16 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   }
   result.prompt_ids = options.prompt_ids;
   if (!options.prompt_text.empty()) {
-    if (!tok) return absl::FailedPreconditionError("--prompt needs tokenizer.json in the model dir");
+    if (!tok)
+      return absl::FailedPreconditionError("--prompt needs tokenizer.json in the model dir");
     ASSIGN_OR_RETURN(result.prompt_ids, tok->Encode(options.prompt_text, /*add_bos=*/true));
   }
   if (result.prompt_ids.empty()) return absl::InvalidArgumentError("empty prompt");
   auto t0 = std::chrono::steady_clock::now();
   engine::ModelOptions model_options;
   model_options.tensor_parallel_size = options.tensor_parallel_size;
+  model_options.threads = options.threads;
+  ASSIGN_OR_RETURN(model_options.weights, engine::ParseWeightStorage(options.weights));
   ASSIGN_OR_RETURN(auto model, engine::Model::Load(options.model_dir, model_options));
   result.load_seconds = SecondsSince(t0);
   result.prompt_tokens = static_cast<int64_t>(result.prompt_ids.size());
@@ -57,7 +60,8 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   auto first_token_at = t0;
   RETURN_IF_ERROR(engine.Submit(spec, [&](const serving::RequestEvent& e) {
     std::lock_guard lock(mu);
-    if (result.token_ids.empty() && !e.tokens.empty()) first_token_at = std::chrono::steady_clock::now();
+    if (result.token_ids.empty() && !e.tokens.empty())
+      first_token_at = std::chrono::steady_clock::now();
     result.token_ids.insert(result.token_ids.end(), e.tokens.begin(), e.tokens.end());
     if (e.outcome == serving::Outcome::kRunning) return;
     final_event = e;

@@ -24,6 +24,8 @@ struct GenerateOptions {
   std::string spec_method = "none";  // none | dspark
   std::string spec_tokens = "auto";  // N | auto
   int tensor_parallel_size = 1;      // ranks of the target model (threads of this process)
+  int threads = 0;                   // compute threads of the model; 0 = every core allowed
+  std::string weights = "native";    // native | fp32
 };
 
 struct GenerateResult {

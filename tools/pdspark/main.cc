@@ -28,12 +28,13 @@ int RunGoldenCheckCommand(const pdspark::tools::GoldenCheckOptions& options) {
   for (const auto& r : *results) {
     const bool passed = r.Passed(options.tolerance);
     const bool by_noise = passed && r.max_rel_err > options.tolerance;
-    std::printf("run=%s rows=%ld max_rel_err=%.3e per_row_max=%.3e worst_row=%ld argmax_mismatches=%ld "
-                "hidden_max_rel_err=%.3e reference_fp32_vs_fp64_per_row=%.3e %s\n",
-                r.name.c_str(), static_cast<long>(r.rows), r.max_rel_err, r.max_rel_err_per_row,
-                static_cast<long>(r.worst_row), static_cast<long>(r.argmax_mismatches),
-                r.hidden_max_rel_err, r.reference_noise,
-                passed ? (by_noise ? "PASS(within the reference's own fp32 noise)" : "PASS") : "FAIL");
+    std::printf(
+        "run=%s rows=%ld max_rel_err=%.3e per_row_max=%.3e worst_row=%ld argmax_mismatches=%ld "
+        "hidden_max_rel_err=%.3e reference_fp32_vs_fp64_per_row=%.3e %s\n",
+        r.name.c_str(), static_cast<long>(r.rows), r.max_rel_err, r.max_rel_err_per_row,
+        static_cast<long>(r.worst_row), static_cast<long>(r.argmax_mismatches),
+        r.hidden_max_rel_err, r.reference_noise,
+        passed ? (by_noise ? "PASS(within the reference's own fp32 noise)" : "PASS") : "FAIL");
     worst = std::max(worst, r.max_rel_err);
     all_passed = all_passed && passed;
   }
@@ -105,8 +106,9 @@ int main(int argc, char** argv) {
   golden_cmd->add_flag("--verbose", golden.verbose, "per-step and per-block diagnostics");
   golden_cmd->add_option("--dump", golden.dump_dir, "write our logits per run to DIR/<run>.f32");
   golden_cmd->add_option("--runs", golden.runs, "runs to replay (default: all)")->delimiter(',');
-  golden_cmd->add_option("--tensor-parallel-size", golden.tensor_parallel_size,
-                         "tensor-parallel ranks (threads), 1..8")
+  golden_cmd
+      ->add_option("--tensor-parallel-size", golden.tensor_parallel_size,
+                   "tensor-parallel ranks (threads), 1..8")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
 
@@ -116,10 +118,12 @@ int main(int argc, char** argv) {
   auto* gen_cmd = app.add_subcommand("generate", "generate tokens from a prompt");
   gen_cmd->add_option("--model", gen.model_dir, "checkpoint directory")->required();
   auto* ids_opt = gen_cmd->add_option("--prompt-ids", ids_text, "comma-separated prompt token ids");
-  auto* text_opt = gen_cmd->add_option("--prompt", gen.prompt_text, "prompt text (needs tokenizer.json)");
+  auto* text_opt =
+      gen_cmd->add_option("--prompt", gen.prompt_text, "prompt text (needs tokenizer.json)");
   ids_opt->excludes(text_opt);
   gen_cmd->callback([&] {
-    if (ids_opt->count() + text_opt->count() == 0) throw CLI::RequiredError("--prompt-ids or --prompt");
+    if (ids_opt->count() + text_opt->count() == 0)
+      throw CLI::RequiredError("--prompt-ids or --prompt");
   });
   gen_cmd->add_option("--max-tokens", gen.max_tokens, "tokens to generate");
   gen_cmd->add_option("--temperature", gen.temperature, "0 = greedy");
@@ -130,9 +134,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   gen_cmd->add_option("--spec-tokens", gen.spec_tokens, "draft tokens per round: N | auto")
       ->capture_default_str();
-  gen_cmd->add_option("--tensor-parallel-size", gen.tensor_parallel_size,
-                      "tensor-parallel ranks (threads of this process), 1..8")
+  gen_cmd
+      ->add_option("--tensor-parallel-size", gen.tensor_parallel_size,
+                   "tensor-parallel ranks (threads of this process), 1..8")
       ->check(CLI::Range(1, 8))
+      ->capture_default_str();
+  gen_cmd->add_option("--threads", gen.threads, "compute threads (0 = every core allowed)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  gen_cmd->add_option("--weights", gen.weights, "native | fp32 (dequantised copies)")
+      ->check(CLI::IsMember({"native", "fp32"}))
       ->capture_default_str();
   gen_cmd->add_flag("--json", json, "print one JSON object");
 
@@ -141,13 +152,17 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--model", launch.model, "checkpoint directory")->required();
   launch_cmd->add_option("--prefill", launch.prefill, "prefill workers")->capture_default_str();
   launch_cmd->add_option("--decode", launch.decode, "decode workers")->capture_default_str();
-  launch_cmd->add_option("--http-port", launch.http_port, "router HTTP port")->capture_default_str();
-  launch_cmd->add_option("--grpc-port", launch.grpc_port, "router gRPC port")->capture_default_str();
+  launch_cmd->add_option("--http-port", launch.http_port, "router HTTP port")
+      ->capture_default_str();
+  launch_cmd->add_option("--grpc-port", launch.grpc_port, "router gRPC port")
+      ->capture_default_str();
   launch_cmd->add_option("--tensor-parallel-size", launch.tensor_parallel_size, "per worker")
       ->capture_default_str();
-  launch_cmd->add_option("--spec-method", launch.spec_method, "none | dspark")->capture_default_str();
+  launch_cmd->add_option("--spec-method", launch.spec_method, "none | dspark")
+      ->capture_default_str();
   launch_cmd->add_option("--spec-tokens", launch.spec_tokens, "N | auto")->capture_default_str();
-  launch_cmd->add_option("--ucx-tls", launch.ucx_tls, "KV transfer transports")->capture_default_str();
+  launch_cmd->add_option("--ucx-tls", launch.ucx_tls, "KV transfer transports")
+      ->capture_default_str();
   launch_cmd->add_option("--bin-dir", launch.bin_dir, "where the pdspark-* binaries are");
   launch_cmd->add_option("--run-dir", launch.run_dir, "logs (default: a temp directory)");
   launch_cmd->add_option("--prometheus-port", launch.prometheus_port,
