@@ -38,26 +38,11 @@ struct AttentionProjections {
   std::vector<float> index_w;  // [rows, local index heads]
 };
 
-void ProjectCache(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
-                  const kc::RopeTable& rope, const std::vector<float>& u, const BatchLayout& batch,
-                  AttentionProjections& p) {
-  const int64_t rows = batch.rows();
-  p.kv = ProjectLatentKv(d, ctx, w, rope, u.data(), rows, batch.positions.data());
-  auto project = [&](const CompressorWeights& c, std::vector<float>& kv,
-                     std::vector<float>& score) {
-    kv.resize(rows * c.wkv.rows);
-    score.resize(rows * c.wkv.rows);
-    Linear(ctx, u.data(), rows, c.wkv, kv.data());
-    Linear(ctx, u.data(), rows, c.wgate, score.data());
-  };
-  if (w.compressor) project(*w.compressor, p.comp_kv, p.comp_score);
-  if (w.indexer) project(w.indexer->compressor, p.index_kv, p.index_score);
-}
-
-// The indexer's queries of this rank's heads (RoPE, Hadamard, FP4-simulated) and their weights.
-void ProjectIndexerQueries(const ModelDims& d, const RankContext& ctx, const IndexerWeights& ix,
-                           const kc::RopeTable& rope, const std::vector<float>& u,
-                           const BatchLayout& batch, AttentionProjections& p) {
+// The indexer's queries of this rank's heads from qr (RoPE, Hadamard, FP4-simulated), and
+// the scale of their weights.
+void FinishIndexerProjections(const ModelDims& d, const RankContext& ctx, const IndexerWeights& ix,
+                              const kc::RopeTable& rope, const BatchLayout& batch,
+                              AttentionProjections& p) {
   const int64_t rows = batch.rows(), ih = ctx.plan->index_heads.size(), id = d.index_dim;
   backend::Ops& ops = ctx.ops();
   p.index_q.resize(rows * ih * id);
@@ -67,24 +52,49 @@ void ProjectIndexerQueries(const ModelDims& d, const RankContext& ctx, const Ind
   ops.Hadamard(p.index_q.data(), rows * ih, id,
                static_cast<float>(1.0 / std::sqrt(static_cast<double>(id))));
   ops.QuantDequantFp4(p.index_q.data(), rows * ih, id, id, kIndexFp4Block);
-  // This rank's heads' weights (every output of a product is computed alone, so a slice of the
-  // rows gives the bits of the whole); the scale uses the global head count.
-  p.index_w.resize(rows * ih);
-  Linear(ctx, u.data(), rows,
-         ix.weights_proj.RowSlice(ctx.plan->index_heads.begin, ctx.plan->index_heads.end),
-         p.index_w.data());
+  // The scale uses the global head count.
   ops.Scale(p.index_w.data(), rows * ih,
             static_cast<float>(std::pow(static_cast<double>(id), -0.5) *
                                std::pow(static_cast<double>(d.index_heads), -0.5)));
 }
 
+// Every projection of the block's input u: the products of u in one grouped GEMM (the query's
+// low-rank stage, the latent KV, the compressors, the indexer's head weights), then what
+// follows each.
 AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
                              const kc::RopeTable& rope, const std::vector<float>& u,
                              const BatchLayout& batch) {
+  const int64_t rows = batch.rows();
   AttentionProjections p;
-  p.q = ProjectQueries(d, ctx, ctx.plan->heads.size(), w, rope, u, batch.positions.data(), &p.qr);
-  if (ctx.writes_cache || ctx.check_replicas) ProjectCache(d, ctx, w, rope, u, batch, p);
-  if (w.indexer) ProjectIndexerQueries(d, ctx, *w.indexer, rope, u, batch, p);
+  std::vector<backend::GemmCall> calls;
+  auto product = [&](const kernels::WeightMatrix& m, std::vector<float>& out) {
+    out.resize(rows * m.rows);
+    calls.push_back({u.data(), rows, d.dim, m, out.data(), m.rows});
+  };
+  product(w.wq_a, p.qr);
+  const bool cache = ctx.writes_cache || ctx.check_replicas;
+  if (cache) {
+    product(w.wkv, p.kv);
+    if (w.compressor) {
+      product(w.compressor->wkv, p.comp_kv);
+      product(w.compressor->wgate, p.comp_score);
+    }
+    if (w.indexer) {
+      product(w.indexer->compressor.wkv, p.index_kv);
+      product(w.indexer->compressor.wgate, p.index_score);
+    }
+  }
+  if (w.indexer) {
+    // This rank's heads' weights (every output of a product is computed alone, so a slice of
+    // the rows gives the bits of the whole).
+    product(
+        w.indexer->weights_proj.RowSlice(ctx.plan->index_heads.begin, ctx.plan->index_heads.end),
+        p.index_w);
+  }
+  ctx.ops().GroupedGemm(calls);
+  p.q = FinishQueries(d, ctx, ctx.plan->heads.size(), w, rope, p.qr, batch.positions.data());
+  if (cache) FinishLatentKv(d, ctx, w, rope, rows, batch.positions.data(), p.kv);
+  if (w.indexer) FinishIndexerProjections(d, ctx, *w.indexer, rope, batch, p);
   return p;
 }
 
@@ -212,32 +222,44 @@ void PerHeadLinear(const RankContext& ctx, const float* x, int64_t rows, const M
   Linear(ctx, x, rows, w.cols, w.RowSlice(0, n * width), y, n * width);
 }
 
-std::vector<float> ProjectQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
-                                  const AttentionWeights& w, const kc::RopeTable& rope,
-                                  const std::vector<float>& u, const int64_t* positions,
-                                  std::vector<float>* qr_out) {
-  const int64_t rows = static_cast<int64_t>(u.size()) / d.dim, hd = d.head_dim;
-  std::vector<float> qr(rows * d.q_lora), q(rows * heads * hd);
+std::vector<float> FinishQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
+                                 const AttentionWeights& w, const kc::RopeTable& rope,
+                                 std::vector<float>& qr, const int64_t* positions) {
+  const int64_t rows = static_cast<int64_t>(qr.size()) / d.q_lora, hd = d.head_dim;
+  std::vector<float> q(rows * heads * hd);
   backend::Ops& ops = ctx.ops();
-  Linear(ctx, u.data(), rows, w.wq_a, qr.data());
   ops.RmsNorm(qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, qr.data());
   PerHeadLinear(ctx, qr.data(), rows, w.wq_b, heads, hd, q.data());
   ops.RmsNorm(q.data(), nullptr, rows * heads, hd, d.norm_eps, q.data());
   ops.Rope(rope, positions, rows, heads, hd, d.nope_dim, /*inverse=*/false, q.data());
-  if (qr_out) *qr_out = std::move(qr);
   return q;
+}
+
+std::vector<float> ProjectQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
+                                  const AttentionWeights& w, const kc::RopeTable& rope,
+                                  const std::vector<float>& u, const int64_t* positions) {
+  const int64_t rows = static_cast<int64_t>(u.size()) / d.dim;
+  std::vector<float> qr(rows * d.q_lora);
+  Linear(ctx, u.data(), rows, w.wq_a, qr.data());
+  return FinishQueries(d, ctx, heads, w, rope, qr, positions);
+}
+
+void FinishLatentKv(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
+                    const kc::RopeTable& rope, int64_t rows, const int64_t* positions,
+                    std::vector<float>& kv) {
+  const int64_t hd = d.head_dim;
+  backend::Ops& ops = ctx.ops();
+  ops.RmsNorm(kv.data(), w.kv_norm.data(), rows, hd, d.norm_eps, kv.data());
+  ops.Rope(rope, positions, rows, 1, hd, d.nope_dim, /*inverse=*/false, kv.data());
+  ops.QuantDequantFp8(kv.data(), rows, d.nope_dim, hd, kKvFp8Block);
 }
 
 std::vector<float> ProjectLatentKv(const ModelDims& d, const RankContext& ctx,
                                    const AttentionWeights& w, const kc::RopeTable& rope,
                                    const float* x, int64_t rows, const int64_t* positions) {
-  const int64_t hd = d.head_dim;
-  std::vector<float> kv(rows * hd);
-  backend::Ops& ops = ctx.ops();
+  std::vector<float> kv(rows * d.head_dim);
   Linear(ctx, x, rows, w.wkv, kv.data());
-  ops.RmsNorm(kv.data(), w.kv_norm.data(), rows, hd, d.norm_eps, kv.data());
-  ops.Rope(rope, positions, rows, 1, hd, d.nope_dim, /*inverse=*/false, kv.data());
-  ops.QuantDequantFp8(kv.data(), rows, d.nope_dim, hd, kKvFp8Block);
+  FinishLatentKv(d, ctx, w, rope, rows, positions, kv);
   return kv;
 }
 
@@ -247,28 +269,45 @@ std::vector<float> ProjectLatentKv(const ModelDims& d, const RankContext& ctx,
 Status OutputProjection(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
                         const std::vector<float>& o, int64_t rows, std::vector<float>& out) {
   const ShardPlan& plan = *ctx.plan;
+  backend::Ops& ops = ctx.ops();
   const int64_t local = plan.heads.size() * d.head_dim, unit_in = plan.unit_heads * d.head_dim;
   const int64_t group_heads = d.heads / d.o_groups, z_width = d.o_groups * d.o_lora;
+  const int64_t units = plan.units.size();
+  // wo_a of every unit in one grouped GEMM: straight into z when units are whole groups, else
+  // into one buffer per unit, summed into z per group in double (in unit order).
   std::vector<float> z(rows * z_width);
-  std::vector<double> z_sum(plan.reduce_z ? z.size() : 0, 0.0);
-  std::vector<float> z_unit(rows * d.o_lora);
-  for (int64_t u = 0; u < plan.units.size(); ++u) {
-    const int64_t group = (plan.heads.begin + u * plan.unit_heads) / group_heads;
-    float* dst = plan.reduce_z ? z_unit.data() : z.data() + group * d.o_lora;
-    Linear(ctx, o.data() + u * unit_in, rows, local, w.wo_a[u], dst,
-           plan.reduce_z ? d.o_lora : z_width);
-    if (!plan.reduce_z) continue;
-    ctx.ops().AddRowsDouble(z_unit.data(), rows, d.o_lora, nullptr, z_sum.data() + group * d.o_lora,
-                            z_width);
+  std::vector<float> z_units(plan.reduce_z ? units * rows * d.o_lora : 0);
+  std::vector<backend::GemmCall> calls;
+  auto group_of = [&](int64_t u) { return (plan.heads.begin + u * plan.unit_heads) / group_heads; };
+  for (int64_t u = 0; u < units; ++u) {
+    float* dst =
+        plan.reduce_z ? z_units.data() + u * rows * d.o_lora : z.data() + group_of(u) * d.o_lora;
+    calls.push_back(
+        {o.data() + u * unit_in, rows, local, w.wo_a[u], dst, plan.reduce_z ? d.o_lora : z_width});
   }
-  if (plan.reduce_z) RETURN_IF_ERROR(ReduceToFloat(ctx, z_sum, z));
-  std::vector<double> sum(rows * d.dim, 0.0);
-  std::vector<float> part(rows * d.dim);
+  ops.GroupedGemm(calls);
+  if (plan.reduce_z) {
+    std::vector<double> z_sum(z.size(), 0.0);
+    for (int64_t u = 0; u < units; ++u) {
+      ops.AddRowsDouble(z_units.data() + u * rows * d.o_lora, rows, d.o_lora, nullptr,
+                        z_sum.data() + group_of(u) * d.o_lora, z_width);
+    }
+    RETURN_IF_ERROR(ReduceToFloat(ctx, z_sum, z));
+  }
+  // wo_b of every group of this rank in one grouped GEMM, the products summed in double in
+  // group order.
+  const int64_t groups = plan.out_groups.size();
+  std::vector<float> parts(groups * rows * d.dim);
+  calls.clear();
   for (int64_t g = plan.out_groups.begin; g < plan.out_groups.end; ++g) {
     const int64_t col = (g - plan.out_groups.begin) * d.o_lora;
-    Linear(ctx, z.data() + g * d.o_lora, rows, z_width, w.wo_b.ColSlice(col, col + d.o_lora),
-           part.data(), d.dim);
-    ctx.ops().AddRowsDouble(part.data(), rows, d.dim, nullptr, sum.data(), d.dim);
+    calls.push_back({z.data() + g * d.o_lora, rows, z_width, w.wo_b.ColSlice(col, col + d.o_lora),
+                     parts.data() + (g - plan.out_groups.begin) * rows * d.dim, d.dim});
+  }
+  ops.GroupedGemm(calls);
+  std::vector<double> sum(rows * d.dim, 0.0);
+  for (int64_t g = 0; g < groups; ++g) {
+    ops.AddRowsDouble(parts.data() + g * rows * d.dim, rows, d.dim, nullptr, sum.data(), d.dim);
   }
   return ReduceToFloat(ctx, sum, out);
 }

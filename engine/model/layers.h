@@ -62,15 +62,22 @@ StatusOr<std::vector<float>> AttentionForward(const ModelDims& d, const RankCont
 void PerHeadLinear(const RankContext& ctx, const float* x, int64_t rows, const Matrix& w, int64_t n,
                    int64_t width, float* y);
 // The queries of the `heads` heads w.wq_b holds, [rows, heads, head_dim]: q_norm(wq_a u), wq_b
-// per head, per-head RMS norm, RoPE. *qr (if given) receives q_norm(wq_a u), the indexer's input.
+// per head, per-head RMS norm, RoPE.
 std::vector<float> ProjectQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
                                   const AttentionWeights& w, const kernels::cpu::RopeTable& rope,
-                                  const std::vector<float>& u, const int64_t* positions,
-                                  std::vector<float>* qr = nullptr);
+                                  const std::vector<float>& u, const int64_t* positions);
+// The same from qr = wq_a u [rows, q_lora], which becomes q_norm(qr) (the indexer's input).
+std::vector<float> FinishQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
+                                 const AttentionWeights& w, const kernels::cpu::RopeTable& rope,
+                                 std::vector<float>& qr, const int64_t* positions);
 // The latent K=V rows [rows, head_dim]: kv_norm(wkv x), RoPE, FP8-simulated non-RoPE part.
 std::vector<float> ProjectLatentKv(const ModelDims& d, const RankContext& ctx,
                                    const AttentionWeights& w, const kernels::cpu::RopeTable& rope,
                                    const float* x, int64_t rows, const int64_t* positions);
+// The same from kv = wkv x, in place.
+void FinishLatentKv(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
+                    const kernels::cpu::RopeTable& rope, int64_t rows, const int64_t* positions,
+                    std::vector<float>& kv);
 // out = wo_b . concat_g(wo_a[g] . o_g) of o [rows, this rank's heads, head_dim], in the fixed
 // units of shard_plan.h; `out` [rows, dim] is the sum over all ranks.
 Status OutputProjection(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,

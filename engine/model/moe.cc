@@ -5,8 +5,8 @@
 // A rank runs its routed experts and its chunks of the shared expert (ShardPlan); their float
 // outputs are summed in double, over the ranks too, and rounded to float once, so the result
 // does not depend on how the experts are spread (the routing itself is replicated). The
-// experts' projections run as grouped GEMMs: all gate and up products of a layer in one
-// parallel region, then all down products in another.
+// experts' projections run as grouped GEMMs: all gate and up products of a layer (routed
+// experts and shared-expert chunks) in one parallel region, then all down products in another.
 #include <algorithm>
 
 #include "engine/backend/cpu/cpu_backend.h"
@@ -35,6 +35,7 @@ struct FfnJob {
   parallel::Range part;
   const float* x = nullptr;  // [n, dim]
   int64_t n = 0;
+  std::vector<int64_t> members;    // the rows of the layer's output it adds to (empty: all)
   std::vector<float> gathered;     // x, when the job's rows were gathered
   std::vector<float> row_weights;  // [n], or empty for 1
   float limit = 0.0f;              // SwiGLU clamp (0: none)
@@ -73,45 +74,37 @@ void RunFfnJobs(const ModelDims& d, const RankContext& ctx, std::vector<FfnJob>&
   ctx.ops().GroupedGemm(problems);
 }
 
-// y += this rank's routed experts, in ascending expert order.
-void AddRoutedExperts(const ModelDims& d, const RankContext& ctx, const MoeWeights& w,
-                      const backend::Routing& routing, const std::vector<float>& v,
-                      std::vector<double>& y) {
+// The jobs of this rank's routed experts that some row chose, in ascending expert order.
+std::vector<FfnJob> RoutedJobs(const ModelDims& d, const MoeWeights& w,
+                               const backend::Routing& routing, const std::vector<float>& v) {
   const int64_t rows = static_cast<int64_t>(v.size()) / d.dim, k = d.experts_per_token;
   std::vector<FfnJob> jobs;
-  std::vector<std::vector<int64_t>> members;
   for (int64_t local = 0; local < static_cast<int64_t>(w.experts.size()); ++local) {
     const int64_t e = w.first_expert + local;
     FfnJob job;
-    std::vector<int64_t> rows_of_e;
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t i = 0; i < k; ++i) {
         if (routing.experts[r * k + i] != e) continue;
-        rows_of_e.push_back(r);
+        job.members.push_back(r);
         job.row_weights.push_back(routing.weights[r * k + i]);
         job.gathered.insert(job.gathered.end(), v.begin() + r * d.dim, v.begin() + (r + 1) * d.dim);
       }
     }
-    if (rows_of_e.empty()) continue;
+    if (job.members.empty()) continue;
     job.w = &w.experts[local];
     job.x = job.gathered.data();
-    job.n = static_cast<int64_t>(rows_of_e.size());
+    job.n = static_cast<int64_t>(job.members.size());
     job.part = {0, job.w->w1.rows};
     job.limit = d.swiglu_limit;
     jobs.push_back(std::move(job));
-    members.push_back(std::move(rows_of_e));
   }
-  RunFfnJobs(d, ctx, jobs);
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    ctx.ops().AddRowsDouble(jobs[j].out.data(), jobs[j].n, d.dim, members[j].data(), y.data(),
-                            d.dim);
-  }
+  return jobs;
 }
 
-// y += the shared expert's chunks `chunks`, each its own product (the same GEMMs at every TP
-// size). The shared expert has no SwiGLU clamp in V4-Flash.
-void AddSharedExpert(const ModelDims& d, const RankContext& ctx, const MoeWeights& w,
-                     parallel::Range chunks, const std::vector<float>& v, std::vector<double>& y) {
+// The jobs of the shared expert's chunks `chunks`, each its own product (the same GEMMs at
+// every TP size). The shared expert has no SwiGLU clamp in V4-Flash.
+std::vector<FfnJob> SharedJobs(const ModelDims& d, const MoeWeights& w, parallel::Range chunks,
+                               const std::vector<float>& v) {
   const int64_t first_row = FixedChunk(d.moe_inter, chunks.begin).begin;
   std::vector<FfnJob> jobs;
   for (int64_t c = chunks.begin; c < chunks.end; ++c) {
@@ -124,9 +117,15 @@ void AddSharedExpert(const ModelDims& d, const RankContext& ctx, const MoeWeight
     job.n = static_cast<int64_t>(v.size()) / d.dim;
     jobs.push_back(std::move(job));
   }
-  RunFfnJobs(d, ctx, jobs);
+  return jobs;
+}
+
+// y += every job's output, in job order.
+void AddJobs(const ModelDims& d, const RankContext& ctx, const std::vector<FfnJob>& jobs,
+             std::vector<double>& y) {
   for (const FfnJob& job : jobs) {
-    ctx.ops().AddRowsDouble(job.out.data(), job.n, d.dim, nullptr, y.data(), d.dim);
+    ctx.ops().AddRowsDouble(job.out.data(), job.n, d.dim,
+                            job.members.empty() ? nullptr : job.members.data(), y.data(), d.dim);
   }
 }
 
@@ -138,11 +137,21 @@ StatusOr<std::vector<float>> MoeForward(const ModelDims& d, const RankContext& c
                                         const std::vector<int32_t>& token_ids) {
   const ShardPlan& plan = *ctx.plan;
   const backend::Routing routing = Route(d, ctx, w, hash_gate, v, token_ids);
+  std::vector<FfnJob> jobs = RoutedJobs(d, w, routing, v);
+  std::vector<FfnJob> shared = SharedJobs(d, w, plan.shared_chunks, v);
   std::vector<double> y(v.size(), 0.0);
-  AddRoutedExperts(d, ctx, w, routing, v, y);
-  if (!plan.shared_after_reduce) AddSharedExpert(d, ctx, w, plan.shared_chunks, v, y);
+  if (!plan.shared_after_reduce) {
+    // The routed experts and this rank's shared-expert chunks in the same grouped GEMMs.
+    for (FfnJob& job : shared) jobs.push_back(std::move(job));
+    shared.clear();
+  }
+  RunFfnJobs(d, ctx, jobs);
+  AddJobs(d, ctx, jobs, y);
   if (ctx.distributed()) RETURN_IF_ERROR(ctx.comm->AllReduceSum(y.data(), y.size()));
-  if (plan.shared_after_reduce) AddSharedExpert(d, ctx, w, plan.shared_chunks, v, y);
+  if (!shared.empty()) {
+    RunFfnJobs(d, ctx, shared);
+    AddJobs(d, ctx, shared, y);
+  }
   return std::vector<float>(y.begin(), y.end());
 }
 

@@ -20,6 +20,9 @@ constexpr int64_t kTaskRows = 64;
 // process on the core), few enough that handing them out stays cheap next to a decode GEMM of
 // some tens of microseconds.
 constexpr int64_t kTasksPerThread = 4;
+// Below this many multiply-adds (a few microseconds) a product runs on the caller's thread: a
+// hand-off to the pool would cost about as much as it saves.
+constexpr double kMinParallelWork = 32768;
 
 std::atomic<GemmIsa> forced_isa{GemmIsa::kAuto};
 
@@ -164,6 +167,7 @@ void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
   const internal::IsaKernels& kernels = Kernels();
   double work = 0;
   for (const GemmProblem& p : problems) work += Work(p);
+  if (work < kMinParallelWork) pool = nullptr;
   const double task_work = work / static_cast<double>(kTasksPerThread * (pool ? pool->size() : 1));
   std::vector<TaskGrid> grids;
   std::vector<int64_t> first_task{0};

@@ -12,7 +12,12 @@ namespace kc = ::pdspark::kernels::cpu;
 
 namespace {
 
+// The loops of this file run element by element (no reduction crosses elements), so building
+// them for wider vectors changes no bit; the best clone is picked once at load.
+#define PDSPARK_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 // y = sum_j weight_j * stream_j (double accumulation, one rounding).
+PDSPARK_VECTOR_CLONES
 void WeightedStreamSum(const HcShape& s, const float* weights, const float* streams, float* y) {
   for (int64_t i = 0; i < s.dim; ++i) {
     double acc = 0.0;
@@ -20,6 +25,25 @@ void WeightedStreamSum(const HcShape& s, const float* weights, const float* stre
       acc += static_cast<double>(weights[j]) * streams[j * s.dim + i];
     }
     y[i] = static_cast<float>(acc);
+  }
+}
+
+// One row of hc_post: x <- post * f + comb^T . x, in double.
+PDSPARK_VECTOR_CLONES
+void HcPostRow(const HcShape& s, const float* f, const float* post, const float* comb, float* x,
+               float* residual, double* acc) {
+  const int64_t hc = s.hc, dim = s.dim;
+  std::copy(x, x + hc * dim, residual);
+  for (int64_t k = 0; k < hc; ++k) {
+    // post_k * f + sum over the source stream j of comb[j, k] * residual_j, in double.
+    for (int64_t i = 0; i < dim; ++i) acc[i] = static_cast<double>(post[k]) * f[i];
+    for (int64_t j = 0; j < hc; ++j) {
+      const double cj = comb[j * hc + k];
+      const float* res = residual + j * dim;
+      for (int64_t i = 0; i < dim; ++i) acc[i] += cj * res[i];
+    }
+    float* out = x + k * dim;
+    for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<float>(acc[i]);
   }
 }
 
@@ -57,22 +81,8 @@ void CpuOps::HcPost(const HcShape& s, const float* f, const float* post, const f
     std::vector<float> residual(hc * dim);
     std::vector<double> acc(dim);
     for (int64_t r = begin; r < end; ++r) {
-      float* x = streams + r * hc * dim;
-      std::copy(x, x + hc * dim, residual.begin());
-      const float* c = comb + r * hc * hc;
-      const float* p = post + r * hc;
-      const float* fr = f + r * dim;
-      for (int64_t k = 0; k < hc; ++k) {
-        // post_k * f + sum over the source stream j of comb[j, k] * residual_j, in double.
-        for (int64_t i = 0; i < dim; ++i) acc[i] = static_cast<double>(p[k]) * fr[i];
-        for (int64_t j = 0; j < hc; ++j) {
-          const double cj = c[j * hc + k];
-          const float* res = residual.data() + j * dim;
-          for (int64_t i = 0; i < dim; ++i) acc[i] += cj * res[i];
-        }
-        float* out = x + k * dim;
-        for (int64_t i = 0; i < dim; ++i) out[i] = static_cast<float>(acc[i]);
-      }
+      HcPostRow(s, f + r * dim, post + r * hc, comb + r * hc * hc, streams + r * hc * dim,
+                residual.data(), acc.data());
     }
   });
 }

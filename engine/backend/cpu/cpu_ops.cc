@@ -11,6 +11,19 @@ namespace pdspark::engine::backend {
 
 namespace kc = ::pdspark::kernels::cpu;
 
+namespace {
+
+// acc[c] += x[c] for c in [begin, end): element by element, so building it for wider vectors
+// changes no bit; the best clone is picked once at load.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void AddToDouble(const float* x,
+                                                                              int64_t begin,
+                                                                              int64_t end,
+                                                                              double* acc) {
+  for (int64_t c = begin; c < end; ++c) acc[c] += x[c];
+}
+
+}  // namespace
+
 void CpuOps::ForChunks(int64_t n, int64_t unit, const std::function<void(int64_t, int64_t)>& run) {
   const int64_t chunks = pool_ ? std::min<int64_t>(4 * pool_->size(), (n + unit - 1) / unit) : 1;
   if (chunks <= 1) {
@@ -93,9 +106,7 @@ void CpuOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64
   // Chunks over the columns, so rows that repeat (a token's experts) never race.
   ForChunks(n, 256, [&](int64_t begin, int64_t end) {
     for (int64_t i = 0; i < count; ++i) {
-      double* a = acc + (rows ? rows[i] : i) * acc_stride;
-      const float* xi = x + i * n;
-      for (int64_t c = begin; c < end; ++c) a[c] += xi[c];
+      AddToDouble(x + i * n, begin, end, acc + (rows ? rows[i] : i) * acc_stride);
     }
   });
 }
