@@ -54,6 +54,7 @@ double Work(const GemmProblem& p) {
 struct TaskGrid {
   int64_t row_block = 0, row_blocks = 0, col_block = 0, col_blocks = 0;
   TaskGrid(const GemmProblem& p, double task_work) {
+    if (p.m <= 0 || p.w.rows <= 0) return;  // nothing to compute: no tasks
     row_block = p.m < internal::kPanelMinRows ? std::max<int64_t>(p.m, 1) : kTaskRows;
     row_blocks = (p.m + row_block - 1) / row_block;
     const double per_col = static_cast<double>(row_block) * static_cast<double>(p.w.cols);
@@ -173,7 +174,7 @@ void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
   std::vector<int64_t> first_task{0};
   for (const GemmProblem& p : problems) {
     grids.emplace_back(p, task_work);
-    const int64_t tasks = p.m > 0 ? grids.back().tasks() : 0;
+    const int64_t tasks = grids.back().tasks();
     first_task.push_back(first_task.back() + tasks);
   }
   auto run = [&](int64_t task) {

@@ -250,6 +250,19 @@ TEST(QuantGemmTest, ThreadsAndGroupingChangeNoBit) {
   }
 }
 
+// A rank without heads of a layer multiplies by an empty slice among its other products.
+TEST(QuantGemmTest, EmptyProductsAmongOthersComputeNothing) {
+  ThreadPool pool(2);
+  RandomWeights w(WeightFormat::kFp8E4M3, 64, 128, 30);
+  const auto x = RandomX(3 * 128, 31);
+  std::vector<float> y(3 * 64);
+  const GemmProblem problems[] = {{x.data(), 3, 128, w.view.RowSlice(5, 5), nullptr, 0},
+                                  {x.data(), 0, 128, w.view, nullptr, 64},
+                                  {x.data(), 3, 128, w.view, y.data(), 64}};
+  GroupedGemm(problems, &pool);
+  EXPECT_EQ(y, Product(x, 3, 128, w.view));
+}
+
 TEST(QuantGemmTest, SupportsOnlyViewsTheKernelsCanRead) {
   RandomWeights fp8(WeightFormat::kFp8E4M3, 256, 256, 23), fp4(WeightFormat::kFp4E2M1, 8, 64, 24);
   EXPECT_TRUE(GemmSupports(fp8.view));
