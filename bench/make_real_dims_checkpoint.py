@@ -10,6 +10,8 @@ E8M0 scales, BF16 embeddings, head, norms and small projections, F32 hyper-conne
 
   /usr/bin/python3 bench/make_real_dims_checkpoint.py --out build/real-dims
 
+`--dims test` writes the same layout at toy sizes (a few MB), which the test suite loads.
+
 Tensor names, dtypes and shapes follow the release (../shared/reference/dspark_dsv4.md D.10,
 A.4.2); the engine's loader checks every one of them. Values are random with each matrix's
 output scale about 1/sqrt(fan-in): the model computes, it does not speak. Needs numpy only and
@@ -24,14 +26,18 @@ import time
 
 import numpy as np
 
-DIM, HEADS, HEAD_DIM, ROPE = 4096, 64, 512, 64
-Q_LORA, O_LORA, O_GROUPS = 1024, 1024, 8
-INDEX_HEADS, INDEX_DIM, INDEX_TOPK = 64, 128, 512
-EXPERTS, TOP_K, MOE_INTER = 256, 6, 2048
-VOCAB, HC, MARKOV_RANK = 129280, 4, 256
+DIMS = {
+    "real": dict(DIM=4096, HEADS=64, HEAD_DIM=512, ROPE=64, Q_LORA=1024, O_LORA=1024, O_GROUPS=8,
+                 INDEX_HEADS=64, INDEX_DIM=128, INDEX_TOPK=512, EXPERTS=256, TOP_K=6,
+                 MOE_INTER=2048, VOCAB=129280, MARKOV_RANK=256, NOISE_TOKEN=128799),
+    "test": dict(DIM=256, HEADS=4, HEAD_DIM=128, ROPE=64, Q_LORA=128, O_LORA=64, O_GROUPS=2,
+                 INDEX_HEADS=4, INDEX_DIM=64, INDEX_TOPK=8, EXPERTS=8, TOP_K=2, MOE_INTER=128,
+                 VOCAB=1024, MARKOV_RANK=32, NOISE_TOKEN=1023),
+}
+HC = 4
 RATIOS = [4, 128]  # layer 0 CSA (hash-routed), layer 1 HCA
 DSPARK_STAGES = 1
-NOISE_TOKEN = 128799
+globals().update(DIMS["real"])
 
 
 def config():
@@ -196,7 +202,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dims", choices=sorted(DIMS), default="real",
+                    help="real: DeepSeek-V4-Flash's sizes; test: the same layout at toy sizes")
     args = ap.parse_args()
+    globals().update(DIMS[args.dims])
     rng = np.random.default_rng(args.seed)
     os.makedirs(args.out, exist_ok=True)
 
@@ -228,19 +237,23 @@ def main():
 
     total = sum(int(np.prod(t[2])) * {"F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "BF16": 2, "F32": 4,
                                        "I64": 8}[t[1]] for s in shards for t in s.tensors)
-    done, start = [0], time.time()
+    done, start, shown = [0], time.time(), [0.0]
 
     def progress(n):
         done[0] += n
-        sys.stderr.write(f"\rwriting {done[0] / 1e9:.2f} / {total / 1e9:.2f} GB "
-                         f"({time.time() - start:.0f} s)")
+        now = time.time()
+        if now - shown[0] < 1.0 and done[0] < total:
+            return
+        shown[0] = now
+        end = "\r" if sys.stderr.isatty() and done[0] < total else "\n"
+        sys.stderr.write(f"writing {done[0] / 1e9:.2f} / {total / 1e9:.2f} GB "
+                         f"({now - start:.0f} s){end}")
 
     weight_map = {}
     for k, shard in enumerate(shards):
         name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
         names, _ = shard.write(os.path.join(args.out, name), progress)
         weight_map.update({n: name for n in names})
-    sys.stderr.write("\n")
     with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
     with open(os.path.join(args.out, "config.json"), "w") as f:
