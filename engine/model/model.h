@@ -1,6 +1,8 @@
-// The DeepSeek-V4-Flash target model on CPU: load once, then run steps over any number of
-// sequences, each contributing a ragged run of new tokens (prefill chunks, single decode
-// tokens, or gamma+1 DSpark verification tokens all go through the same Step).
+// The DeepSeek-V4-Flash target model: load once (weights stay views of the mapped checkpoint in
+// its own formats), then run steps over any number of sequences, each contributing a ragged run
+// of new tokens (prefill chunks, single decode tokens, or gamma+1 DSpark verification tokens all
+// go through the same Step). Each rank computes on its backend (engine/backend: the CPU one
+// today, its compute threads shared out by ModelOptions.threads).
 //
 //   auto model = Model::Load(dir).value();
 //   auto seq = model->NewSequence();
