@@ -103,8 +103,10 @@ void CpuOps::SwiGlu(const float* gate, const float* up, const float* row_scale, 
 
 void CpuOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows,
                            double* acc, int64_t acc_stride) {
-  // Chunks over the columns, so rows that repeat (a token's experts) never race.
-  ForChunks(n, 256, [&](int64_t begin, int64_t end) {
+  // Chunks over the columns, so rows that repeat (a token's experts) never race; each at least
+  // 32k additions (a decode step's few rows stay on the caller's thread).
+  ForChunks(n, std::max<int64_t>(256, 32768 / std::max<int64_t>(count, 1)),
+            [&](int64_t begin, int64_t end) {
     for (int64_t i = 0; i < count; ++i) {
       AddToDouble(x + i * n, begin, end, acc + (rows ? rows[i] : i) * acc_stride);
     }
@@ -112,7 +114,7 @@ void CpuOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64
 }
 
 void CpuOps::Scale(float* x, int64_t n, float s) {
-  ForChunks(n, 4096, [&](int64_t begin, int64_t end) {
+  ForChunks(n, 32768, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) x[i] *= s;
   });
 }
