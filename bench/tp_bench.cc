@@ -200,7 +200,6 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   for (int64_t round = 0; round < repeats; ++round) {
     for (Config& c : configs) {
-      // What Model does for its ranks (process-wide, so set again before each configuration).
       if (!RunRound(*c.model, batch, prefill_len, decode_steps, rng, c.best)) return 1;
     }
   }

@@ -39,9 +39,6 @@ class Backend {
   // Device memory, 64-byte aligned (host memory for the CPU backend).
   virtual void* Allocate(size_t bytes) = 0;
   virtual void Free(void* p) = 0;
-  // A quantised weight slice must start on a multiple of this many columns for the kernels to
-  // read it in place (the CPU's 16-wide vectors; a GPU backend's scale blocks).
-  virtual int64_t weight_column_alignment() const = 0;
 };
 
 }  // namespace pdspark::engine::backend

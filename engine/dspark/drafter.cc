@@ -1,8 +1,6 @@
 #include "engine/dspark/drafter.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -12,13 +10,10 @@
 #include "engine/model/layers.h"
 #include "engine/model/linear.h"
 #include "engine/model/vocab_parallel.h"
-#include "kernels/cpu/quant_gemm.h"
 
 namespace pdspark::dspark {
 
 namespace kc = ::pdspark::kernels::cpu;
-
-namespace {}  // namespace
 
 StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir,
                                                  const config::ModelConfig& config,

@@ -178,7 +178,7 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
                  const AttentionWeights& w, const kc::RopeTable& rope,
                  const AttentionProjections& p, const BatchLayout& batch, std::vector<float>& o) {
   const int64_t ratio = w.compressor ? w.compressor->ratio : 0;
-  const int64_t heads = ctx.plan->heads.size(), hd = d.head_dim;
+  const int64_t heads = ctx.plan->heads.size();
   std::vector<std::vector<int32_t>> selected;  // per row: the indexer's top-k entries
   if (w.indexer) {
     std::vector<int64_t> offsets;

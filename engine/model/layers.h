@@ -96,8 +96,5 @@ StatusOr<std::vector<float>> MoeForward(const ModelDims& d, const RankContext& c
                                         const MoeWeights& w, bool hash_gate,
                                         const std::vector<float>& v,
                                         const std::vector<int32_t>& token_ids);
-// The same with whole weights on one rank of the CPU backend, on the caller's thread (tests).
-std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
-                              const std::vector<float>& v, const std::vector<int32_t>& token_ids);
 
 }  // namespace pdspark::engine

@@ -9,7 +9,6 @@
 // experts and shared-expert chunks) in one parallel region, then all down products in another.
 #include <algorithm>
 
-#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/layers.h"
 #include "engine/model/linear.h"
 
@@ -153,13 +152,6 @@ StatusOr<std::vector<float>> MoeForward(const ModelDims& d, const RankContext& c
     AddJobs(d, ctx, shared, y);
   }
   return std::vector<float>(y.begin(), y.end());
-}
-
-std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
-                              const std::vector<float>& v, const std::vector<int32_t>& token_ids) {
-  const ShardPlan plan = ShardPlan::Full(d);
-  backend::CpuBackend cpu(/*pool=*/nullptr, /*comm=*/nullptr);
-  return MoeForward(d, RankContext::For(plan, cpu), w, hash_gate, v, token_ids).value();
 }
 
 }  // namespace pdspark::engine

@@ -59,17 +59,6 @@ Matrix Matrix::FromFloats(int64_t rows, int64_t cols, std::vector<float> values)
   return OwningFp32(std::make_shared<WeightVector>(values.begin(), values.end()), rows, cols);
 }
 
-StatusOr<WeightStorage> ParseWeightStorage(const std::string& name) {
-  if (name == "native") return WeightStorage::kNative;
-  if (name == "fp32") return WeightStorage::kFp32;
-  return absl::InvalidArgumentError(
-      absl::StrCat("weight storage must be native or fp32, got '", name, "'"));
-}
-
-const char* WeightStorageName(WeightStorage storage) {
-  return storage == WeightStorage::kNative ? "native" : "fp32";
-}
-
 TensorLoader::TensorLoader(std::shared_ptr<const st::Checkpoint> checkpoint, WeightStorage storage,
                            bool show_progress)
     : checkpoint_(std::move(checkpoint)),

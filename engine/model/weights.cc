@@ -149,6 +149,17 @@ Status CheckSupportedConfig(const config::ModelConfig& c) {
 
 }  // namespace
 
+StatusOr<WeightStorage> ParseWeightStorage(const std::string& name) {
+  if (name == "native") return WeightStorage::kNative;
+  if (name == "fp32") return WeightStorage::kFp32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("weight storage must be native or fp32, got '", name, "'"));
+}
+
+const char* WeightStorageName(WeightStorage storage) {
+  return storage == WeightStorage::kNative ? "native" : "fp32";
+}
+
 StatusOr<HyperConnectionWeights> LoadHc(TensorLoader& loader, const std::string& prefix,
                                         int64_t mix, int64_t hc_dim, int64_t n_scale) {
   HyperConnectionWeights hc;

@@ -1,8 +1,9 @@
 // CPU kernels for the DeepSeek-V4-Flash forward pass: number-format decoding, the model's
 // quantise-dequantise simulations, norms, RoPE, activations, Hadamard, top-k and the
-// hyper-connection Sinkhorn (GEMM: quant_gemm.h). Plain functions over contiguous fp32 buffers so
-// that a CUDA backend can implement the same interface later. Every reduction whose rounding
-// decides a discontinuous step (quantisation codes, top-k) follows the reference's operation order.
+// hyper-connection Sinkhorn (GEMM: quant_gemm.h). Plain functions over contiguous fp32 buffers;
+// the model reaches the compute among them through the CPU backend (engine/backend/ops.h). Every
+// reduction whose rounding decides a discontinuous step (quantisation codes, top-k) follows the
+// reference's operation order.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,7 @@
 // The GEMM dispatcher: picks the instruction set once, cuts each product into tasks of
-// (row block, 16 output columns) and runs them on the pool. Tasks write disjoint outputs and
-// every output is computed the same way in any task (quant_gemm.h), so the cut changes no bit.
+// (row block, column block) sized to even work (TaskGrid) and runs them on the pool. Tasks
+// write disjoint outputs and every output is computed the same way in any task (quant_gemm.h),
+// so the cut changes no bit.
 #include "kernels/cpu/quant_gemm.h"
 
 #include <algorithm>
@@ -214,22 +215,6 @@ void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
 
 void Gemm(const GemmProblem& problem, ThreadPool* pool) {
   GroupedGemm(std::span<const GemmProblem>(&problem, 1), pool);
-}
-
-void GemmF32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
-             int64_t ldw, float* y, int64_t ldy, ThreadPool* pool) {
-  GemmProblem p;
-  p.x = x;
-  p.m = m;
-  p.ldx = ldx;
-  p.w.format = WeightFormat::kF32;
-  p.w.data = w;
-  p.w.row_stride = ldw;
-  p.w.rows = n;
-  p.w.cols = k;
-  p.y = y;
-  p.ldy = ldy;
-  Gemm(p, pool);
 }
 
 }  // namespace pdspark::kernels::cpu

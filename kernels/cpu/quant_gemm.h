@@ -39,10 +39,6 @@ void Gemm(const GemmProblem& problem, ThreadPool* pool = nullptr);
 // Several independent products in one parallel region (the routed experts of a MoE layer).
 void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool = nullptr);
 
-// Convenience: y [m, n] = x [m, k] . w [n, k]^T, all fp32 and contiguous-rowed.
-void GemmF32(const float* x, int64_t m, int64_t k, int64_t ldx, const float* w, int64_t n,
-             int64_t ldw, float* y, int64_t ldy, ThreadPool* pool = nullptr);
-
 // a . b over n floats in double: 8 lanes, lane l summing the exact products of p = l, l + 8, ...,
 // then the lanes in a fixed tree. For decisions that should sit as close to exact arithmetic as
 // possible (attention scores, the indexer's top-k). The same bits on every instruction set.

@@ -46,7 +46,7 @@ struct V {
   // s eeee mmm -> FP16 s 0eeee mmm0000000, which is value / 256 (E4M3 bias 7, FP16 bias 15,
   // and FP16's subnormals line up with E4M3's): the byte sign-extended to 16 bits and shifted
   // left by 7 has the sign in bit 15 and a stray copy in bit 14, which the mask clears. The
-  // NaN codes (s 1111 111) would decode as 480: GemmSupports refuses weights that hold them.
+  // NaN codes (s 1111 111) would decode as 480: CheckWeightValues refuses weights that hold them.
   static Vec WidenFp8(__m128i codes, float multiplier) {
     const __m256i bits = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7),
                                           _mm256_set1_epi16(static_cast<short>(0xBF80)));

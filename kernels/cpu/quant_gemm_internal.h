@@ -43,8 +43,8 @@ constexpr float E8M0Value(uint8_t code) {
 }
 
 // E8M0 code -> its value, and its value times 256 (for vector FP8 decodes that yield
-// value / 256: see quant_gemm_avx512.cc). Codes >= 247 overflow the latter; GemmSupports
-// refuses FP8 weights with such scales.
+// value / 256: see quant_gemm_avx512.cc). Codes >= 247 overflow the latter;
+// CheckWeightValues refuses FP8 weights with such scales.
 inline constexpr std::array<float, 256> kE8M0Values = [] {
   std::array<float, 256> t{};
   for (int c = 0; c < 256; ++c) t[c] = E8M0Value(static_cast<uint8_t>(c));

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/layers.h"
 #include "gtest/gtest.h"
 
@@ -12,6 +13,14 @@ namespace kc = ::pdspark::kernels::cpu;
 
 Matrix Mat(int64_t rows, int64_t cols, const std::vector<float>& data) {
   return Matrix::FromFloats(rows, cols, data);
+}
+
+// The layer with whole weights on one rank of the CPU backend, on the caller's thread.
+std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash_gate,
+                              const std::vector<float>& v, const std::vector<int32_t>& token_ids) {
+  const ShardPlan plan = ShardPlan::Full(d);
+  backend::CpuBackend cpu(/*pool=*/nullptr, /*comm=*/nullptr);
+  return engine::MoeForward(d, RankContext::For(plan, cpu), w, hash_gate, v, token_ids).value();
 }
 
 TEST(Moe, HashGateRoutesByTokenId) {

@@ -3,8 +3,6 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "kernels/weight_matrix.h"
-
 namespace pdspark::engine::backend {
 namespace {
 
@@ -28,8 +26,6 @@ std::unique_ptr<Timer> CpuBackend::NewTimer() const { return std::make_unique<Cp
 void* CpuBackend::Allocate(size_t bytes) { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
 
 void CpuBackend::Free(void* p) { std::free(p); }
-
-int64_t CpuBackend::weight_column_alignment() const { return kernels::kCpuColumnAlignment; }
 
 std::vector<std::unique_ptr<Backend>> MakeCpuBackends(const parallel::RankRunner& runner) {
   std::vector<std::unique_ptr<Backend>> backends;

@@ -23,7 +23,6 @@ class CpuBackend : public Backend {
   parallel::Communicator* comm() const override { return comm_; }
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
-  int64_t weight_column_alignment() const override;
 
  private:
   CpuOps ops_;
