@@ -30,6 +30,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_join.h"
+#include "common/base/logging.h"
 #include "common/tokenizer/tokenizer.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/spec_cost_model.h"
@@ -296,6 +297,7 @@ int Profile(const std::string& model_dir, const std::vector<int>& concurrency,
 }  // namespace pdspark
 
 int main(int argc, char** argv) {
+  pdspark::InitLogging("dspark_bench", "warn");  // stderr: stdout carries only the results
   CLI::App app{"pdspark DSpark speculative decoding benchmark"};
   pdspark::Workload w;
   w.model = "models/tiny-dsv4-dspark";

@@ -25,6 +25,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "common/base/free_port.h"
+#include "common/base/logging.h"
 #include "common/config/model_config.h"
 #include "common/transport/ucx_agent.h"
 #include "engine/cache/cache_layout.h"
@@ -215,6 +216,7 @@ Case RequestCase(const pdspark::engine::CacheLayout& layout, int64_t tokens) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pdspark::InitLogging("kv_transfer_bench", "warn");  // stderr: stdout carries only the results
   CLI::App app{"KV transfer throughput next to ucx_perftest"};
   std::string model = "models/tiny-dsv4-dspark";
   std::string tokens_list = "1024,8192,32768";

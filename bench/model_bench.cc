@@ -23,6 +23,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/prefill_decode_round.h"
+#include "common/base/logging.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -82,6 +83,7 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pdspark::InitLogging("model_bench", "warn");  // stderr: stdout carries only the results
   CLI::App app{"pdspark model benchmark"};
   std::string model_dir;
   std::vector<int64_t> batches = {1, 8, 32};

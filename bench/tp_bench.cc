@@ -18,6 +18,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/prefill_decode_round.h"
+#include "common/base/logging.h"
 #include "engine/dspark/drafter.h"
 #include "engine/model/model.h"
 
@@ -74,7 +75,7 @@ std::vector<std::unique_ptr<dspark::DrafterState>> MakeRings(engine::Model& mode
   const int64_t width = drafter.num_feature_layers() * model.dims().dim;
   std::vector<std::unique_ptr<dspark::DrafterState>> rings;
   for (int64_t b = 0; b < batch; ++b) {
-    rings.push_back(drafter.NewState());
+    rings.push_back(drafter.NewState(model.kv_pool()).value());
     drafter.AppendContext(*rings.back(), out.features.data() + out.row_offsets[b] * width,
                           prefill_len);
   }
@@ -144,6 +145,7 @@ int RunDrafterBench(const std::string& model_dir, const std::vector<int>& sizes,
 }  // namespace
 
 int main(int argc, char** argv) {
+  pdspark::InitLogging("tp_bench", "warn");  // stderr: stdout carries only the results
   CLI::App app{"pdspark tensor-parallel benchmark"};
   std::string model_dir;
   std::vector<int> sizes = {1, 2, 4, 8};

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
-#include "common/worker/event_queue.h"
-#include "engine/serving/proto_conversions.h"
+#include "engine_service/event_queue.h"
+#include "engine_service/proto_conversions.h"
 
 namespace pdspark::decode {
 
@@ -24,15 +24,21 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
       return {grpc::StatusCode::FAILED_PRECONDITION, "this decode worker has no KV transport"};
     }
     // Verified and restored here, on the gRPC thread, so the engine loop never stalls on it.
-    auto state = receiver_->Take(request->reservation_id(), engine_->NewSequence(),
-                                 engine_->NewDrafterState());
+    auto ring = engine_->NewDrafterState();
+    if (!ring.ok()) {
+      receiver_->Release(request->reservation_id());
+      return serving::ToGrpcStatus(ring.status());
+    }
+    auto state =
+        receiver_->Take(request->reservation_id(), engine_->NewSequence(), std::move(ring).value());
     if (!state.ok()) return serving::ToGrpcStatus(state.status());
     spec.prefilled = std::move(state).value();
   }
   spec.deadline = serving::DeadlineFromUnixMicros(request->context().deadline_unix_us());
   if (context->deadline() != std::chrono::system_clock::time_point::max()) {
-    spec.deadline = std::min(spec.deadline, serving::Clock::now() + (context->deadline() -
-                                                                     std::chrono::system_clock::now()));
+    spec.deadline =
+        std::min(spec.deadline,
+                 serving::Clock::now() + (context->deadline() - std::chrono::system_clock::now()));
   }
   auto queue = std::make_shared<worker::EventQueue>();
   const absl::Status submitted =
@@ -81,8 +87,9 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveReque
   }
   const int64_t context = request->prompt_tokens();
   if (context <= 0 || context >= engine_->max_model_len()) {
-    return {grpc::StatusCode::INVALID_ARGUMENT,
-            absl::StrCat("prompt_tokens ", context, " outside [1, ", engine_->max_model_len(), ")")};
+    return {
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("prompt_tokens ", context, " outside [1, ", engine_->max_model_len(), ")")};
   }
   auto reserved = receiver_->Reserve(*request);
   if (!reserved.ok()) return serving::ToGrpcStatus(reserved.status());

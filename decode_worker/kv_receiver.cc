@@ -60,6 +60,9 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
   const auto now = Clock::now();
   std::lock_guard lock(mu_);
   ExpireLocked(now);
+  if (options_.lease_cache) {
+    ASSIGN_OR_RETURN(reservation.lease, options_.lease_cache(request));
+  }
   ASSIGN_OR_RETURN(reservation.offset, arena_->Allocate(reservation.layout.total_bytes));
   // A stale record from an earlier request must not look like a delivery.
   std::memset(arena_->data() + reservation.offset, 0, transport::kRecordHeaderBytes);
@@ -124,6 +127,7 @@ StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Take(
   auto restored =
       Restore(reservation, std::move(sequence), std::move(drafter), &bytes, &prefill_end_ns);
   arena_->Free(reservation.offset);
+  if (restored.ok()) (*restored)->lease = std::move(reservation.lease);
   if (!restored.ok()) {
     metrics_->Failed(restored.status());
     LOG_WARN("kv delivery rejected reservation={} error={}", reservation_id,

@@ -3,11 +3,14 @@
 // hand-over of a delivered state. A request is admitted only when its completion record is
 // there, meant for this reservation (nonce), written by a matching sender (link digest), and
 // every segment matches its checksum; the state is then restored straight from the arena
-// into cache blocks, on the caller's (gRPC) thread rather than the engine's. A lease the
-// prefill side never fills expires and its memory returns to the arena.
+// into cache pages, on the caller's (gRPC) thread rather than the engine's. A reservation also
+// leases the request's worst-case KV pool bytes from the engine (ReceiverOptions::lease_cache),
+// so the restore always finds its pages and the request is admitted on that lease. A
+// reservation the prefill side never fills expires; its staging memory and lease return.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +41,8 @@ struct ReceiverOptions {
   transport::LinkInfo link;  // this worker's side of the handshake
   int64_t block_rows = 256;  // this worker's cache block rows
   const engine::CacheLayout* cache_layout = nullptr;
+  // The engine's KV pool lease for a reservation (ServingEngine::ReserveCache); unset: none.
+  std::function<StatusOr<serving::CacheLease>(const v1::ReserveRequest&)> lease_cache;
 };
 
 class KvReceiver {
@@ -64,6 +69,7 @@ class KvReceiver {
     Clock::time_point expires;
     uint64_t nonce = 0;
     engine::StagingLayout layout;
+    serving::CacheLease lease;
   };
   KvReceiver() = default;
   void ExpireLocked(Clock::time_point now);

@@ -14,10 +14,10 @@
 #include "common/worker/worker_process.h"
 #include "decode_worker/decode_service.h"
 #include "engine/cache/staging_layout.h"
-#include "engine/serving/engine_metrics.h"
-#include "engine/serving/proto_conversions.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/spec_settings.h"
+#include "engine_service/engine_metrics.h"
+#include "engine_service/proto_conversions.h"
 
 namespace pdspark::decode {
 namespace {
@@ -53,12 +53,6 @@ Status CheckSupported(const DecodeFlags& f) {
   return absl::OkStatus();
 }
 
-// The size of the DSpark context ring a prefilled request must bring; 0 when not speculating.
-uint64_t DrafterStateBytes(const serving::ServingEngine& engine) {
-  auto ring = engine.NewDrafterState();
-  return ring ? ring->Serialize().size() : 0;
-}
-
 int Run(const DecodeFlags& f, const sigset_t& signals) {
   InitLogging("decode", f.common.log_level);
   if (Status st = CheckSupported(f); !st.ok()) {
@@ -67,6 +61,8 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   }
   engine::ModelOptions model_options;
   model_options.cache_block_rows = f.common.block_size;
+  model_options.kv_cache_memory_bytes = f.common.kv_cache_memory_bytes;
+  model_options.kv_cache_memory_fraction = f.common.kv_cache_memory_fraction;
   model_options.tensor_parallel_size = f.common.tensor_parallel_size;
   model_options.threads = f.common.threads;
   model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
@@ -83,7 +79,6 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   options.max_num_seqs = f.common.max_num_seqs;
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
-  options.cache_budget_bytes = f.common.kv_cache_memory_bytes;
   if (Status st = serving::ApplySpecSettings(f.spec_method, f.spec_tokens, f.common.model, **model,
                                              options);
       !st.ok()) {
@@ -115,9 +110,12 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
     staging.incarnation_id = identity.incarnation_id;
     staging.link = {identity.config_fingerprint,
                     engine::CacheManifest(engine.model().cache_layout()),
-                    f.common.tensor_parallel_size, DrafterStateBytes(engine)};
+                    f.common.tensor_parallel_size, engine.DrafterStateWireBytes()};
     staging.block_rows = f.common.block_size;
     staging.cache_layout = &engine.model().cache_layout();
+    staging.lease_cache = [&engine](const v1::ReserveRequest& r) {
+      return engine.ReserveCache(r.prompt_tokens(), r.max_tokens());
+    };
     auto made = KvReceiver::Create(agent.get(), std::move(staging), transfer_metrics.get());
     if (!made.ok()) {
       LOG_ERROR("{}", made.status().ToString());

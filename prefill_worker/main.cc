@@ -13,10 +13,10 @@
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_process.h"
 #include "engine/cache/staging_layout.h"
-#include "engine/serving/engine_metrics.h"
-#include "engine/serving/proto_conversions.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/spec_settings.h"
+#include "engine_service/engine_metrics.h"
+#include "engine_service/proto_conversions.h"
 #include "prefill_worker/prefill_service.h"
 
 namespace pdspark::prefill {
@@ -51,6 +51,8 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   InitLogging("prefill", f.common.log_level);
   engine::ModelOptions model_options;
   model_options.cache_block_rows = f.common.block_size;
+  model_options.kv_cache_memory_bytes = f.common.kv_cache_memory_bytes;
+  model_options.kv_cache_memory_fraction = f.common.kv_cache_memory_fraction;
   model_options.tensor_parallel_size = f.common.tensor_parallel_size;
   model_options.threads = f.common.threads;
   model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
@@ -67,7 +69,6 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   options.max_num_seqs = f.common.max_num_seqs;
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
-  options.cache_budget_bytes = f.common.kv_cache_memory_bytes;
   if (Status st = ApplyDrafter(f, **model, options); !st.ok()) {
     LOG_ERROR("cannot load the DSpark drafter: {}", st.ToString());
     return 2;
@@ -93,10 +94,9 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
     return 2;
   }
 
-  auto ring = engine.NewDrafterState();
-  const transport::LinkInfo link{
-      identity.config_fingerprint, engine::CacheManifest(engine.model().cache_layout()),
-      f.common.tensor_parallel_size, ring ? ring->Serialize().size() : 0};
+  const transport::LinkInfo link{identity.config_fingerprint,
+                                 engine::CacheManifest(engine.model().cache_layout()),
+                                 f.common.tensor_parallel_size, engine.DrafterStateWireBytes()};
   TransferOptions transfer;
   transfer.mode = f.kv_transfer == "whole" ? StreamMode::kWhole : StreamMode::kLayerwise;
   transfer.tail_timeout = std::chrono::milliseconds(f.transfer_timeout_ms);

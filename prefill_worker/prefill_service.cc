@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
-#include "engine/serving/proto_conversions.h"
+#include "engine_service/proto_conversions.h"
 
 namespace pdspark::prefill {
 namespace {

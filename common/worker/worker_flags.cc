@@ -23,17 +23,27 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
                  "(about 4x the memory, for comparisons)")
       ->check(CLI::IsMember({"native", "fp32"}))
       ->capture_default_str();
-  app.add_option("--block-size", f.block_size, "cache rows per paged block")->capture_default_str();
+  app.add_option("--block-size", f.block_size,
+                 "tokens of window KV per page of the KV pool (other cache groups fit as many "
+                 "rows as the page's bytes hold)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--max-num-seqs", f.max_num_seqs, "running requests at once")
       ->capture_default_str();
   app.add_option("--max-model-len", f.max_model_len, "0 = the config's max_position_embeddings");
   app.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens per engine step")
       ->capture_default_str();
   app.add_option("--kv-cache-memory-bytes", f.kv_cache_memory_bytes,
-                 "cache memory budget in bytes, e.g. 512M or 2G (powers of 1024; 0 = "
-                 "unlimited): admitted requests reserve their worst case, the rest wait")
+                 "size of the KV pool, allocated once at startup, e.g. 512M or 2G (powers of "
+                 "1024; 0 = --kv-cache-memory-fraction of the free memory): admitted requests "
+                 "reserve their worst case, the rest wait")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--kv-cache-memory-fraction", f.kv_cache_memory_fraction,
+                 "without --kv-cache-memory-bytes: the share of the memory free after loading "
+                 "the weights that the KV pool takes (host memory on CPU, touched only as used)")
+      ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
   app.add_option("--ucx-tls", f.ucx_tls, "UCX transports for KV transfer (UCX_TLS)")
       ->capture_default_str();

@@ -21,7 +21,8 @@ struct WorkerFlags {
   int max_num_seqs = 64;
   int max_model_len = 0;
   int max_batch_tokens = 512;
-  int64_t kv_cache_memory_bytes = 0;  // the engine's cache budget; 0 = unlimited
+  int64_t kv_cache_memory_bytes = 0;      // the KV pool's size; 0 = the fraction below
+  double kv_cache_memory_fraction = 0.5;  // of the memory free after loading the weights
   std::string ucx_tls = "tcp";
   std::string ucx_net_devices;
   int metrics_port = 0;

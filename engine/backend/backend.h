@@ -36,9 +36,13 @@ class Backend {
   virtual std::unique_ptr<Timer> NewTimer() const = 0;
   // The rank's communicator; null when the model runs as one rank.
   virtual parallel::Communicator* comm() const = 0;
-  // Device memory, 64-byte aligned (host memory for the CPU backend).
+  // Device memory, 64-byte aligned (host memory for the CPU backend); null when it cannot be
+  // had. The CPU backend's is touched lazily, so what is never written never becomes resident.
   virtual void* Allocate(size_t bytes) = 0;
   virtual void Free(void* p) = 0;
+  // Memory the device could still give this process (what the KV pool's default size is a
+  // fraction of, like vLLM's --gpu-memory-utilization).
+  virtual int64_t FreeMemoryBytes() const = 0;
 };
 
 }  // namespace pdspark::engine::backend

@@ -7,11 +7,11 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// PagedRows frees a block only once every row in it is below the retention point and keeps the
-// block holding the last row, so between releases a windowed group holds
-// ceil(size / B) - floor(keep_from / B) blocks, with size - keep_from <= keep + step.
-int64_t GroupBlocksBound(const CacheGroupSpec& group, int64_t block_rows, int64_t tokens,
-                         int64_t step_tokens) {
+// PagedRows frees a page only once every row in it is below the retention point and keeps the
+// page holding the last row, so between releases a windowed group holds
+// ceil(size / B) - floor(keep_from / B) pages of B rows, with size - keep_from <= keep + step.
+int64_t GroupPagesBound(const CacheGroupSpec& group, int64_t block_rows, int64_t tokens,
+                        int64_t step_tokens) {
   const int64_t all_rows = CeilDiv(tokens, group.tokens_per_row);
   const int64_t all_blocks = CeilDiv(all_rows, block_rows);
   if (group.keep_tokens <= 0) return all_blocks;
@@ -21,13 +21,13 @@ int64_t GroupBlocksBound(const CacheGroupSpec& group, int64_t block_rows, int64_
 
 }  // namespace
 
-std::map<std::string, int64_t> SequenceBytesBound(const CacheLayout& layout, int64_t block_rows,
+std::map<std::string, int64_t> SequenceBytesBound(const CacheLayout& layout, PageGeometry pages,
                                                   int64_t tokens, int64_t step_tokens) {
   std::map<std::string, int64_t> bytes;
   for (const LayerCacheSpec& layer : layout.layers) {
     for (const CacheGroupSpec& group : layer.groups) {
-      const int64_t blocks = GroupBlocksBound(group, block_rows, tokens, step_tokens);
-      bytes[group.name] += blocks * block_rows * group.width * static_cast<int64_t>(sizeof(float));
+      bytes[group.name] +=
+          GroupPagesBound(group, pages.RowsPerPage(group), tokens, step_tokens) * pages.page_bytes;
     }
   }
   return bytes;

@@ -1,5 +1,7 @@
 #include "engine/cache/cache_layout.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace pdspark::engine {
@@ -28,8 +30,8 @@ CacheLayout BuildCacheLayout(const config::ModelConfig& c, int64_t max_rollback_
           {CacheGroupKind::kCompressorRows, "compressor_rows", 2 * coff * c.head_dim, 1, keep});
       spec.groups.push_back({CacheGroupKind::kCompressedKv, "compressed_kv", c.head_dim, ratio, 0});
       if (ratio == 4) {
-        spec.groups.push_back({CacheGroupKind::kIndexerRows, "indexer_rows",
-                               2 * coff * c.index_head_dim, 1, keep});
+        spec.groups.push_back(
+            {CacheGroupKind::kIndexerRows, "indexer_rows", 2 * coff * c.index_head_dim, 1, keep});
         spec.groups.push_back(
             {CacheGroupKind::kIndexerKeys, "indexer_keys", c.index_head_dim, ratio, 0});
       }
@@ -37,6 +39,22 @@ CacheLayout BuildCacheLayout(const config::ModelConfig& c, int64_t max_rollback_
     layout.layers.push_back(std::move(spec));
   }
   return layout;
+}
+
+PageGeometry PageGeometry::For(const CacheLayout& layout, int64_t block_size) {
+  int64_t window_width = 0, widest = 0;
+  for (const LayerCacheSpec& layer : layout.layers) {
+    for (const CacheGroupSpec& g : layer.groups) {
+      if (g.kind == CacheGroupKind::kWindowKv) window_width = std::max(window_width, g.width);
+      widest = std::max(widest, g.width);
+    }
+  }
+  const int64_t row = static_cast<int64_t>(sizeof(float));
+  return {std::max(block_size * window_width, widest) * row};
+}
+
+int64_t PageGeometry::RowsPerPage(const CacheGroupSpec& group) const {
+  return page_bytes / (group.width * static_cast<int64_t>(sizeof(float)));
 }
 
 std::string CacheLayout::Describe() const {

@@ -44,4 +44,14 @@ struct CacheLayout {
 
 CacheLayout BuildCacheLayout(const config::ModelConfig& config, int64_t max_rollback_tokens);
 
+// The KV pool's page size for a block size (--block-size): a page holds `block_size` rows of
+// the window KV, and at least one row of the widest group. Every group then holds
+// RowsPerPage rows per page; both workers of a KV transfer derive the same numbers from the
+// decode worker's block size and the (handshake-checked) layout.
+struct PageGeometry {
+  int64_t page_bytes = 0;
+  static PageGeometry For(const CacheLayout& layout, int64_t block_size);
+  int64_t RowsPerPage(const CacheGroupSpec& group) const;
+};
+
 }  // namespace pdspark::engine

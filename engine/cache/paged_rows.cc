@@ -1,78 +1,99 @@
 #include "engine/cache/paged_rows.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 
 namespace pdspark::engine {
 
-PagedRows::PagedRows(BlockPool* pool) : pool_(pool) {}
+PagedRows::PagedRows(PageGroup* group) : group_(group) {}
 
 PagedRows::~PagedRows() { Clear(); }
 
 PagedRows::PagedRows(PagedRows&& other) noexcept
-    : pool_(other.pool_), blocks_(std::move(other.blocks_)), first_block_(other.first_block_),
+    : group_(other.group_),
+      pages_(std::move(other.pages_)),
+      first_block_(other.first_block_),
       size_(other.size_) {
-  other.blocks_.clear();
+  other.pages_.clear();
   other.size_ = 0;
   other.first_block_ = 0;
 }
 
+int64_t PagedRows::PagesToGrow(int64_t size) const {
+  const int64_t rows = rows_per_page();
+  // The page Append starts next: after the table, or (empty table) the one holding size_.
+  const int64_t next =
+      pages_.empty() ? size_ / rows : first_block_ + static_cast<int64_t>(pages_.size());
+  return std::max<int64_t>(0, (size + rows - 1) / rows - next);
+}
+
 float* PagedRows::Append() {
-  const int64_t rows = pool_->rows_per_block();
+  const int64_t rows = rows_per_page();
   const int64_t block = size_ / rows;
-  if (block - first_block_ >= static_cast<int64_t>(blocks_.size())) {
-    if (blocks_.empty()) first_block_ = block;
-    blocks_.push_back(pool_->Allocate());
+  if (block - first_block_ >= static_cast<int64_t>(pages_.size())) {
+    const int32_t page = group_->Allocate();
+    if (page == kNoPage) {
+      // Model::Step and SequenceState::RestoreRows check PagesToGrow first: a bug, not load.
+      LOG_ERROR("KV pool exhausted inside a step (cache group {}): PagesToGrow was not checked",
+                group_->name());
+      std::abort();
+    }
+    if (pages_.empty()) first_block_ = block;
+    pages_.push_back(page);
   }
   ++size_;
-  return Row(size_ - 1);
+  return RowIn(size_ - 1);
 }
 
-float* PagedRows::Row(int64_t row) {
-  const int64_t rows = pool_->rows_per_block();
-  return blocks_[row / rows - first_block_] + (row % rows) * pool_->row_width();
+float* PagedRows::RowIn(int64_t row) const {
+  const int64_t rows = rows_per_page();
+  return group_->Row(pages_[row / rows - first_block_], row % rows);
 }
 
-const float* PagedRows::Row(int64_t row) const {
-  const int64_t rows = pool_->rows_per_block();
-  return blocks_[row / rows - first_block_] + (row % rows) * pool_->row_width();
-}
+float* PagedRows::Row(int64_t row) { return RowIn(row); }
+
+const float* PagedRows::Row(int64_t row) const { return RowIn(row); }
 
 void PagedRows::Truncate(int64_t size) {
   if (size >= size_) return;
   size_ = size;
-  const int64_t rows = pool_->rows_per_block();
+  const int64_t rows = rows_per_page();
   const int64_t blocks_needed = (size_ + rows - 1) / rows - first_block_;
-  while (static_cast<int64_t>(blocks_.size()) > std::max<int64_t>(blocks_needed, 0)) {
-    pool_->Free(blocks_.back());
-    blocks_.pop_back();
+  while (static_cast<int64_t>(pages_.size()) > std::max<int64_t>(blocks_needed, 0)) {
+    group_->Free(pages_.back());
+    pages_.pop_back();
   }
-  if (blocks_.empty()) first_block_ = size_ / rows;
+  if (pages_.empty()) first_block_ = size_ / rows;
 }
 
 void PagedRows::ReleaseBelow(int64_t row) {
-  const int64_t rows = pool_->rows_per_block();
-  // Keep the block holding the last row so Append never re-allocates a released index.
-  while (!blocks_.empty() && (first_block_ + 1) * rows <= row &&
+  const int64_t rows = rows_per_page();
+  // Keep the page holding the last row so Append never re-allocates a released index.
+  size_t released = 0;
+  while (released < pages_.size() && (first_block_ + 1) * rows <= row &&
          (first_block_ + 1) * rows < size_) {
-    pool_->Free(blocks_.front());
-    blocks_.pop_front();
+    group_->Free(pages_[released++]);
     ++first_block_;
   }
+  pages_.erase(pages_.begin(), pages_.begin() + static_cast<std::ptrdiff_t>(released));
 }
 
 void PagedRows::Clear() {
-  for (float* block : blocks_) pool_->Free(block);
-  blocks_.clear();
+  for (int32_t page : pages_) group_->Free(page);
+  pages_.clear();
   first_block_ = 0;
   size_ = 0;
 }
 
 namespace {
 
-void PutInt(std::string& out, int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+void PutInt(std::string& out, int64_t v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
 
 bool GetInt(const std::string& in, size_t& offset, int64_t& v) {
   if (offset + sizeof(v) > in.size()) return false;
@@ -84,7 +105,7 @@ bool GetInt(const std::string& in, size_t& offset, int64_t& v) {
 }  // namespace
 
 void PagedRows::AppendTo(std::string& out) const {
-  const int64_t first = blocks_.empty() ? size_ : std::min(first_row(), size_);
+  const int64_t first = pages_.empty() ? size_ : std::min(first_row(), size_);
   PutInt(out, first);
   PutInt(out, size_);
   for (int64_t r = first; r < size_; ++r) {
@@ -103,31 +124,37 @@ Status PagedRows::ReadFrom(const std::string& in, size_t& offset) {
     return absl::DataLossError(absl::StrCat("cache snapshot: truncated rows (need ",
                                             (size - first) * row_bytes, " bytes)"));
   }
-  Assign(first, size, in.data() + offset);
+  RETURN_IF_ERROR(Assign(first, size, in.data() + offset));
   offset += (size - first) * row_bytes;
   return absl::OkStatus();
 }
 
-void PagedRows::Assign(int64_t first, int64_t size, const char* rows) {
+Status PagedRows::Assign(int64_t first, int64_t size, const char* rows) {
   Clear();
-  const size_t row_bytes = width() * sizeof(float);
-  // Recreate the block layout: start at the block holding `first`.
-  first_block_ = first / pool_->rows_per_block();
-  size_ = first_block_ * pool_->rows_per_block();
-  while (size_ < first) {
-    if (blocks_.empty()) blocks_.push_back(pool_->Allocate());
-    ++size_;
+  const int64_t per_page = rows_per_page();
+  // The pages as if the rows below `first` had been appended and released.
+  first_block_ = (size > first ? first : size) / per_page;
+  const int64_t pages = size > first ? (size + per_page - 1) / per_page - first_block_ : 0;
+  for (int64_t i = 0; i < pages; ++i) {
+    const int32_t page = group_->Allocate();
+    if (page == kNoPage) {
+      Clear();
+      return absl::ResourceExhaustedError(absl::StrCat("KV pool full: ", group_->name(), " needs ",
+                                                       pages, " pages (--kv-cache-memory-bytes)"));
+    }
+    pages_.push_back(page);
   }
-  // One copy per block: rows of a block are contiguous on both sides.
-  const int64_t per_block = pool_->rows_per_block();
+  size_ = size;
+  if (rows == nullptr) return absl::OkStatus();  // Resize: the rows keep what the pages held
+  // One copy per page: rows of a page are contiguous on both sides.
+  const size_t row_bytes = width() * sizeof(float);
   for (int64_t r = first; r < size;) {
-    const int64_t n = std::min(size - r, per_block - r % per_block);
-    float* dst = Append();  // allocates the block `r` starts
-    size_ += n - 1;
-    std::memcpy(dst, rows, n * row_bytes);
+    const int64_t n = std::min(size - r, per_page - r % per_page);
+    std::memcpy(RowIn(r), rows, n * row_bytes);
     rows += n * row_bytes;
     r += n;
   }
+  return absl::OkStatus();
 }
 
 }  // namespace pdspark::engine

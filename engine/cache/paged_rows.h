@@ -1,31 +1,39 @@
-// A growable array of fixed-width fp32 rows stored in pool blocks. Rows are addressed by their
-// logical index (token position or compressed-entry index); whole blocks that fall below the
-// retention point can be released, so a sliding-window group keeps O(window) memory while its
-// indices keep counting from 0.
+// A growable array of fixed-width fp32 rows stored in pages of the KV pool, one cache group of
+// one sequence. Rows are addressed by their logical index (token position or compressed-entry
+// index); the block table maps index / rows_per_page to a page id. Whole pages that fall below
+// the retention point can be released, so a sliding-window group keeps O(window) memory while
+// its indices keep counting from 0. Append needs a free page every rows_per_page rows: callers
+// check PagesToGrow against the pool first (SequenceState::PagesToGrow, Model::Step).
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <string>
+#include <vector>
 
 #include "common/base/status.h"
-#include "engine/cache/block_pool.h"
+#include "engine/cache/kv_pool.h"
 
 namespace pdspark::engine {
 
 class PagedRows {
  public:
-  explicit PagedRows(BlockPool* pool);
+  explicit PagedRows(PageGroup* group);
   ~PagedRows();
   PagedRows(PagedRows&& other) noexcept;
   PagedRows& operator=(PagedRows&&) = delete;
   PagedRows(const PagedRows&) = delete;
 
   int64_t size() const { return size_; }
-  int64_t width() const { return pool_->row_width(); }
+  int64_t width() const { return group_->row_width(); }
+  int64_t rows_per_page() const { return group_->rows_per_page(); }
   // The lowest row still stored (rows below it were released).
-  int64_t first_row() const { return first_block_ * pool_->rows_per_block(); }
+  int64_t first_row() const { return first_block_ * rows_per_page(); }
+  // The page ids holding rows [first_row(), size()), in order.
+  const std::vector<int32_t>& block_table() const { return pages_; }
 
+  // Pages Append needs to reach `size` rows.
+  int64_t PagesToGrow(int64_t size) const;
+  // The next row; its page must be available (see PagesToGrow).
   float* Append();
   float* Row(int64_t row);
   const float* Row(int64_t row) const;
@@ -36,20 +44,28 @@ class PagedRows {
   void ReleaseBelow(int64_t row);
   void Clear();
 
-  int64_t bytes() const { return static_cast<int64_t>(blocks_.size()) * pool_->block_bytes(); }
+  int64_t bytes() const {
+    return static_cast<int64_t>(pages_.size()) * group_->pool().page_bytes();
+  }
 
   // Serialised as: first_row, size, then rows [first_row, size) as raw floats.
   void AppendTo(std::string& out) const;
   // Reads what AppendTo wrote, advancing `offset`.
   Status ReadFrom(const std::string& in, size_t& offset);
   // Replaces the contents with rows [first, size), copied from `rows` (raw floats), laid out in
-  // blocks as if the rows below `first` had been appended and released.
-  void Assign(int64_t first, int64_t size, const char* rows);
+  // pages as if the rows below `first` had been appended and released. Fails, leaving the
+  // group empty, when the pool has too few free pages.
+  Status Assign(int64_t first, int64_t size, const char* rows);
+  // Replaces the contents with `size` rows of unspecified values (a fixed-size ring's storage).
+  // Fails like Assign.
+  Status Resize(int64_t size) { return Assign(0, size, nullptr); }
 
  private:
-  BlockPool* pool_;
-  std::deque<float*> blocks_;
-  int64_t first_block_ = 0;  // logical index of blocks_.front()
+  float* RowIn(int64_t row) const;
+
+  PageGroup* group_;
+  std::vector<int32_t> pages_;
+  int64_t first_block_ = 0;  // logical index of pages_.front()
   int64_t size_ = 0;
 };
 

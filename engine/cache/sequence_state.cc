@@ -9,7 +9,9 @@ namespace {
 
 constexpr char kMagic[8] = {'P', 'D', 'S', 'S', 'E', 'Q', '0', '1'};
 
-void PutInt(std::string& out, int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+void PutInt(std::string& out, int64_t v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
 
 bool GetInt(std::string_view in, size_t& offset, int64_t& v) {
   if (offset + sizeof(v) > in.size()) return false;
@@ -20,13 +22,26 @@ bool GetInt(std::string_view in, size_t& offset, int64_t& v) {
 
 }  // namespace
 
-SequenceState::SequenceState(const CacheLayout* layout, CachePools* pools) : layout_(layout) {
+SequenceState::SequenceState(const CacheLayout* layout, KvPool* pool) : layout_(layout) {
   groups_.resize(layout->layers.size());
   for (size_t l = 0; l < layout->layers.size(); ++l) {
     for (const auto& spec : layout->layers[l].groups) {
-      groups_[l].emplace_back(&pools->ForGroup(spec.name, spec.width));
+      groups_[l].emplace_back(&pool->ForGroup(spec.name, spec.width));
     }
   }
+}
+
+int64_t SequenceState::PagesToGrow(int64_t count) const {
+  const int64_t tokens = num_tokens_ + count;
+  int64_t pages = 0;
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    const auto& specs = layout_->layers[l].groups;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      const int64_t per_row = specs[g].tokens_per_row;
+      pages += groups_[l][g].PagesToGrow((tokens + per_row - 1) / per_row);
+    }
+  }
+  return pages;
 }
 
 PagedRows& SequenceState::Group(int64_t layer, CacheGroupKind kind) {
@@ -63,9 +78,10 @@ Status SequenceState::Truncate(int64_t position) {
       const int64_t need_tokens = specs[g].keep_tokens - layout_->max_rollback_tokens;
       const int64_t need_from = std::max<int64_t>(0, position - need_tokens);
       if (groups_[l][g].first_row() * specs[g].tokens_per_row > need_from) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "truncate to ", position, ": layer ", l, " ", specs[g].name, " already released rows below ",
-            groups_[l][g].first_row(), " (max_rollback_tokens=", layout_->max_rollback_tokens, ")"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("truncate to ", position, ": layer ", l, " ", specs[g].name,
+                         " already released rows below ", groups_[l][g].first_row(),
+                         " (max_rollback_tokens=", layout_->max_rollback_tokens, ")"));
       }
     }
   }
@@ -152,7 +168,10 @@ Status SequenceState::RestoreRows(int64_t num_tokens, std::span<const GroupRows>
   size_t i = 0;
   for (auto& layer : groups_) {
     for (PagedRows& rows : layer) {
-      rows.Assign(groups[i].first_row, groups[i].size, groups[i].data);
+      if (Status st = rows.Assign(groups[i].first_row, groups[i].size, groups[i].data); !st.ok()) {
+        Free();
+        return st;
+      }
       ++i;
     }
   }

@@ -1,5 +1,5 @@
 // Per-sequence model state: for every layer the cache groups of its CacheLayout, stored in
-// paged pool blocks. Supports truncation to a position (speculation rollback), a byte
+// pages of the model's KV pool. Supports truncation to a position (speculation rollback), a byte
 // snapshot/restore (KV transfer between prefill and decode processes) and exact memory
 // accounting. Freed on destruction.
 #pragma once
@@ -12,15 +12,15 @@
 #include <vector>
 
 #include "common/base/status.h"
-#include "engine/cache/block_pool.h"
 #include "engine/cache/cache_layout.h"
+#include "engine/cache/kv_pool.h"
 #include "engine/cache/paged_rows.h"
 
 namespace pdspark::engine {
 
 class SequenceState {
  public:
-  SequenceState(const CacheLayout* layout, CachePools* pools);
+  SequenceState(const CacheLayout* layout, KvPool* pool);
 
   // Tokens whose state is cached (the next token goes to this position).
   int64_t num_tokens() const { return num_tokens_; }
@@ -28,6 +28,10 @@ class SequenceState {
 
   PagedRows& Group(int64_t layer, CacheGroupKind kind);
   const PagedRows& Group(int64_t layer, CacheGroupKind kind) const;
+
+  // Pool pages the forward needs to append `count` more tokens (an upper bound: every group's
+  // rows rounded up).
+  int64_t PagesToGrow(int64_t count) const;
 
   // Called by the forward once `count` tokens were appended to every group; releases blocks
   // that fell out of every group's retention window.
@@ -48,11 +52,12 @@ class SequenceState {
     const char* data = nullptr;
   };
   // Replaces the state by `num_tokens` tokens whose cache groups hold `groups` (every layer's
-  // groups, layer-major in layout order), copying each group's rows once into pool blocks.
-  // This is how a KV transfer restores straight from the staging memory it arrived in.
+  // groups, layer-major in layout order), copying each group's rows once into pool pages.
+  // This is how a KV transfer restores straight from the staging memory it arrived in. Fails
+  // (state emptied) when the pool has too few free pages.
   Status RestoreRows(int64_t num_tokens, std::span<const GroupRows> groups);
 
-  // Bytes of pool blocks held by this sequence.
+  // Bytes of pool pages held by this sequence.
   int64_t MemoryBytes() const;
   void Free();
 

@@ -24,7 +24,8 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-int64_t RetainedFirstRow(const CacheGroupSpec& group, int64_t tokens, int64_t block_rows) {
+int64_t RetainedFirstRow(const CacheGroupSpec& group, int64_t tokens, int64_t rows_per_page) {
+  const int64_t block_rows = rows_per_page;
   if (group.keep_tokens <= 0 || tokens <= group.keep_tokens) return 0;
   const int64_t release_below = (tokens - group.keep_tokens) / group.tokens_per_row;
   const int64_t size = tokens / group.tokens_per_row;
@@ -32,8 +33,9 @@ int64_t RetainedFirstRow(const CacheGroupSpec& group, int64_t tokens, int64_t bl
   return std::min(release_below / block_rows, last_block) * block_rows;
 }
 
-StagingLayout StagingLayout::Compute(const CacheLayout& layout, int64_t tokens, int64_t block_rows,
+StagingLayout StagingLayout::Compute(const CacheLayout& layout, int64_t tokens, int64_t block_size,
                                      uint64_t drafter_bytes) {
+  const PageGeometry pages = PageGeometry::For(layout, block_size);
   StagingLayout staging;
   staging.tokens = tokens;
   uint64_t segments = 0;
@@ -47,7 +49,7 @@ StagingLayout StagingLayout::Compute(const CacheLayout& layout, int64_t tokens, 
       staged.layer = static_cast<int64_t>(l);
       staged.group = static_cast<int64_t>(g);
       staged.offset = offset;
-      staged.first_row = RetainedFirstRow(groups[g], tokens, block_rows);
+      staged.first_row = RetainedFirstRow(groups[g], tokens, pages.RowsPerPage(groups[g]));
       staged.capacity_rows = CeilDiv(tokens, groups[g].tokens_per_row) - staged.first_row;
       staged.row_bytes = groups[g].width * static_cast<int64_t>(sizeof(float));
       offset = Align(offset + staged.capacity_rows * staged.row_bytes);

@@ -1,6 +1,6 @@
 // Where each part of one request's state goes in a decode worker's reservation. Both workers
 // compute it from the same inputs (the cache manifest, which the link handshake checks, the
-// prompt length, the decode worker's block rows and the drafter ring size), so the prefill
+// prompt length, the decode worker's block size and the drafter ring size), so the prefill
 // worker can write every layer's rows into their final place while it is still computing:
 //
 //   [completion record (transport::CompletionRecord) | segment (layer 0, group 0) | ... ]
@@ -34,14 +34,16 @@ struct StagingLayout {
   std::vector<StagedGroup> groups;  // layer-major, in layout order
   uint64_t total_bytes = 0;
 
-  static StagingLayout Compute(const CacheLayout& layout, int64_t tokens, int64_t block_rows,
+  // `block_size`: the decode worker's (PageGeometry::For).
+  static StagingLayout Compute(const CacheLayout& layout, int64_t tokens, int64_t block_size,
                                uint64_t drafter_bytes);
 };
 
 // The first row of a group that a sequence of `tokens` tokens still holds after prefill with
-// `block_rows` rows per block: whole blocks below the group's retention point are released
-// (PagedRows::ReleaseBelow via SequenceState::CommitTokens), the one holding the last row never.
-int64_t RetainedFirstRow(const CacheGroupSpec& group, int64_t tokens, int64_t block_rows);
+// `rows_per_page` rows of the group per page: whole pages below the group's retention point are
+// released (PagedRows::ReleaseBelow via SequenceState::CommitTokens), the one holding the last
+// row never.
+int64_t RetainedFirstRow(const CacheGroupSpec& group, int64_t tokens, int64_t rows_per_page);
 
 // Digest of the per-layer cache groups (kind, width, tokens per row, retention, placement)
 // and the rollback allowance: two workers exchange state only when theirs agree.

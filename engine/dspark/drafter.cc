@@ -62,9 +62,22 @@ Drafter::Drafter(const config::ModelConfig& c, std::shared_ptr<parallel::RankRun
       max_rollback_(max_rollback),
       temperatures_(std::move(confidence_temperatures)) {}
 
-std::unique_ptr<DrafterState> Drafter::NewState() const {
-  return std::make_unique<DrafterState>(static_cast<int64_t>(shards_[0].w.stages.size()),
-                                        dims_.window, max_rollback_, dims_.head_dim);
+StatusOr<std::unique_ptr<DrafterState>> Drafter::NewState(engine::KvPool& pool) const {
+  return DrafterState::Create(pool, static_cast<int64_t>(shards_[0].w.stages.size()), dims_.window,
+                              max_rollback_, dims_.head_dim);
+}
+
+uint64_t Drafter::StateWireBytes() const {
+  return DrafterState::SerializedBytes(static_cast<int64_t>(shards_[0].w.stages.size()),
+                                       dims_.window, max_rollback_, dims_.head_dim);
+}
+
+int64_t Drafter::StatePoolBytes(const engine::KvPool& pool) const {
+  const int64_t rows =
+      (dims_.window + max_rollback_) * static_cast<int64_t>(shards_[0].w.stages.size());
+  const int64_t rows_per_page = std::max<int64_t>(
+      1, pool.page_bytes() / (dims_.head_dim * static_cast<int64_t>(sizeof(float))));
+  return (rows + rows_per_page - 1) / rows_per_page * pool.page_bytes();
 }
 
 engine::RankContext Drafter::RankZeroContext() const {

@@ -69,7 +69,13 @@ class Drafter {
   int tensor_parallel_size() const { return ranks_->world_size(); }
   // The checkpoint's offline STS temperatures (empty: none shipped); see confidence_calibration.h.
   const std::vector<double>& confidence_temperatures() const { return temperatures_; }
-  std::unique_ptr<DrafterState> NewState() const;
+  // A request's context ring, in pages of `pool` (the target model's KV pool); fails when the
+  // pool is full.
+  StatusOr<std::unique_ptr<DrafterState>> NewState(engine::KvPool& pool) const;
+  // DrafterState::Serialize()'s size: what a prefilled request's ring occupies on the wire.
+  uint64_t StateWireBytes() const;
+  // The pages of `pool` one ring holds, in bytes.
+  int64_t StatePoolBytes(const engine::KvPool& pool) const;
 
   // Appends the context rows of `count` new committed positions from target features
   // [count, feature_layers, dim] (StepOutput.features rows of that sequence).

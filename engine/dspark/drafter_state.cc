@@ -7,22 +7,43 @@
 
 namespace pdspark::dspark {
 
-DrafterState::DrafterState(int64_t stages, int64_t window, int64_t max_rollback, int64_t row_width)
+StatusOr<std::unique_ptr<DrafterState>> DrafterState::Create(engine::KvPool& pool, int64_t stages,
+                                                             int64_t window, int64_t max_rollback,
+                                                             int64_t row_width) {
+  if (row_width * static_cast<int64_t>(sizeof(float)) > pool.page_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("DSpark context rows of ", row_width,
+                                                   " floats do not fit a ", pool.page_bytes(),
+                                                   "-byte KV page: raise --block-size"));
+  }
+  std::unique_ptr<DrafterState> state(new DrafterState(&pool.ForGroup("drafter", row_width), stages,
+                                                       window, max_rollback, row_width));
+  RETURN_IF_ERROR(state->ring_.Resize(state->ring_rows()));
+  // Pages come back with another request's rows: slots not appended yet are shipped and
+  // compared as they are (Serialize), so they start as zeros, as a fresh ring always did.
+  for (int64_t r = 0; r < state->ring_rows(); ++r)
+    std::fill_n(state->ring_.Row(r), row_width, 0.0f);
+  return state;
+}
+
+DrafterState::DrafterState(engine::PageGroup* group, int64_t stages, int64_t window,
+                           int64_t max_rollback, int64_t row_width)
     : stages_(stages),
       window_(window),
       max_rollback_(max_rollback),
       row_width_(row_width),
-      ring_(capacity() * stages * row_width) {}
+      ring_(group) {}
 
 void DrafterState::Append(const float* rows) {
   const int64_t slot = num_positions_ % capacity();
-  std::copy_n(rows, stages_ * row_width_, ring_.data() + slot * stages_ * row_width_);
+  for (int64_t stage = 0; stage < stages_; ++stage) {
+    std::copy_n(rows + stage * row_width_, row_width_, ring_.Row(slot * stages_ + stage));
+  }
   ++num_positions_;
 }
 
 const float* DrafterState::Row(int64_t stage, int64_t position) const {
   const int64_t slot = position % capacity();
-  return ring_.data() + (slot * stages_ + stage) * row_width_;
+  return ring_.Row(slot * stages_ + stage);
 }
 
 Status DrafterState::Truncate(int64_t position) {
@@ -40,18 +61,28 @@ Status DrafterState::Truncate(int64_t position) {
   return absl::OkStatus();
 }
 
+uint64_t DrafterState::SerializedBytes(int64_t stages, int64_t window, int64_t max_rollback,
+                                       int64_t row_width) {
+  return 5 * sizeof(int64_t) +
+         static_cast<uint64_t>((window + max_rollback) * stages * row_width) * sizeof(float);
+}
+
 // Layout: 5 int64 header (stages, window, max_rollback, row_width, positions) then the ring.
 std::string DrafterState::Serialize() const {
   const int64_t header[5] = {stages_, window_, max_rollback_, row_width_, num_positions_};
-  std::string out(sizeof(header) + ring_.size() * sizeof(float), '\0');
+  const size_t row_bytes = row_width_ * sizeof(float);
+  std::string out(SerializedBytes(stages_, window_, max_rollback_, row_width_), '\0');
   std::memcpy(out.data(), header, sizeof(header));
-  std::memcpy(out.data() + sizeof(header), ring_.data(), ring_.size() * sizeof(float));
+  for (int64_t r = 0; r < ring_rows(); ++r) {
+    std::memcpy(out.data() + sizeof(header) + r * row_bytes, ring_.Row(r), row_bytes);
+  }
   return out;
 }
 
 Status DrafterState::Restore(std::string_view bytes) {
   int64_t header[5];
-  if (bytes.size() != sizeof(header) + ring_.size() * sizeof(float)) {
+  const size_t row_bytes = row_width_ * sizeof(float);
+  if (bytes.size() != SerializedBytes(stages_, window_, max_rollback_, row_width_)) {
     return absl::InvalidArgumentError("drafter state: size does not match this drafter");
   }
   std::memcpy(header, bytes.data(), sizeof(header));
@@ -60,7 +91,9 @@ Status DrafterState::Restore(std::string_view bytes) {
     return absl::InvalidArgumentError("drafter state: layout does not match this drafter");
   }
   num_positions_ = header[4];
-  std::memcpy(ring_.data(), bytes.data() + sizeof(header), ring_.size() * sizeof(float));
+  for (int64_t r = 0; r < ring_rows(); ++r) {
+    std::memcpy(ring_.Row(r), bytes.data() + sizeof(header) + r * row_bytes, row_bytes);
+  }
   return absl::OkStatus();
 }
 

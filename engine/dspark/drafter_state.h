@@ -2,21 +2,27 @@
 // position (kv_norm(wkv(main_x)), RoPE'd, FP8-simulated), kept in a ring. The drafter reads the
 // last `window` rows; the ring holds `window + max_rollback` so that a verify round can append
 // its gamma+1 rows and Truncate back to the committed length without losing needed context.
-// Mirrors SequenceState: Append / Truncate / Serialize / Restore.
+// Mirrors SequenceState: Append / Truncate / Serialize / Restore. The ring lives in pages of the
+// model's KV pool (cache group "drafter"), so the pool bounds it with everything else.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "common/base/status.h"
+#include "engine/cache/kv_pool.h"
+#include "engine/cache/paged_rows.h"
 
 namespace pdspark::dspark {
 
 class DrafterState {
  public:
-  DrafterState(int64_t stages, int64_t window, int64_t max_rollback, int64_t row_width);
+  // ResourceExhausted when the pool has no room for the ring.
+  static StatusOr<std::unique_ptr<DrafterState>> Create(engine::KvPool& pool, int64_t stages,
+                                                        int64_t window, int64_t max_rollback,
+                                                        int64_t row_width);
 
   int64_t num_positions() const { return num_positions_; }
   int64_t stages() const { return stages_; }
@@ -36,12 +42,20 @@ class DrafterState {
   Status Truncate(int64_t position);
   std::string Serialize() const;
   Status Restore(std::string_view bytes);
-  int64_t bytes() const { return static_cast<int64_t>(ring_.size() * sizeof(float)); }
+  // Size of Serialize()'s bytes for a ring of these dimensions.
+  static uint64_t SerializedBytes(int64_t stages, int64_t window, int64_t max_rollback,
+                                  int64_t row_width);
+  // Pool bytes the ring holds.
+  int64_t bytes() const { return ring_.bytes(); }
 
  private:
+  DrafterState(engine::PageGroup* group, int64_t stages, int64_t window, int64_t max_rollback,
+               int64_t row_width);
+  int64_t ring_rows() const { return capacity() * stages_; }
+
   int64_t stages_, window_, max_rollback_, row_width_;
   int64_t num_positions_ = 0;
-  std::vector<float> ring_;  // [capacity, stages, row_width]
+  engine::PagedRows ring_;  // rows [slot * stages + stage], row_width floats each
 };
 
 }  // namespace pdspark::dspark

@@ -1,8 +1,10 @@
 #include "engine/model/model.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "common/safetensors/safetensors.h"
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/model/batch.h"
@@ -64,6 +66,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Model
   ASSIGN_OR_RETURN(config::ModelConfig config, config::LoadModelConfig(dir));
   std::unique_ptr<Model> model(new Model(std::move(config), options));
   RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress, options.weights));
+  RETURN_IF_ERROR(model->AllocateKvPool(options));
   return model;
 }
 
@@ -72,7 +75,7 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
       dims_(ModelDims::FromConfig(config_)),
       ranks_(options.tensor_parallel_size),
       layout_(BuildCacheLayout(config_, options.max_rollback_tokens)),
-      pools_(options.cache_block_rows),
+      page_geometry_(PageGeometry::For(layout_, std::max<int64_t>(1, options.cache_block_rows))),
       check_replicas_(options.check_replicas),
       weight_storage_(options.weights) {
   // Tables cover the first 64k positions; later positions are computed on the fly.
@@ -91,7 +94,42 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
   backends_ = backend::MakeCpuBackends(*runner_);
 }
 
-Model::~Model() = default;
+Model::~Model() {
+  kv_pool_.reset();
+  if (kv_memory_ != nullptr) backends_[0]->Free(kv_memory_);
+}
+
+Status Model::AllocateKvPool(const ModelOptions& options) {
+  if (options.cache_block_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--block-size must be at least 1, got ", options.cache_block_rows));
+  }
+  if (!(options.kv_cache_memory_fraction > 0 && options.kv_cache_memory_fraction <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-cache-memory-fraction must be in (0, 1], got ", options.kv_cache_memory_fraction));
+  }
+  backend::Backend& device = *backends_[0];
+  const int64_t bytes = options.kv_cache_memory_bytes > 0
+                            ? options.kv_cache_memory_bytes
+                            : static_cast<int64_t>(static_cast<double>(device.FreeMemoryBytes()) *
+                                                   options.kv_cache_memory_fraction);
+  const int64_t page = page_geometry_.page_bytes;
+  const int64_t pages = std::min<int64_t>(bytes / page, std::numeric_limits<int32_t>::max());
+  if (pages < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache of ", bytes, " bytes holds no ", page, "-byte page (--block-size ",
+                     options.cache_block_rows, "): raise --kv-cache-memory-bytes"));
+  }
+  kv_memory_ = device.Allocate(static_cast<size_t>(pages * page));
+  if (kv_memory_ == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the KV cache (", pages * page, " bytes on ",
+                     backend::DeviceName(device.device()), "): lower --kv-cache-memory-bytes"));
+  }
+  kv_pool_ = std::make_unique<KvPool>(kv_memory_, page, pages);
+  LOG_INFO("kv pool pages={} page_bytes={} bytes={}", pages, page, pages * page);
+  return absl::OkStatus();
+}
 
 int Model::threads_per_rank() const { return runner_->pool(0)->size(); }
 
@@ -111,7 +149,7 @@ Status Model::LoadRanks(const std::string& dir, bool show_progress, WeightStorag
 }
 
 std::unique_ptr<SequenceState> Model::NewSequence() {
-  return std::make_unique<SequenceState>(&layout_, &pools_);
+  return std::make_unique<SequenceState>(&layout_, kv_pool_.get());
 }
 
 Status Model::Validate(std::span<const StepInput> inputs) const {
@@ -141,6 +179,16 @@ Status Model::Validate(std::span<const StepInput> inputs) const {
 
 StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOptions& options) {
   RETURN_IF_ERROR(Validate(inputs));
+  // The forward appends rows without looking back: it must find every page it needs.
+  int64_t pages = 0;
+  for (const StepInput& in : inputs) {
+    pages += in.sequence->PagesToGrow(static_cast<int64_t>(in.tokens.size()));
+  }
+  if (const int64_t free = kv_pool_->free_pages(); pages > free) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool full: the step needs ", pages,
+                                                     " pages, ", free,
+                                                     " are free (--kv-cache-memory-bytes)"));
+  }
   const BatchLayout batch = MakeBatch(inputs);
   StepOutput out;
   for (const BatchSequence& seq : batch.sequences) out.row_offsets.push_back(seq.row_begin);

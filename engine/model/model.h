@@ -27,8 +27,8 @@
 #include "common/base/status.h"
 #include "common/config/model_config.h"
 #include "engine/backend/backend.h"
-#include "engine/cache/block_pool.h"
 #include "engine/cache/cache_layout.h"
+#include "engine/cache/kv_pool.h"
 #include "engine/cache/sequence_state.h"
 #include "engine/model/model_dims.h"
 #include "engine/model/shard_plan.h"
@@ -45,7 +45,12 @@ struct BatchLayout;
 struct RankContext;
 
 struct ModelOptions {
-  int64_t cache_block_rows = 256;     // rows per paged cache block
+  // The KV pool (engine/cache/kv_pool.h): pages of `cache_block_rows` window-KV rows
+  // (--block-size), kv_cache_memory_bytes of them, or when that is 0 the fraction
+  // kv_cache_memory_fraction of the memory rank 0's backend has free after loading the weights.
+  int64_t cache_block_rows = 256;
+  int64_t kv_cache_memory_bytes = 0;
+  double kv_cache_memory_fraction = 0.5;
   int64_t max_rollback_tokens = 256;  // how far Truncate may go back behind the window
   bool show_progress = true;          // weight-loading progress bar on stderr
   // Tensor-parallel ranks, 1..kMaxTensorParallel (vLLM's --tensor-parallel-size).
@@ -98,13 +103,15 @@ class Model {
   ~Model();
 
   std::unique_ptr<SequenceState> NewSequence();
-  // One forward over all inputs; appends their tokens to their states.
+  // One forward over all inputs; appends their tokens to their states. ResourceExhausted
+  // (nothing run) when the KV pool has too few free pages for the new tokens.
   StatusOr<StepOutput> Step(std::span<const StepInput> inputs, const StepOptions& options = {});
 
   const config::ModelConfig& config() const { return config_; }
   const ModelDims& dims() const { return dims_; }
   const CacheLayout& cache_layout() const { return layout_; }
-  CachePools& pools() { return pools_; }
+  KvPool& kv_pool() const { return *kv_pool_; }
+  PageGeometry page_geometry() const { return page_geometry_; }
   const std::vector<int64_t>& feature_layers() const { return feature_layers_; }
   int64_t parameter_count() const { return ranks_[0].weights.total_parameters; }
   int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
@@ -125,6 +132,7 @@ class Model {
 
   Model(config::ModelConfig config, const ModelOptions& options);
   Status LoadRanks(const std::string& dir, bool show_progress, WeightStorage storage);
+  Status AllocateKvPool(const ModelOptions& options);
   Status Validate(std::span<const StepInput> inputs) const;
   RankContext Context(int rank, Status* replica_mismatch) const;
   // One rank's share of a step; `out` only on rank 0.
@@ -141,7 +149,7 @@ class Model {
   std::vector<Rank> ranks_;
   std::vector<kernels::cpu::RopeTable> rope_;  // per layer
   CacheLayout layout_;
-  CachePools pools_;
+  PageGeometry page_geometry_;
   std::vector<int64_t> feature_layers_;
   bool check_replicas_ = false;
   WeightStorage weight_storage_;
@@ -149,6 +157,10 @@ class Model {
   // returns that error.
   std::shared_ptr<parallel::RankRunner> runner_;
   std::vector<std::unique_ptr<backend::Backend>> backends_;  // per rank
+  // The pool's arena, from rank 0's backend (the ranks share the sequence states on the CPU);
+  // freed after the pool in ~Model.
+  void* kv_memory_ = nullptr;
+  std::unique_ptr<KvPool> kv_pool_;
 };
 
 }  // namespace pdspark::engine

@@ -12,6 +12,7 @@
 #include "engine/dspark/drafter_state.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/sampling/stop_conditions.h"
+#include "engine/serving/cache_ledger.h"
 
 namespace pdspark::serving {
 
@@ -35,6 +36,9 @@ class StateObserver {
 struct PrefilledState {
   std::unique_ptr<engine::SequenceState> sequence;  // the prompt's tokens
   std::unique_ptr<dspark::DrafterState> drafter;    // null when none was shipped
+  // The KV pool lease the decode worker took when it reserved the transfer
+  // (ServingEngine::ReserveCache); admission adopts it instead of leasing again.
+  CacheLease lease;
 };
 
 struct RequestSpec {
@@ -63,8 +67,8 @@ enum class Outcome {
 // DSpark speculative decoding counters (dspark_dsv4.md B.6): acceptance length
 // tau = 1 + accepted_tokens / drafts; the bonus/correction token is not counted as accepted.
 struct SpecStats {
-  int64_t drafts = 0;          // verify rounds
-  int64_t draft_tokens = 0;    // draft tokens verified
+  int64_t drafts = 0;        // verify rounds
+  int64_t draft_tokens = 0;  // draft tokens verified
   int64_t accepted_tokens = 0;
   std::vector<int64_t> accepted_per_position;  // [k]: rounds whose draft k+1 was accepted
   std::vector<int64_t> verify_lengths;         // [n]: rounds that verified n draft tokens

@@ -26,7 +26,7 @@ struct ServingEngine::Active {
   bool started = false;
   bool done = false;
   Clock::time_point submitted = Clock::now();
-  int64_t reserved_bytes = 0;  // of the cache budget, from admission to MarkDone
+  CacheLease lease;  // of the KV pool, from admission to MarkDone
   SpecStats spec_stats;
   // DSpark: the drafter context of the first drafter_state->num_positions() tokens, and this
   // round's drafts with the distributions they were drawn from (empty rows when greedy).
@@ -50,6 +50,7 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
       options_(options),
       max_model_len_(options.max_model_len > 0 ? options.max_model_len
                                                : model_->config().max_position_embeddings),
+      ledger_(std::make_shared<CacheLedger>(model_->kv_pool().capacity_bytes())),
       step_timer_(model_->backend(0).NewTimer()),
       call_timer_(model_->backend(0).NewTimer()) {
   for (int64_t id : model_->config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
@@ -79,8 +80,8 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
       }
     }
   }
-  if (SpecEnabled()) drafter_state_bytes_ = options_.drafter->NewState()->bytes();
-  stats_.cache_capacity_bytes = options_.cache_budget_bytes;
+  if (SpecEnabled()) drafter_state_bytes_ = options_.drafter->StatePoolBytes(model_->kv_pool());
+  stats_.cache_capacity_bytes = cache_budget_bytes();
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -120,11 +121,10 @@ Status ServingEngine::Submit(RequestSpec spec, RequestSink sink) {
   if (spec.prefilled && spec.generated.empty()) {
     return absl::InvalidArgumentError("a prefilled request needs its first token");
   }
-  if (const int64_t need = CacheReservation(spec);
-      options_.cache_budget_bytes > 0 && need > options_.cache_budget_bytes) {
+  if (const int64_t need = CacheReservation(spec); need > cache_budget_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "request needs up to ", need, " bytes of cache, more than the whole cache budget of ",
-        options_.cache_budget_bytes, " bytes (--kv-cache-memory-bytes)"));
+        "request needs up to ", need, " bytes of cache, more than the whole KV pool of ",
+        cache_budget_bytes(), " bytes (--kv-cache-memory-bytes)"));
   }
   auto request = std::make_unique<Active>();
   request->spec = std::move(spec);
@@ -159,7 +159,9 @@ bool ServingEngine::Cancel(const std::string& id) {
 
 ServingStats ServingEngine::Stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  ServingStats stats = stats_;
+  stats.cache_bytes_reserved = ledger_->leased();
+  return stats;
 }
 
 void ServingEngine::Loop() {
@@ -216,15 +218,8 @@ void ServingEngine::AdmitLocked() {
   int64_t active = 0;
   for (const auto& r : running_) active += r->done ? 0 : 1;
   while (!waiting_.empty() && active < options_.max_num_seqs) {
-    Active& next = *waiting_.front();
-    const int64_t need = CacheReservation(next.spec);
     // First come, first served: the head of the queue waits for cache, nobody overtakes it.
-    if (options_.cache_budget_bytes > 0 &&
-        stats_.cache_bytes_reserved + need > options_.cache_budget_bytes) {
-      break;
-    }
-    next.reserved_bytes = need;
-    stats_.cache_bytes_reserved += need;
+    if (!LeaseCache(*waiting_.front())) break;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     ++active;
@@ -243,7 +238,6 @@ Status ServingEngine::StartRequest(Active& request) {
   }
   RETURN_IF_ERROR(AdoptPrefilledState(request));
   if (request.drafter_state) {
-    ++live_drafter_states_;
     request.pending_context.emplace(FeatureWidth(), *request.drafter_state);
   }
   request.tokens = spec.prompt;
@@ -270,7 +264,9 @@ Status ServingEngine::AdoptPrefilledState(Active& request) {
   if (!spec.prefilled) {
     request.state = model_->NewSequence();
     // prefill_only requests build the ring too: the prefill worker ships it with the state.
-    if (SpecEnabled()) request.drafter_state = options_.drafter->NewState();
+    if (SpecEnabled()) {
+      ASSIGN_OR_RETURN(request.drafter_state, options_.drafter->NewState(model_->kv_pool()));
+    }
     return absl::OkStatus();
   }
   // The engine takes the state over; spec.prefilled stays set (emptied) to mark the request as
@@ -298,8 +294,9 @@ Status ServingEngine::AdoptPrefilledState(Active& request) {
   return absl::OkStatus();
 }
 
-std::unique_ptr<dspark::DrafterState> ServingEngine::NewDrafterState() const {
-  return SpecEnabled() ? options_.drafter->NewState() : nullptr;
+StatusOr<std::unique_ptr<dspark::DrafterState>> ServingEngine::NewDrafterState() const {
+  if (!SpecEnabled()) return std::unique_ptr<dspark::DrafterState>();
+  return options_.drafter->NewState(model_->kv_pool());
 }
 
 StatusOr<std::shared_ptr<PrefilledState>> ServingEngine::RestorePrefilled(
@@ -308,7 +305,7 @@ StatusOr<std::shared_ptr<PrefilledState>> ServingEngine::RestorePrefilled(
   prefilled->sequence = model_->NewSequence();
   RETURN_IF_ERROR(prefilled->sequence->Restore(state));
   if (!drafter_state.empty() && SpecEnabled()) {
-    prefilled->drafter = options_.drafter->NewState();
+    ASSIGN_OR_RETURN(prefilled->drafter, options_.drafter->NewState(model_->kv_pool()));
     RETURN_IF_ERROR(prefilled->drafter->Restore(drafter_state));
   }
   return prefilled;
@@ -764,12 +761,10 @@ Status ServingEngine::TruncateRing(Active& r, int64_t positions) const {
 void ServingEngine::MarkDone(Active& request) {
   request.done = true;
   request.state.reset();  // frees its cache blocks before the sink learns it is done
-  if (request.drafter_state) --live_drafter_states_;
   request.drafter_state.reset();
   std::lock_guard lock(mu_);
   known_ids_.erase(request.spec.id);  // Cancel() of a finished request now answers false
-  stats_.cache_bytes_reserved -= request.reserved_bytes;
-  request.reserved_bytes = 0;
+  request.lease.Release();
   // Stats() must show the freed cache by the time the sink hears the request is done (a
   // caller that checks cache usage right after its final event would otherwise race the loop).
   UpdateCacheStatsLocked();
@@ -797,12 +792,11 @@ void ServingEngine::ReapFinished() {
 }
 
 void ServingEngine::UpdateCacheStatsLocked() {
-  stats_.cache_bytes_in_use = model_->pools().bytes_in_use();
-  stats_.cache_blocks_in_use = model_->pools().blocks_in_use();
-  stats_.cache_bytes_by_group = model_->pools().BytesInUseByGroup();
-  if (drafter_state_bytes_ > 0) {
-    stats_.cache_bytes_by_group["drafter"] = live_drafter_states_ * drafter_state_bytes_;
-  }
+  const engine::KvPool& pool = model_->kv_pool();
+  stats_.cache_bytes_in_use = pool.bytes_in_use();
+  stats_.cache_blocks_in_use = pool.pages_in_use();
+  stats_.cache_high_water_bytes = pool.high_water_pages() * pool.page_bytes();
+  stats_.cache_bytes_by_group = pool.BytesInUseByGroup();
 }
 
 int64_t ServingEngine::CacheBytesFor(int64_t tokens, bool drafting) const {
@@ -810,29 +804,54 @@ int64_t ServingEngine::CacheBytesFor(int64_t tokens, bool drafting) const {
   const int64_t step_tokens = std::max<int64_t>(
       options_.max_batch_tokens, options_.drafter ? options_.drafter->block_size() + 1 : 1);
   const int64_t pools = engine::TotalBytes(engine::SequenceBytesBound(
-      model_->cache_layout(), model_->pools().block_rows(), tokens, step_tokens));
+      model_->cache_layout(), model_->page_geometry(), tokens, step_tokens));
   return pools + (drafting ? drafter_state_bytes_ : 0);
 }
 
 Status ServingEngine::CheckCacheBudget() const {
   const int64_t need = CacheBytesFor(max_model_len_, SpecEnabled());
-  if (options_.cache_budget_bytes == 0 || need <= options_.cache_budget_bytes) {
-    return absl::OkStatus();
-  }
+  if (need <= cache_budget_bytes()) return absl::OkStatus();
   return absl::InvalidArgumentError(
-      absl::StrCat("--kv-cache-memory-bytes ", options_.cache_budget_bytes,
+      absl::StrCat("--kv-cache-memory-bytes ", cache_budget_bytes(),
                    " cannot hold one sequence of ", "--max-model-len ", max_model_len_,
                    " tokens (needs ", need, " bytes): raise the budget or lower --max-model-len"));
 }
 
 // The most tokens the request's state can hold: the prompt alone for a prefill, else the
 // prompt plus max_tokens (drafts are clamped to both limits), capped by the model length.
+int64_t ServingEngine::CacheBytesForRequest(int64_t prompt_tokens, int64_t max_tokens,
+                                            bool prefill_only) const {
+  if (prefill_only) return CacheBytesFor(prompt_tokens, false);
+  return CacheBytesFor(std::min(prompt_tokens + max_tokens, max_model_len_), SpecEnabled());
+}
+
 int64_t ServingEngine::CacheReservation(const RequestSpec& spec) const {
-  const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
-  if (spec.prefill_only) return CacheBytesFor(prompt, false);
-  const int64_t generated =
-      std::max<int64_t>(spec.sampling.max_tokens, static_cast<int64_t>(spec.generated.size()));
-  return CacheBytesFor(std::min(prompt + generated, max_model_len_), SpecEnabled());
+  return CacheBytesForRequest(
+      static_cast<int64_t>(spec.prompt.size()),
+      std::max<int64_t>(spec.sampling.max_tokens, static_cast<int64_t>(spec.generated.size())),
+      spec.prefill_only);
+}
+
+bool ServingEngine::LeaseCache(Active& request) {
+  if (request.spec.prefilled) request.lease = std::move(request.spec.prefilled->lease);
+  const int64_t need = CacheReservation(request.spec);
+  if (request.lease.bytes() >= need) return true;
+  if (request.lease.bytes() > 0) return request.lease.Grow(need - request.lease.bytes());
+  auto lease = ledger_->TryLease(need);
+  if (!lease) return false;
+  request.lease = std::move(*lease);
+  return true;
+}
+
+StatusOr<CacheLease> ServingEngine::ReserveCache(int64_t prompt_tokens, int64_t max_tokens) const {
+  const int64_t need = CacheBytesForRequest(prompt_tokens, std::max<int64_t>(max_tokens, 1), false);
+  auto lease = ledger_->TryLease(need);
+  if (!lease) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool fully leased: ", ledger_->leased(),
+                                                     " of ", ledger_->capacity(), " bytes, ", need,
+                                                     " more needed (--kv-cache-memory-bytes)"));
+  }
+  return std::move(*lease);
 }
 
 }  // namespace pdspark::serving

@@ -21,6 +21,7 @@
 #include "engine/dspark/drafter.h"
 #include "engine/dspark/verify_scheduler.h"
 #include "engine/model/model.h"
+#include "engine/serving/cache_ledger.h"
 #include "engine/serving/drafting_guard.h"
 #include "engine/serving/request.h"
 #include "engine/serving/spec_cost_model.h"
@@ -53,10 +54,6 @@ struct ServingOptions {
   // SpecCostModel::Unprofiled(): every step costs the same and drafting is free, so every
   // candidate drafts and verifies whatever clears the survival floor.
   std::optional<SpecCostModel> spec_auto_costs;
-  // Cache memory budget in bytes (--kv-cache-memory-bytes; 0 = unlimited). A request is
-  // admitted only when its worst-case cache (CacheBytesFor its prompt + max_tokens) fits next to
-  // the reservations of the requests already admitted; until then it waits in the queue.
-  int64_t cache_budget_bytes = 0;
 };
 
 struct ServingStats {
@@ -69,10 +66,11 @@ struct ServingStats {
   SpecStats spec;  // all requests' speculative rounds since start
 
   // Cache accounting for the metrics (docs/metrics.md): bytes held per cache group (the DSpark
-  // context rings as "drafter"), the budget (0 = unlimited) and the worst-case bytes reserved
-  // by admitted requests, which is what makes new requests wait.
+  // context rings as "drafter"), the KV pool's size and the most it ever held, and the
+  // worst-case bytes reserved by admitted requests, which is what makes new requests wait.
   std::map<std::string, int64_t> cache_bytes_by_group;
   int64_t cache_capacity_bytes = 0;
+  int64_t cache_high_water_bytes = 0;
   int64_t cache_bytes_reserved = 0;
   // Every step (drafting, the forward, sampling): its wall time and the sequences in it.
   metrics::CumulativeHistogram step_seconds{metrics::LatencyBuckets()};
@@ -96,10 +94,14 @@ class ServingEngine {
   bool Cancel(const std::string& id);
   ServingStats Stats() const;
   // Worst-case cache bytes of a sequence of `tokens` tokens (a drafting one also holds a DSpark
-  // context ring): what admission reserves against ServingOptions::cache_budget_bytes.
+  // context ring): what admission reserves of the model's KV pool (--kv-cache-memory-bytes).
   int64_t CacheBytesFor(int64_t tokens, bool drafting) const;
-  // Fails (naming the flags) when the cache budget cannot hold one request of the maximum
-  // model length, which would otherwise be refused at Submit; workers check it at startup.
+  // A lease of the KV pool for a request of `prompt_tokens` that will generate up to
+  // `max_tokens`, taken when a decode worker reserves a KV transfer (thread-safe). The request
+  // brings it in PrefilledState::lease; ResourceExhausted when the pool is fully leased.
+  StatusOr<CacheLease> ReserveCache(int64_t prompt_tokens, int64_t max_tokens) const;
+  // Fails (naming the flags) when the KV pool cannot hold one request of the maximum model
+  // length, which would otherwise be refused at Submit; workers check it at startup.
   Status CheckCacheBudget() const;
 
   const engine::Model& model() const { return *model_; }
@@ -109,7 +111,12 @@ class ServingEngine {
   // thread (thread-safe). NewDrafterState is null when this engine does not speculate; when it
   // does, a prefilled request must bring the DSpark context ring of its prompt.
   std::unique_ptr<engine::SequenceState> NewSequence() { return model_->NewSequence(); }
-  std::unique_ptr<dspark::DrafterState> NewDrafterState() const;
+  StatusOr<std::unique_ptr<dspark::DrafterState>> NewDrafterState() const;
+  // Serialised size of the DSpark context ring a prefilled request brings; 0 when this engine
+  // does not speculate.
+  uint64_t DrafterStateWireBytes() const {
+    return SpecEnabled() ? options_.drafter->StateWireBytes() : 0;
+  }
   // The PrefilledState for bytes of a prefill_only request's final event (state, and
   // drafter_state which may be empty).
   StatusOr<std::shared_ptr<PrefilledState>> RestorePrefilled(std::string_view state,
@@ -146,12 +153,18 @@ class ServingEngine {
   void MarkDone(Active& request);
   void ReapFinished();
   int64_t CacheReservation(const RequestSpec& spec) const;
+  int64_t CacheBytesForRequest(int64_t prompt_tokens, int64_t max_tokens, bool prefill_only) const;
+  // Leases the request's worst case, adopting the lease a prefilled request brings; false when
+  // the pool cannot hold it yet.
+  bool LeaseCache(Active& request);
+  int64_t cache_budget_bytes() const { return model_->kv_pool().capacity_bytes(); }
   void UpdateCacheStatsLocked();
   Status StartRequest(Active& request);
   Status AdoptPrefilledState(Active& request);
 
   std::unique_ptr<engine::Model> model_;
   const ServingOptions options_;
+  std::shared_ptr<CacheLedger> ledger_;  // of model_'s KV pool
   const int64_t max_model_len_;
   std::vector<int32_t> eos_ids_;
 
@@ -165,8 +178,7 @@ class ServingEngine {
 
   // Owned by the loop thread.
   std::vector<std::unique_ptr<Active>> running_;
-  int64_t drafter_state_bytes_ = 0;  // one request's DSpark context ring
-  int64_t live_drafter_states_ = 0;
+  int64_t drafter_state_bytes_ = 0;  // one request's DSpark context ring, in pool pages
   // auto (owned by the loop thread too).
   SpecCostModel spec_costs_;
   // The backend's clocks: a whole decode step (the drafting guard), and one model call in it

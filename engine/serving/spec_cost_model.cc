@@ -118,7 +118,8 @@ StatusOr<SpecCostModel> SpecCostModel::Measure(engine::Model& model, const dspar
       prompts[i].push_back(static_cast<int32_t>((37 * i + 11 * t + 7) % vocab));
     }
     seqs.push_back(model.NewSequence());
-    states.push_back(drafter.NewState());
+    ASSIGN_OR_RETURN(auto ring, drafter.NewState(model.kv_pool()));
+    states.push_back(std::move(ring));
     inputs.push_back({seqs.back().get(), std::span<const int32_t>(prompts[i]).first(context)});
   }
   engine::StepOptions so;
@@ -158,7 +159,7 @@ StatusOr<SpecCostModel> SpecCostModel::Measure(engine::Model& model, const dspar
   // Serving runs a verify step right after the drafter forward that made its drafts, and a
   // drafter forward, or the ring catch-up before it, right after a plain step: each is timed
   // after its predecessor.
-  auto scratch = drafter.NewState();
+  ASSIGN_OR_RETURN(auto scratch, drafter.NewState(model.kv_pool()));
   auto catch_up = [&] {
     drafter.AppendContext(*scratch, prefill.features.data(), context);
     return absl::OkStatus();

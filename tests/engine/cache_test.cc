@@ -1,44 +1,114 @@
+// The KV pool and the paged rows of one cache group: pages come from one bounded arena, groups
+// with other row widths fit other row counts in the same page, running out is reported (never
+// a crash), and PagesToGrow predicts exactly what Append takes.
+#include <string>
 #include <vector>
 
-#include "engine/cache/block_pool.h"
+#include "engine/cache/kv_pool.h"
 #include "engine/cache/paged_rows.h"
 #include "gtest/gtest.h"
+#include "tests/engine/test_kv_pool.h"
 
 namespace pdspark::engine {
 namespace {
 
+// An arena of `pages` pages of 4 rows of 2 floats.
+struct SmallPool : TestKvPool {
+  explicit SmallPool(int64_t pages) : TestKvPool(32, pages) {}
+};
+
 TEST(PagedRows, AppendTruncateRelease) {
-  CachePools pools(4);
+  SmallPool arena(8);
+  KvPool& pool = arena.pool;
   {
-    PagedRows rows(&pools.ForGroup("g", 2));
+    PagedRows rows(&pool.ForGroup("g", 2));
+    EXPECT_EQ(rows.rows_per_page(), 4);
     for (int i = 0; i < 10; ++i) {
       float* r = rows.Append();
       r[0] = i;
       r[1] = -i;
     }
     EXPECT_EQ(rows.size(), 10);
-    EXPECT_EQ(pools.blocks_in_use(), 3);  // 4 + 4 + 2 rows
+    EXPECT_EQ(pool.pages_in_use(), 3);  // 4 + 4 + 2 rows
+    EXPECT_EQ(rows.block_table().size(), 3u);
     EXPECT_EQ(rows.Row(9)[1], -9.0f);
-    rows.ReleaseBelow(8);  // blocks [0,4) and [4,8) go
+    rows.ReleaseBelow(8);  // pages [0,4) and [4,8) go
     EXPECT_EQ(rows.first_row(), 8);
-    EXPECT_EQ(pools.blocks_in_use(), 1);
+    EXPECT_EQ(pool.pages_in_use(), 1);
     EXPECT_EQ(rows.Row(8)[0], 8.0f);
     rows.Truncate(9);
     EXPECT_EQ(rows.size(), 9);
     EXPECT_EQ(rows.Append()[0], 9.0f);  // stale contents are the caller's to overwrite
-    EXPECT_EQ(rows.bytes(), 4 * 2 * 4);
+    EXPECT_EQ(rows.bytes(), 32);
   }
-  EXPECT_EQ(pools.blocks_in_use(), 0);  // destruction frees everything
+  EXPECT_EQ(pool.pages_in_use(), 0);  // destruction frees everything
+  EXPECT_EQ(pool.high_water_pages(), 3);
+}
+
+TEST(KvPool, GroupsOfOtherWidthsShareOnePageSize) {
+  SmallPool arena(4);
+  PagedRows narrow(&arena.pool.ForGroup("narrow", 1));
+  PagedRows wide(&arena.pool.ForGroup("wide", 8));
+  EXPECT_EQ(narrow.rows_per_page(), 8);
+  EXPECT_EQ(wide.rows_per_page(), 1);
+  for (int i = 0; i < 9; ++i) narrow.Append()[0] = static_cast<float>(i);
+  for (int i = 0; i < 2; ++i) wide.Append()[7] = static_cast<float>(100 + i);
+  EXPECT_EQ(arena.pool.pages_in_use(), 4);
+  const auto bytes = arena.pool.BytesInUseByGroup();
+  EXPECT_EQ(bytes.at("narrow"), 2 * 32);
+  EXPECT_EQ(bytes.at("wide"), 2 * 32);
+  // Rows never overlap across the groups' pages.
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(narrow.Row(i)[0], static_cast<float>(i));
+  EXPECT_EQ(wide.Row(0)[7], 100.0f);
+  EXPECT_EQ(wide.Row(1)[7], 101.0f);
+}
+
+TEST(KvPool, PagesToGrowPredictsWhatAppendTakes) {
+  SmallPool arena(16);
+  PagedRows rows(&arena.pool.ForGroup("g", 2));
+  for (int64_t target : {1, 3, 4, 5, 12, 13}) {
+    const int64_t predicted = rows.PagesToGrow(target);
+    const int64_t before = arena.pool.pages_in_use();
+    while (rows.size() < target) rows.Append();
+    EXPECT_EQ(arena.pool.pages_in_use() - before, predicted) << target;
+  }
+  rows.ReleaseBelow(12);  // the table now starts at page 3
+  EXPECT_EQ(rows.first_row(), 12);
+  EXPECT_EQ(rows.PagesToGrow(16), 0);
+  EXPECT_EQ(rows.PagesToGrow(17), 1);
+  rows.Truncate(12);  // empties the table: the next row starts page 3 again
+  EXPECT_EQ(rows.PagesToGrow(13), 1);
+}
+
+TEST(KvPool, FullPoolIsReportedAndLeavesNothingAllocated) {
+  SmallPool arena(2);
+  PageGroup& group = arena.pool.ForGroup("g", 2);
+  const int32_t a = group.Allocate(), b = group.Allocate();
+  EXPECT_NE(a, kNoPage);
+  EXPECT_NE(b, kNoPage);
+  EXPECT_EQ(group.Allocate(), kNoPage);
+  group.Free(b);
+  // Restoring 8 rows needs 2 pages; 1 is free: refused, and the free page is not leaked.
+  std::vector<float> rows(8 * 2, 1.0f);
+  PagedRows restored(&group);
+  const Status st = restored.Assign(0, 8, reinterpret_cast<const char*>(rows.data()));
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_NE(st.message().find("--kv-cache-memory-bytes"), std::string::npos) << st;
+  EXPECT_EQ(restored.size(), 0);
+  EXPECT_EQ(arena.pool.free_pages(), 1);
+  group.Free(a);
+  EXPECT_EQ(arena.pool.high_water_pages(), 2);
 }
 
 TEST(PagedRows, SerialiseRoundTripKeepsLogicalIndices) {
-  CachePools pools(4);
-  PagedRows rows(&pools.ForGroup("g", 3));
+  TestKvPool arena(48, 64);  // 4 rows of 3 floats per page
+  KvPool& pool = arena.pool;
+  PagedRows rows(&pool.ForGroup("g", 3));
   for (int i = 0; i < 11; ++i) rows.Append()[2] = static_cast<float>(i);
   rows.ReleaseBelow(5);
   std::string bytes;
   rows.AppendTo(bytes);
-  PagedRows copy(&pools.ForGroup("g", 3));
+  PagedRows copy(&pool.ForGroup("g", 3));
   size_t offset = 0;
   ASSERT_TRUE(copy.ReadFrom(bytes, offset).ok());
   EXPECT_EQ(offset, bytes.size());

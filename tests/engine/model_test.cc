@@ -1,12 +1,13 @@
 // Engine tests on the tiny golden checkpoint: loading errors, truncation, snapshots, batching,
 // chunked prefill across compressor group boundaries, memory accounting.
+#include "engine/model/model.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <vector>
 
-#include "engine/model/model.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -17,17 +18,17 @@ namespace fs = std::filesystem;
 
 const std::string kGoldenDir = std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a";
 
-const std::vector<int32_t> kPrompt = {0,   1005, 553, 868, 248, 434, 745, 3,   664, 155,
-                                      508, 101,  211, 567, 795, 190, 916, 500, 625, 815,
-                                      1003, 261, 691, 993, 734, 610, 729, 586, 323, 153,
-                                      226, 423,  959, 590, 448, 337, 836, 167, 71,  609};
+const std::vector<int32_t> kPrompt = {0,    1005, 553, 868, 248, 434, 745, 3,   664, 155,
+                                      508,  101,  211, 567, 795, 190, 916, 500, 625, 815,
+                                      1003, 261,  691, 993, 734, 610, 729, 586, 323, 153,
+                                      226,  423,  959, 590, 448, 337, 836, 167, 71,  609};
 
 class ModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     ModelOptions options;
     options.show_progress = false;
-    options.cache_block_rows = 8;      // small blocks so tests cross block boundaries
+    options.cache_block_rows = 8;  // small blocks so tests cross block boundaries
     options.max_rollback_tokens = 8;
     auto model = Model::Load(kGoldenDir, options);
     ASSERT_TRUE(model.ok()) << model.status();
@@ -164,17 +165,17 @@ TEST_F(ModelTest, ChunkedPrefillAcrossGroupBoundariesMatchesOneShot) {
 }
 
 TEST_F(ModelTest, MemoryIsAccountedAndFreed) {
-  const int64_t before = model_->pools().blocks_in_use();
+  const int64_t before = model_->kv_pool().pages_in_use();
   {
     auto seq = model_->NewSequence();
     Run(seq.get(), std::span<const int32_t>(kPrompt));
     EXPECT_GT(seq->MemoryBytes(), 0);
-    EXPECT_EQ(model_->pools().bytes_in_use(), seq->MemoryBytes() + 0 * before);
+    EXPECT_EQ(model_->kv_pool().bytes_in_use(), seq->MemoryBytes() + 0 * before);
     // The window groups keep O(window + rollback) rows, not the whole sequence.
     const PagedRows& window = seq->Group(0, CacheGroupKind::kWindowKv);
     EXPECT_GT(window.first_row(), 0);
   }
-  EXPECT_EQ(model_->pools().blocks_in_use(), before);
+  EXPECT_EQ(model_->kv_pool().pages_in_use(), before);
 }
 
 TEST_F(ModelTest, FeaturesAreHcMeansOfTheLastThreeLayers) {

@@ -43,10 +43,8 @@ std::unique_ptr<serving::ServingEngine> Engine(int64_t block_rows, const std::st
 }
 
 transport::LinkInfo Link(const serving::ServingEngine& engine, int64_t tp) {
-  auto ring = engine.NewDrafterState();
   return {engine.model().config().Fingerprint(),
-          engine::CacheManifest(engine.model().cache_layout()), tp,
-          ring ? ring->Serialize().size() : 0};
+          engine::CacheManifest(engine.model().cache_layout()), tp, engine.DrafterStateWireBytes()};
 }
 
 std::vector<int32_t> Prompt(int n) {
@@ -104,6 +102,9 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     options.link = Link(*decode_, 8);
     options.block_rows = 16;
     options.cache_layout = &decode_->model().cache_layout();
+    options.lease_cache = [](const v1::ReserveRequest& r) {  // as the decode worker does
+      return decode_->ReserveCache(r.prompt_tokens(), r.max_tokens());
+    };
     receiver_ = decode::KvReceiver::Create(decode_agent_.get(), options, metrics_.get()).value();
   }
 
@@ -154,7 +155,7 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
 
   StatusOr<std::shared_ptr<serving::PrefilledState>> Take(const v1::ReserveResponse& reserved) {
     return receiver_->Take(reserved.reservation_id(), decode_->NewSequence(),
-                           decode_->NewDrafterState());
+                           decode_->NewDrafterState().value());
   }
 
   static serving::ServingEngine* prefill_;
@@ -313,6 +314,54 @@ TEST_P(KvHandoffRefusalTest, CancelledPrefillStopsStreamingAndFreesBothSides) {
   EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
   EXPECT_EQ(prefill_->Stats().cache_bytes_in_use, 0);
   EXPECT_EQ(receiver_->Stats().active, 0);
+}
+
+// A reservation leases the request's worst case of the decode worker's KV pool: the restore
+// then always finds its pages, and the lease returns however the reservation ends (taken and
+// finished, released, expired) or is refused when the pool is fully leased.
+TEST_P(KvHandoffRefusalTest, ReservationLeasesTheDecodePoolUntilItEnds) {
+  const int64_t leased = decode_->Stats().cache_bytes_reserved;
+  const int64_t one = decode_->ReserveCache(100, 1).value().bytes();  // returned at once
+  EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
+  auto released = Reserve(100);
+  EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased + one);
+  EXPECT_TRUE(receiver_->Release(released.reservation_id()));
+  EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
+  Reserve(100, /*lease_ms=*/1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(receiver_->Stats().active, 0);  // expired
+  EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
+
+  // Delivered and taken: the request runs on the reservation's lease, not on a second one.
+  const auto prompt = Prompt(100);
+  auto reserved = Reserve(100);
+  auto first = Prefill(reserved, prompt);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto prefilled = Take(reserved);
+  ASSERT_TRUE(prefilled.ok()) << prefilled.status();
+  EXPECT_EQ((*prefilled)->lease.bytes(), one);
+  RequestSpec spec = Spec("leased", prompt, 1);
+  spec.prefilled = std::move(prefilled).value();
+  spec.generated = {*first};
+  RunToEnd(*decode_, spec);
+  EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
+
+  // A pool fully leased refuses the reservation (the router then prefills on the decode worker,
+  // where the request waits in the queue).
+  std::vector<serving::CacheLease> hold;
+  while (true) {
+    auto lease = decode_->ReserveCache(100, 1);
+    if (!lease.ok()) break;
+    hold.push_back(std::move(lease).value());
+  }
+  v1::ReserveRequest request;
+  request.set_prompt_tokens(100);
+  const auto refused = receiver_->Reserve(request);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("--kv-cache-memory-bytes"), std::string::npos);
+  EXPECT_EQ(receiver_->Stats().active, 0);
+  hold.clear();
+  EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
 }
 
 INSTANTIATE_TEST_SUITE_P(InProcess, KvHandoffRefusalTest, ::testing::Values("inprocess"),

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/logging.h"
 #include "nlohmann/json.hpp"
 #include "tools/pdspark/generate.h"
 #include "tools/pdspark/golden_check.h"
@@ -95,6 +96,7 @@ int RunGenerateCommand(pdspark::tools::GenerateOptions options, const std::strin
 }  // namespace
 
 int main(int argc, char** argv) {
+  pdspark::InitLogging("pdspark", "info");  // stderr: stdout carries only the results
   CLI::App app{"pdspark: DeepSeek-V4-Flash engine tools"};
   app.require_subcommand(1);
 

@@ -1,7 +1,11 @@
 #include "engine/backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <string>
 
 namespace pdspark::engine::backend {
 namespace {
@@ -19,6 +23,24 @@ class CpuTimer : public Timer {
   std::chrono::steady_clock::time_point start_;
 };
 
+// The first integer of `path`, or `fallback` when it is missing or not a number ("max").
+int64_t ReadInteger(const char* path, int64_t fallback) {
+  std::ifstream in(path);
+  int64_t value = 0;
+  return in >> value ? value : fallback;
+}
+
+int64_t MemAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::unique_ptr<Timer> CpuBackend::NewTimer() const { return std::make_unique<CpuTimer>(); }
@@ -26,6 +48,14 @@ std::unique_ptr<Timer> CpuBackend::NewTimer() const { return std::make_unique<Cp
 void* CpuBackend::Allocate(size_t bytes) { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
 
 void CpuBackend::Free(void* p) { std::free(p); }
+
+int64_t CpuBackend::FreeMemoryBytes() const {
+  constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+  const int64_t limit = ReadInteger("/sys/fs/cgroup/memory.max", kNoLimit);
+  const int64_t used = ReadInteger("/sys/fs/cgroup/memory.current", 0);
+  return std::min(MemAvailableBytes(),
+                  limit == kNoLimit ? kNoLimit : std::max<int64_t>(0, limit - used));
+}
 
 std::vector<std::unique_ptr<Backend>> MakeCpuBackends(const parallel::RankRunner& runner) {
   std::vector<std::unique_ptr<Backend>> backends;

@@ -23,6 +23,8 @@ class CpuBackend : public Backend {
   parallel::Communicator* comm() const override { return comm_; }
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
+  // MemAvailable of /proc/meminfo, capped by this process's cgroup limit when it has one.
+  int64_t FreeMemoryBytes() const override;
 
  private:
   CpuOps ops_;

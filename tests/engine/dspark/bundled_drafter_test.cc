@@ -58,7 +58,7 @@ TEST(BundledDrafterTest, MatchesTheTrainersDraftsAndConfidences) {
     so.logits = engine::LogitsMode::kNone;
     const engine::StepOutput out = model->Step({&input, 1}, so).value();
     const int64_t width = drafter->num_feature_layers() * model->config().hidden_size;
-    auto state = drafter->NewState();
+    auto state = drafter->NewState(model->kv_pool()).value();
     std::vector<std::vector<int32_t>> got_drafts;
     for (int64_t p = first; p + 1 < static_cast<int64_t>(ids.size()); ++p) {
       drafter->AppendContext(*state, out.features.data() + state->num_positions() * width,

@@ -9,6 +9,7 @@
 #include "engine/model/model.h"
 #include "gtest/gtest.h"
 #include "tests/engine/dspark/random_drafter.h"
+#include "tests/engine/test_kv_pool.h"
 
 namespace pdspark::dspark {
 namespace {
@@ -37,7 +38,13 @@ TEST_F(DrafterTest, CheckpointWithoutDrafterIsAClearError) {
 }
 
 TEST(DrafterStateTest, TruncateSerializeRestore) {
-  DrafterState s(2, 4, 3, 2);
+  engine::TestKvPool arena(8 * sizeof(float), 64);  // 4 rows of 2 floats per page
+  auto make = [&](int64_t window) {
+    return DrafterState::Create(arena.pool, 2, window, 3, 2).value();
+  };
+  auto ring = make(4);
+  DrafterState& s = *ring;
+  EXPECT_EQ(s.bytes(), 4 * 8 * 4);  // 7 slots x 2 stages = 14 rows: 4 pages
   for (int p = 0; p < 6; ++p) {
     const float rows[4] = {float(p), float(p) + .5f, float(-p), 0};
     s.Append(rows);
@@ -48,18 +55,35 @@ TEST(DrafterStateTest, TruncateSerializeRestore) {
   EXPECT_EQ(s.Row(0, 3)[1], 3.5f);
   EXPECT_FALSE(s.Truncate(5).ok());  // cannot grow
   const std::string bytes = s.Serialize();
-  DrafterState t(2, 4, 3, 2);
+  auto restored = make(4);
+  DrafterState& t = *restored;
   ASSERT_TRUE(t.Restore(bytes).ok());
   EXPECT_EQ(t.num_positions(), 4);
   EXPECT_EQ(t.Row(0, 2)[0], 2.f);
-  DrafterState other(2, 5, 3, 2);
-  EXPECT_FALSE(other.Restore(bytes).ok());
+  EXPECT_FALSE(make(5)->Restore(bytes).ok());
   for (int p = 4; p < 11; ++p) {
     const float rows[4] = {};
     t.Append(rows);
   }
   EXPECT_FALSE(t.Truncate(2).ok());  // past the ring: window rows were overwritten
   EXPECT_TRUE(t.Truncate(8).ok());
+}
+
+// Ring pages are recycled from other requests: a new ring must not carry their rows (it ships
+// whole, slots not appended yet included).
+TEST(DrafterStateTest, ANewRingOnRecycledPagesIsClean) {
+  engine::TestKvPool arena(8 * sizeof(float), 8);
+  const std::string fresh = DrafterState::Create(arena.pool, 2, 4, 3, 2).value()->Serialize();
+  {
+    auto used = DrafterState::Create(arena.pool, 2, 4, 3, 2).value();
+    const float rows[4] = {1, 2, 3, 4};
+    for (int p = 0; p < 7; ++p) used->Append(rows);
+  }
+  EXPECT_EQ(DrafterState::Create(arena.pool, 2, 4, 3, 2).value()->Serialize(), fresh);
+  // A ring that does not fit the pool is refused, not a crash.
+  engine::TestKvPool small(8 * sizeof(float), 3);
+  EXPECT_EQ(DrafterState::Create(small.pool, 2, 4, 3, 2).status().code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(DrafterTest, DraftsAreDeterministicAndWellFormed) {
@@ -77,7 +101,8 @@ TEST_F(DrafterTest, DraftsAreDeterministicAndWellFormed) {
   so.logits = engine::LogitsMode::kNone;
   auto out = model->Step({&in, 1}, so).value();
   ASSERT_EQ(out.features.size(), size_t(19 * 3 * 256));
-  auto state = drafter->NewState();
+  auto state = drafter->NewState(model->kv_pool()).value();
+  EXPECT_EQ(state->bytes(), drafter->StatePoolBytes(model->kv_pool()));  // what admission leases
   drafter->AppendContext(*state, out.features.data(), 19);
   EXPECT_EQ(state->num_positions(), 19);
   auto run = [&] {

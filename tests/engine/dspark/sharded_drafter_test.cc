@@ -60,7 +60,7 @@ class DraftRounds {
     const int64_t width = drafter.num_feature_layers() * config().hidden_size;
     std::vector<std::unique_ptr<DrafterState>> states;
     for (size_t i = 0; i < prompts_.size(); ++i) {
-      states.push_back(drafter.NewState());
+      states.push_back(drafter.NewState(model_->kv_pool()).value());
       const int64_t context = static_cast<int64_t>(prompts_[i].size()) - 3 * rounds - 1;
       drafter.AppendContext(*states[i], Features(i, 0), context);
     }

@@ -31,9 +31,10 @@ void ExpectWithinBound(const std::map<std::string, int64_t>& used,
 TEST(CacheBudgetTest, BoundHoldsForEveryGroupThroughChunksDecodeAndRollback) {
   constexpr int64_t kBlockRows = 8, kStep = 24, kTokens = 250;
   auto model = LoadModel(kBlockRows, /*rollback=*/8);
-  const auto bound = engine::SequenceBytesBound(model->cache_layout(), kBlockRows, kTokens, kStep);
+  const engine::PageGeometry pages = model->page_geometry();
+  const auto bound = engine::SequenceBytesBound(model->cache_layout(), pages, kTokens, kStep);
   const auto unbounded_windows =
-      engine::SequenceBytesBound(model->cache_layout(), kBlockRows, kTokens, kTokens);
+      engine::SequenceBytesBound(model->cache_layout(), pages, kTokens, kTokens);
   EXPECT_LT(bound.at("window_kv"), unbounded_windows.at("window_kv"));
   auto seq = model->NewSequence();
   engine::StepOptions options;
@@ -43,12 +44,12 @@ TEST(CacheBudgetTest, BoundHoldsForEveryGroupThroughChunksDecodeAndRollback) {
   for (; fed < 120; fed += kStep) {  // chunked prefill
     engine::StepInput in{seq.get(), std::span<const int32_t>(tokens).subspan(fed, kStep)};
     ASSERT_TRUE(model->Step({&in, 1}, options).ok());
-    ExpectWithinBound(model->pools().BytesInUseByGroup(), bound, "prefill");
+    ExpectWithinBound(model->kv_pool().BytesInUseByGroup(), bound, "prefill");
   }
   while (fed + 4 <= kTokens) {  // verify rounds: 4 rows in, keep 1
     engine::StepInput in{seq.get(), std::span<const int32_t>(tokens).subspan(fed, 4)};
     ASSERT_TRUE(model->Step({&in, 1}, options).ok());
-    ExpectWithinBound(model->pools().BytesInUseByGroup(), bound, "verify");
+    ExpectWithinBound(model->kv_pool().BytesInUseByGroup(), bound, "verify");
     ASSERT_TRUE(seq->Truncate(++fed).ok());
   }
   EXPECT_GT(seq->Group(0, engine::CacheGroupKind::kWindowKv).first_row(), 0);
@@ -63,9 +64,8 @@ int64_t CacheBytesFor(int64_t tokens) {
 
 TEST(CacheBudgetTest, FullBudgetMakesRequestsWaitNotFail) {
   const int64_t one = CacheBytesFor(20 + 8);
-  ServingOptions options;
-  options.cache_budget_bytes = one + one / 2;  // room for one request at a time
-  ServingEngine engine(LoadModel(kSmallBlocks), options);
+  const int64_t budget = one + one / 2;  // room for one request at a time
+  ServingEngine engine(LoadModel(kSmallBlocks, 256, budget), {});
   constexpr int kRequests = 3;
   std::vector<RequestCollector> collectors(kRequests);
   std::mutex mu;
@@ -85,7 +85,7 @@ TEST(CacheBudgetTest, FullBudgetMakesRequestsWaitNotFail) {
                               sink(e);
                             })
                     .ok());
-    EXPECT_LE(engine.Stats().cache_bytes_reserved, options.cache_budget_bytes);
+    EXPECT_LE(engine.Stats().cache_bytes_reserved, budget);
   }
   for (auto& c : collectors) {
     const RequestEvent e = c.Wait();
@@ -96,14 +96,16 @@ TEST(CacheBudgetTest, FullBudgetMakesRequestsWaitNotFail) {
   for (int i = 1; i < kRequests; ++i) EXPECT_GE(spans[i].first, spans[i - 1].second) << i;
   const ServingStats stats = engine.Stats();
   EXPECT_EQ(stats.cache_bytes_reserved, 0);
-  EXPECT_EQ(stats.cache_capacity_bytes, options.cache_budget_bytes);
+  // The pool holds whole pages: the budget rounded down to one.
+  const int64_t page = engine.model().page_geometry().page_bytes;
+  EXPECT_EQ(stats.cache_capacity_bytes, budget / page * page);
+  EXPECT_GE(stats.cache_high_water_bytes, one / 2);
+  EXPECT_LE(stats.cache_high_water_bytes, stats.cache_capacity_bytes);
 }
 
 TEST(CacheBudgetTest, RequestLargerThanTheBudgetIsRefusedAndWaitingRequestsKeepDeadlines) {
   const int64_t one = CacheBytesFor(10 + 220);
-  ServingOptions options;
-  options.cache_budget_bytes = one;
-  ServingEngine engine(LoadModel(kSmallBlocks), options);
+  ServingEngine engine(LoadModel(kSmallBlocks, 256, one), {});
   // The worker refuses to start when a max-length request (256 tokens) could never run.
   const Status startup = engine.CheckCacheBudget();
   EXPECT_EQ(startup.code(), absl::StatusCode::kInvalidArgument);
@@ -127,9 +129,7 @@ TEST(CacheBudgetTest, RequestLargerThanTheBudgetIsRefusedAndWaitingRequestsKeepD
 }
 
 TEST(CacheBudgetTest, StatsCountStepsPrefillsAndCacheGroups) {
-  ServingOptions options;
-  options.cache_budget_bytes = 64 << 20;
-  ServingEngine engine(LoadModel(), options);
+  ServingEngine engine(LoadModel(256, 256, 64 << 20), {});
   std::vector<RequestCollector> collectors(3);
   int64_t prompt_tokens = 0;
   for (int i = 0; i < 3; ++i) {
@@ -162,6 +162,37 @@ TEST(CacheBudgetTest, StatsCountStepsPrefillsAndCacheGroups) {
   EXPECT_EQ(stats.prefill_seconds.count(), 3);
   EXPECT_EQ(stats.prompt_tokens, prompt_tokens);
   for (const auto& [group, bytes] : stats.cache_bytes_by_group) EXPECT_EQ(bytes, 0) << group;
+  EXPECT_EQ(stats.cache_bytes_reserved, 0);
+}
+
+// Back-pressure at 4x oversubscription: 64 requests at once on a pool that holds 16 of them.
+// Every request completes, the pool never holds more than its size, and the leases never
+// exceed it either (so no step ever found the pool full).
+TEST(CacheBudgetTest, SixtyFourRequestsOnAPoolForSixteenAllComplete) {
+  constexpr int kRequests = 64, kPrompt = 100, kMaxTokens = 6;
+  const int64_t one = CacheBytesFor(kPrompt + kMaxTokens);
+  ServingOptions options;
+  options.max_num_seqs = kRequests;
+  ServingEngine engine(LoadModel(kSmallBlocks, 256, 16 * one), options);
+  std::vector<RequestCollector> collectors(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(engine
+                    .Submit(Spec("r" + std::to_string(i), Prompt(kPrompt, i), kMaxTokens),
+                            collectors[i].Sink())
+                    .ok());
+  }
+  int64_t most_reserved = 0;
+  for (auto& c : collectors) {
+    most_reserved = std::max(most_reserved, engine.Stats().cache_bytes_reserved);
+    const RequestEvent e = c.Wait();
+    EXPECT_EQ(e.outcome, Outcome::kFinished) << e.error;
+    EXPECT_EQ(c.tokens().size(), static_cast<size_t>(kMaxTokens));
+  }
+  const ServingStats stats = engine.Stats();
+  EXPECT_LE(most_reserved, stats.cache_capacity_bytes);
+  EXPECT_GT(stats.cache_high_water_bytes, 0);
+  EXPECT_LE(stats.cache_high_water_bytes, stats.cache_capacity_bytes);
+  EXPECT_LE(stats.cache_capacity_bytes, 16 * one);
   EXPECT_EQ(stats.cache_bytes_reserved, 0);
 }
 

@@ -17,12 +17,15 @@ namespace pdspark::serving {
 inline const std::string kModelDir =
     std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a";
 
+// kv_cache_bytes: the KV pool's size (0 = the default share of the free memory).
 inline std::unique_ptr<engine::Model> LoadModel(int64_t block_rows = 256,
-                                                int64_t max_rollback_tokens = 256) {
+                                                int64_t max_rollback_tokens = 256,
+                                                int64_t kv_cache_bytes = 0) {
   engine::ModelOptions options;
   options.show_progress = false;
   options.cache_block_rows = block_rows;
   options.max_rollback_tokens = max_rollback_tokens;
+  options.kv_cache_memory_bytes = kv_cache_bytes;
   auto model = engine::Model::Load(kModelDir, options);
   EXPECT_TRUE(model.ok()) << model.status();
   return std::move(model).value();

@@ -7,6 +7,7 @@
 
 #include "common/config/model_config.h"
 #include "gtest/gtest.h"
+#include "tests/engine/test_kv_pool.h"
 
 namespace pdspark::serving {
 namespace {
@@ -45,6 +46,7 @@ class PendingContextTest : public ::testing::Test {
   }
 
   std::unique_ptr<dspark::Drafter> drafter_;
+  engine::TestKvPool arena_{64 << 10, 256};  // room for a few rings
   int64_t width_ = 0;
   std::mt19937 rng_{17};
 };
@@ -52,8 +54,8 @@ class PendingContextTest : public ::testing::Test {
 // Decode-like traffic: a prompt, then rounds that add 1 + gamma positions and truncate the
 // rejected ones, with a flush now and then (a draft) and at the end.
 TEST_F(PendingContextTest, RingEqualsAppendingEveryPosition) {
-  auto reference = drafter_->NewState();
-  auto lazy = drafter_->NewState();
+  auto reference = drafter_->NewState(arena_.pool).value();
+  auto lazy = drafter_->NewState(arena_.pool).value();
   PendingContext pending(width_, *lazy);
   const std::vector<float> prompt = RandomFeatures(700);
   drafter_->AppendContext(*reference, prompt.data(), 700);
@@ -82,7 +84,7 @@ TEST_F(PendingContextTest, RingEqualsAppendingEveryPosition) {
 }
 
 TEST_F(PendingContextTest, TruncatingIntoDroppedPositionsIsRefused) {
-  auto state = drafter_->NewState();
+  auto state = drafter_->NewState(arena_.pool).value();
   PendingContext pending(width_, *state);
   const std::vector<float> f = RandomFeatures(1000);
   pending.Add(f.data(), 1000);
@@ -96,7 +98,7 @@ TEST_F(PendingContextTest, TruncatingIntoDroppedPositionsIsRefused) {
 // Features too wide to hold a ring's worth within the budget (a full-size model): positions are
 // held in small batches and flushed, never dropped.
 TEST_F(PendingContextTest, WideFeaturesFlushInsteadOfDropping) {
-  auto state = drafter_->NewState();
+  auto state = drafter_->NewState(arena_.pool).value();
   const int64_t wide = PendingContext::kMaxBytes / sizeof(float) / 64;
   PendingContext pending(wide, *state);
   std::vector<float> f(wide * PendingContext::kMinPositions);

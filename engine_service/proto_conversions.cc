@@ -1,4 +1,4 @@
-#include "engine/serving/proto_conversions.h"
+#include "engine_service/proto_conversions.h"
 
 #include "absl/strings/str_cat.h"
 

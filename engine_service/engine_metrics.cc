@@ -1,4 +1,4 @@
-#include "engine/serving/engine_metrics.h"
+#include "engine_service/engine_metrics.h"
 
 #include <algorithm>
 
@@ -60,10 +60,12 @@ EngineMetrics::EngineMetrics(prometheus::Registry& registry, const ServingEngine
                       .Register(registry)),
       cache_ratio_(BuildGauge()
                        .Name("pdspark_cache_usage_ratio")
-                       .Help("bytes held by the group / the cache budget")
+                       .Help("bytes held by the group / the KV pool's size")
                        .Register(registry)),
       cache_capacity_(Gauge(registry, "pdspark_cache_capacity_bytes",
-                            "the cache budget (--kv-cache-memory-bytes; 0 = unlimited)")),
+                            "the KV pool's size (--kv-cache-memory-bytes)")),
+      cache_high_water_(Gauge(registry, "pdspark_cache_high_water_bytes",
+                              "the most bytes of the KV pool held at once since start")),
       cache_reserved_(Gauge(registry, "pdspark_cache_reserved_bytes",
                             "worst-case cache of the admitted requests")) {
   if (decode_) {
@@ -120,10 +122,10 @@ void EngineMetrics::Sample() {
 
 void EngineMetrics::SampleCache(const ServingStats& stats) {
   cache_capacity_.Set(static_cast<double>(stats.cache_capacity_bytes));
+  cache_high_water_.Set(static_cast<double>(stats.cache_high_water_bytes));
   cache_reserved_.Set(static_cast<double>(stats.cache_bytes_reserved));
   for (const auto& [group, bytes] : stats.cache_bytes_by_group) {
     cache_used_.Add({{"group", group}}).Set(static_cast<double>(bytes));
-    // Without a budget there is no ratio to report (the series stays absent).
     if (stats.cache_capacity_bytes > 0) {
       cache_ratio_.Add({{"group", group}})
           .Set(static_cast<double>(bytes) / static_cast<double>(stats.cache_capacity_bytes));

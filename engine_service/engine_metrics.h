@@ -46,6 +46,7 @@ class EngineMetrics {
   prometheus::Family<prometheus::Gauge>& cache_used_;
   prometheus::Family<prometheus::Gauge>& cache_ratio_;
   prometheus::Gauge& cache_capacity_;
+  prometheus::Gauge& cache_high_water_;
   prometheus::Gauge& cache_reserved_;
   // Decode only (nullptr on a prefill worker).
   prometheus::Counter* generated_ = nullptr;

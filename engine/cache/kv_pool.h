@@ -1,0 +1,91 @@
+// The KV cache memory of one model: a single arena of equal-size pages, allocated once through
+// the backend and never grown, shared by every cache group of every layer and by the DSpark
+// drafter rings. Pages are named by int32 ids, so a sequence's cache group is a block table of
+// page ids (engine/cache/paged_rows.h) that a GPU kernel can read as it is.
+//
+// All pages have one size whatever the group (vLLM's hybrid allocator does the same), so one
+// free list serves every group and no group can strand memory another needs: a page holds
+// `block_size` rows of the window KV, and a group with wider or narrower rows gets fewer or
+// more rows per page (PageGeometry). Running out is not an error here: Allocate says so, and
+// the callers check what a step or a restore needs before they start (SequenceState::PagesToGrow).
+//
+//   KvPool pool(memory, PageGeometry::For(layout, 256).page_bytes, pages);
+//   PageGroup& window = pool.ForGroup("window_kv", head_dim);
+//   int32_t page = window.Allocate();  // kNoPage when the pool is full
+//   float* row = window.Row(page, 3);
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace pdspark::engine {
+
+class KvPool;
+
+inline constexpr int32_t kNoPage = -1;
+
+// One cache group's view of the pool: its row width, how many rows fit a page, and the pages
+// it holds (for the per-group metrics).
+class PageGroup {
+ public:
+  PageGroup(KvPool* pool, std::string name, int64_t row_width);
+
+  const std::string& name() const { return name_; }
+  int64_t row_width() const { return row_width_; }  // floats per row
+  int64_t rows_per_page() const { return rows_per_page_; }
+  // A free page of the pool, or kNoPage when none is left.
+  int32_t Allocate();
+  void Free(int32_t page);
+  float* Row(int32_t page, int64_t index) const;
+  int64_t pages_in_use() const;
+  KvPool& pool() const { return *pool_; }
+
+ private:
+  friend class KvPool;
+  KvPool* pool_;
+  const std::string name_;
+  const int64_t row_width_;
+  const int64_t rows_per_page_;
+  int64_t pages_in_use_ = 0;  // guarded by the pool's mutex
+};
+
+class KvPool {
+ public:
+  // `memory` holds `num_pages` pages of `page_bytes` each and outlives the pool (the backend
+  // allocated it; the model frees it after the pool and every sequence are gone).
+  KvPool(void* memory, int64_t page_bytes, int64_t num_pages);
+  KvPool(const KvPool&) = delete;
+  KvPool& operator=(const KvPool&) = delete;
+
+  // The group named `name` with rows of `row_width` floats (created on first use).
+  PageGroup& ForGroup(const std::string& name, int64_t row_width);
+
+  int64_t page_bytes() const { return page_bytes_; }
+  int64_t num_pages() const { return num_pages_; }
+  int64_t capacity_bytes() const { return num_pages_ * page_bytes_; }
+  int64_t free_pages() const;
+  int64_t pages_in_use() const;
+  int64_t bytes_in_use() const { return pages_in_use() * page_bytes_; }
+  // The most pages in use at once since the pool was made.
+  int64_t high_water_pages() const;
+  // Bytes in use per group name.
+  std::map<std::string, int64_t> BytesInUseByGroup() const;
+
+ private:
+  friend class PageGroup;
+  char* PageData(int32_t page) const { return base_ + static_cast<int64_t>(page) * page_bytes_; }
+
+  char* const base_;
+  const int64_t page_bytes_;
+  const int64_t num_pages_;
+  mutable std::mutex mutex_;
+  std::vector<int32_t> free_;  // a stack: recently freed pages are reused first (warm memory)
+  int64_t high_water_ = 0;
+  std::map<std::pair<std::string, int64_t>, std::unique_ptr<PageGroup>> groups_;
+};
+
+}  // namespace pdspark::engine
