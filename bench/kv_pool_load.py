@@ -7,37 +7,23 @@ must stay within its size, and the decode worker's resident memory flat from rou
 
 One request's worst case is what the decode worker reports when its pool cannot hold one
 --max-model-len request, so the bench asks a worker started with a tiny pool, then sizes the
-real one at 16 times that (prompt + max_tokens = --max-model-len).
+real one at 16 times that (prompt + max_tokens = --max-model-len). The bundled tiny model caps
+positions at 1024, so the bench runs kv_handoff_bench's copy of it with more positions.
 
-  /usr/bin/python3 bench/kv_pool_load.py --bin-dir build/bin
+  /usr/bin/python3 bench/kv_pool_load.py --bin-dir build/bin --work-dir build/bench
 """
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
-from cluster import Cluster, health, http_json, metric  # noqa: E402
+from cluster import Cluster, health, http_json, metric, request_worst_case  # noqa: E402
+from kv_handoff_bench import long_context_model  # noqa: E402
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-MODEL = os.path.join(SOURCE, "models", "tiny-dsv4-dspark")
 SPEC = ["--spec-method", "dspark", "--spec-tokens", "5"]
-
-
-def request_worst_case(bin_dir, max_model_len):
-    """Bytes one --max-model-len request leases, from the decode worker's refusal to start."""
-    out = subprocess.run([os.path.join(bin_dir, "pdspark-decode"), "--model", MODEL, "--port", "0",
-                          "--kv-staging-mb", "0", "--max-model-len", str(max_model_len),
-                          "--kv-cache-memory-bytes", "256K", *SPEC],
-                         capture_output=True, text=True, timeout=300)
-    found = re.search(r"needs (\d+) bytes", out.stderr)
-    if not found:
-        raise SystemExit("could not read the request's cache size:\n" + out.stderr[-2000:])
-    return int(found.group(1))
 
 
 def rss_bytes(pid):
@@ -57,6 +43,8 @@ def run_round(router, requests, prompt_tokens, max_tokens, salt):
                                  {"model": "m", "prompt": prompt, "max_tokens": max_tokens,
                                   "temperature": 0, "ignore_eos": True}, timeout=3600)
         results[i] = status == 200 and body["usage"]["completion_tokens"] == max_tokens
+        if not results[i]:
+            sys.stderr.write("request %d: HTTP %d %s\n" % (i, status, str(body)[:300]))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(requests)]
     start = time.time()
@@ -70,6 +58,7 @@ def run_round(router, requests, prompt_tokens, max_tokens, salt):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--work-dir", required=True, help="where the long-context model copy goes")
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--fits", type=int, default=16, help="requests the pool holds")
     parser.add_argument("--prompt-tokens", type=int, default=1024)
@@ -77,10 +66,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     max_model_len = args.prompt_tokens + args.max_tokens
-    one = request_worst_case(args.bin_dir, max_model_len)
+    model = long_context_model(args.work_dir, 4096)
+    one = request_worst_case(args.bin_dir, model, max_model_len, SPEC)
     budget = args.fits * one
     sys.stderr.write("one request leases %d bytes; pool of %d bytes\n" % (one, budget))
-    c = Cluster(args.bin_dir, MODEL)
+    c = Cluster(args.bin_dir, model)
     try:
         router = c.start_router("router", ["--disagg-min-prompt-tokens", "1",
                                            "--request-timeout-s", "3600"])

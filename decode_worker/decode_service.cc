@@ -6,6 +6,34 @@
 #include "engine_service/proto_conversions.h"
 
 namespace pdspark::decode {
+namespace {
+
+// A request waiting in the engine's queue for KV pool space streams nothing, and the router
+// gives up on a call without progress (--decode-stall-timeout-ms). While the request waits and
+// the engine keeps stepping (so it is not wedged), an empty message every half second says so.
+class QueueKeepalive {
+ public:
+  QueueKeepalive(const serving::ServingEngine& engine, std::string id)
+      : engine_(engine), id_(std::move(id)), steps_(engine.Stats().steps) {}
+
+  bool Due() {
+    const auto now = serving::Clock::now();
+    if (now - last_ < std::chrono::milliseconds(500)) return false;
+    last_ = now;
+    const int64_t steps = engine_.Stats().steps;
+    const bool alive = steps != steps_;
+    steps_ = steps;
+    return alive && engine_.IsQueued(id_);
+  }
+
+ private:
+  const serving::ServingEngine& engine_;
+  const std::string id_;
+  int64_t steps_;
+  serving::Clock::time_point last_ = serving::Clock::now();
+};
+
+}  // namespace
 
 grpc::Status DecodeService::Generate(grpc::ServerContext* context,
                                      const v1::WorkerGenerateRequest* request,
@@ -46,11 +74,16 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
   if (!submitted.ok()) return serving::ToGrpcStatus(submitted);
 
   bool cancel_sent = false;
+  QueueKeepalive keepalive(*engine_, spec.id);
   while (true) {
     auto event = queue->PopFor(std::chrono::milliseconds(50));
     if (!event) {
       // Client went away (router cancelled, deadline): stop the work and free its cache.
       if (context->IsCancelled() && !cancel_sent) {
+        engine_->Cancel(spec.id);
+        cancel_sent = true;
+      }
+      if (!cancel_sent && keepalive.Due() && !writer->Write(v1::WorkerGenerateResponse())) {
         engine_->Cancel(spec.id);
         cancel_sent = true;
       }

@@ -157,6 +157,12 @@ bool ServingEngine::Cancel(const std::string& id) {
   return true;
 }
 
+bool ServingEngine::IsQueued(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  return std::any_of(waiting_.begin(), waiting_.end(),
+                     [&](const auto& r) { return r->spec.id == id; });
+}
+
 ServingStats ServingEngine::Stats() const {
   std::lock_guard lock(mu_);
   ServingStats stats = stats_;
@@ -217,6 +223,19 @@ void ServingEngine::Loop() {
 void ServingEngine::AdmitLocked() {
   int64_t active = 0;
   for (const auto& r : running_) active += r->done ? 0 : 1;
+  // A request that brings its lease (its KV transfer reserved the cache) owns its pages already:
+  // it must not wait behind one that waits for cache, which may be waiting for that very lease.
+  for (auto it = waiting_.begin(); it != waiting_.end() && active < options_.max_num_seqs;) {
+    Active& request = **it;
+    const bool brings_lease = request.spec.prefilled && request.spec.prefilled->lease.bytes() > 0;
+    if (!brings_lease || !LeaseCache(request)) {
+      ++it;
+      continue;
+    }
+    running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
+    ++active;
+  }
   while (!waiting_.empty() && active < options_.max_num_seqs) {
     // First come, first served: the head of the queue waits for cache, nobody overtakes it.
     if (!LeaseCache(*waiting_.front())) break;

@@ -92,6 +92,8 @@ class ServingEngine {
   Status Submit(RequestSpec spec, RequestSink sink);
   // Cancels a queued or running request; its sink gets a final kCancelled event.
   bool Cancel(const std::string& id);
+  // Whether the request waits in the queue (for cache, or for a batch slot).
+  bool IsQueued(const std::string& id) const;
   ServingStats Stats() const;
   // Worst-case cache bytes of a sequence of `tokens` tokens (a drafting one also holds a DSpark
   // context ring): what admission reserves of the model's KV pool (--kv-cache-memory-bytes).

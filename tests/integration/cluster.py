@@ -4,6 +4,7 @@ at run time, for the integration tests. Standard library only."""
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -103,6 +104,19 @@ class Cluster:
         for p in reversed(self.procs):
             p.stop()
         shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+def request_worst_case(bin_dir, model_dir, max_model_len, extra=()):
+    """The KV pool bytes one --max-model-len request leases on a decode worker (started with
+    `extra`): what the worker reports when a 256 KiB pool cannot hold it."""
+    out = subprocess.run([os.path.join(bin_dir, "pdspark-decode"), "--model", model_dir,
+                          "--port", "0", "--kv-staging-mb", "0", "--max-model-len",
+                          str(max_model_len), "--kv-cache-memory-bytes", "256K", *extra],
+                         capture_output=True, text=True, timeout=300)
+    found = re.search(r"needs (\d+) bytes", out.stderr)
+    if not found:
+        raise AssertionError("no cache size in the decode worker's refusal:\n" + out.stderr[-2000:])
+    return int(found.group(1))
 
 
 def http_json(port, path, body=None, timeout=120):
