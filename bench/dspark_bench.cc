@@ -33,7 +33,7 @@
 #include "common/base/logging.h"
 #include "common/tokenizer/tokenizer.h"
 #include "engine/serving/serving_engine.h"
-#include "engine/serving/spec_cost_model.h"
+#include "engine/serving/speculation/spec_cost_model.h"
 #include "nlohmann/json.hpp"
 
 namespace pdspark {

@@ -15,7 +15,7 @@
 #include "decode_worker/decode_service.h"
 #include "engine/cache/staging_layout.h"
 #include "engine/serving/serving_engine.h"
-#include "engine/serving/spec_settings.h"
+#include "engine/serving/speculation/spec_settings.h"
 #include "engine_service/engine_metrics.h"
 #include "engine_service/proto_conversions.h"
 

@@ -14,7 +14,7 @@
 #include "common/worker/worker_process.h"
 #include "engine/cache/staging_layout.h"
 #include "engine/serving/serving_engine.h"
-#include "engine/serving/spec_settings.h"
+#include "engine/serving/speculation/spec_settings.h"
 #include "engine_service/engine_metrics.h"
 #include "engine_service/proto_conversions.h"
 #include "prefill_worker/prefill_service.h"

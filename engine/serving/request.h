@@ -72,6 +72,19 @@ struct SpecStats {
   int64_t accepted_tokens = 0;
   std::vector<int64_t> accepted_per_position;  // [k]: rounds whose draft k+1 was accepted
   std::vector<int64_t> verify_lengths;         // [n]: rounds that verified n draft tokens
+
+  // Counts one round that verified `gamma` drafts and accepted the first `accepted`.
+  void AddRound(int64_t gamma, int64_t accepted) {
+    ++drafts;
+    draft_tokens += gamma;
+    accepted_tokens += accepted;
+    if (static_cast<int64_t>(accepted_per_position.size()) < gamma) {
+      accepted_per_position.resize(gamma, 0);
+    }
+    for (int64_t k = 0; k < accepted; ++k) ++accepted_per_position[k];
+    if (static_cast<int64_t>(verify_lengths.size()) <= gamma) verify_lengths.resize(gamma + 1, 0);
+    ++verify_lengths[gamma];
+  }
 };
 
 // One report to the request's sink: new tokens, and on the last report how it ended.

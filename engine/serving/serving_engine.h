@@ -1,8 +1,13 @@
 // Continuous batching over one Model: requests join and leave between steps; every step runs
-// one forward over all running requests (prefill chunks and single decode tokens together),
-// samples each request's next token with its own seeded sampler, and streams it to the
-// request's sink. Both the prefill worker (prefill_only requests) and the decode worker run
-// one of these.
+// one forward over all running requests (prefill chunks, single decode tokens and DSpark verify
+// rounds together), samples each request's next token with its own seeded sampler, and streams
+// it to the request's sink. Both the prefill worker (prefill_only requests) and the decode
+// worker run one of these.
+//
+// The engine core (this file) owns the request queue, the loop thread and the events; the work
+// is split as vLLM v1 splits it: Scheduler (admission and the step plan), ModelRunner (states
+// and the forward), OutputProcessor (sampling, acceptance, stop conditions), and the DSpark
+// policy in engine/serving/speculation/.
 #pragma once
 
 #include <condition_variable>
@@ -17,44 +22,17 @@
 
 #include "common/base/status.h"
 #include "common/metrics/cumulative_histogram.h"
-#include "engine/dspark/confidence_calibration.h"
-#include "engine/dspark/drafter.h"
-#include "engine/dspark/verify_scheduler.h"
 #include "engine/model/model.h"
+#include "engine/serving/active_request.h"
 #include "engine/serving/cache_ledger.h"
-#include "engine/serving/drafting_guard.h"
+#include "engine/serving/model_runner.h"
+#include "engine/serving/output_processor.h"
 #include "engine/serving/request.h"
-#include "engine/serving/spec_cost_model.h"
+#include "engine/serving/scheduler.h"
+#include "engine/serving/serving_options.h"
+#include "engine/serving/speculation/spec_policy.h"
 
 namespace pdspark::serving {
-
-struct ServingOptions {
-  int64_t max_num_seqs = 64;       // running requests at once
-  int64_t max_batch_tokens = 512;  // tokens per step across requests (chunked prefill budget)
-  int64_t max_model_len = 0;       // 0 = the config's max_position_embeddings
-  int64_t max_waiting = 1024;      // admitted but not yet running
-  // DSpark speculative decoding: with a drafter and spec_tokens >= 1, every decode-phase
-  // request drafts min(spec_tokens, block_size) tokens per round and all rounds are verified in
-  // the step's one batched forward. The model must export the drafter's feature layers (the
-  // default ModelOptions do for a DSpark checkpoint).
-  std::shared_ptr<const dspark::Drafter> drafter;
-  int64_t spec_tokens = 0;  // 0 = off
-  // Confidence-scheduled speculation (`--spec-tokens auto`, dspark_dsv4.md B.4; docs/dspark.md):
-  // each step decides from predicted survivals and the measured costs of the drafter and the
-  // target whether to draft, for which requests and how many slots, then picks every drafting
-  // request's verify prefix from its calibrated confidences (Algorithm 1 with early stop).
-  // Prefixes whose survival is below spec_auto_min_survival are never verified.
-  bool spec_auto = false;
-  double spec_auto_min_survival = 0.05;
-  // Draft only when that is predicted to beat a plain step by this factor (hysteresis against
-  // drafting on a gain within the cost model's error).
-  double spec_auto_min_speedup = 1.03;
-  // The costs auto schedules with; unset: measured at startup (SpecCostModel::Measure). Tests
-  // give fixed ones to exercise the schedule independently of machine timing, e.g.
-  // SpecCostModel::Unprofiled(): every step costs the same and drafting is free, so every
-  // candidate drafts and verifies whatever clears the survival floor.
-  std::optional<SpecCostModel> spec_auto_costs;
-};
 
 struct ServingStats {
   int64_t running = 0;
@@ -117,7 +95,7 @@ class ServingEngine {
   // Serialised size of the DSpark context ring a prefilled request brings; 0 when this engine
   // does not speculate.
   uint64_t DrafterStateWireBytes() const {
-    return SpecEnabled() ? options_.drafter->StateWireBytes() : 0;
+    return spec_.enabled() ? options_.drafter->StateWireBytes() : 0;
   }
   // The PrefilledState for bytes of a prefill_only request's final event (state, and
   // drafter_state which may be empty).
@@ -125,74 +103,43 @@ class ServingEngine {
                                                              std::string_view drafter_state);
 
  private:
-  struct Active;
   void Loop();
-  void AdmitLocked();
-  std::vector<Active*> PlanStep(std::vector<engine::StepInput>& inputs,
-                                std::vector<std::vector<int32_t>>& chunks);
   void RunStep();
-  void AfterStep(Active& request, const float* logits, bool logits_valid);
-  bool SpecEnabled() const {
-    return options_.drafter != nullptr && (options_.spec_tokens > 0 || options_.spec_auto);
-  }
-  dspark::StepBase BaseOfStep() const;
-  dspark::ConfidenceCalibration& Calibration(const Active& request);
-  void ChooseDrafting(const std::vector<Active*>& candidates, const std::vector<int64_t>& caps,
-                      std::vector<Active*>& drafting, std::vector<int64_t>& gammas);
-  void ScheduleVerifyLengths(const std::vector<Active*>& drafting,
-                             const std::vector<dspark::DraftOutput>& drafts);
-  int64_t DraftLength(const Active& request) const;
-  // The DSpark context ring with lazily appended positions (see CatchUpRing).
-  int64_t FeatureWidth() const;
-  int64_t RingPositions(const Active& request) const;
-  void CatchUpRing(Active& request) const;
-  Status TruncateRing(Active& request, int64_t positions) const;
-  // Drafts for this step's speculating requests; whether the drafter ran.
-  bool DraftAll();
-  void AfterVerify(Active& request, const float* logits);
-  void Emit(Active& request, std::vector<int32_t> emitted, sampling::FinishReason reason);
-  void Finish(Active& request, Outcome outcome, sampling::FinishReason reason, std::string error);
-  void MarkDone(Active& request);
+  void AfterStep(ActiveRequest& request, const float* logits);
+  void AfterVerify(ActiveRequest& request, const float* logits);
+  void Emit(ActiveRequest& request, std::vector<int32_t> emitted, sampling::FinishReason reason);
+  void Finish(ActiveRequest& request, Outcome outcome, sampling::FinishReason reason,
+              std::string error);
+  void MarkDone(ActiveRequest& request);
   void ReapFinished();
-  int64_t CacheReservation(const RequestSpec& spec) const;
-  int64_t CacheBytesForRequest(int64_t prompt_tokens, int64_t max_tokens, bool prefill_only) const;
-  // Leases the request's worst case, adopting the lease a prefilled request brings; false when
-  // the pool cannot hold it yet.
-  bool LeaseCache(Active& request);
-  int64_t cache_budget_bytes() const { return model_->kv_pool().capacity_bytes(); }
   void UpdateCacheStatsLocked();
-  Status StartRequest(Active& request);
-  Status AdoptPrefilledState(Active& request);
+  Status StartRequest(ActiveRequest& request);
 
   std::unique_ptr<engine::Model> model_;
   const ServingOptions options_;
-  std::shared_ptr<CacheLedger> ledger_;  // of model_'s KV pool
   const int64_t max_model_len_;
-  std::vector<int32_t> eos_ids_;
+  const std::vector<int32_t> eos_ids_;
+  // The engine's parts (vLLM v1's split): the DSpark policy, the model runner (the model, the
+  // requests' states in its KV pool, one step), the scheduler (admission on KV pool leases, the
+  // step's token budget) and the output processor (sampling, acceptance, stop conditions). The
+  // loop thread runs them; the scheduler's leases and the runner's new states are thread-safe.
+  SpecPolicy spec_;
+  ModelRunner runner_;
+  Scheduler scheduler_;
+  OutputProcessor output_;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;
-  std::deque<std::unique_ptr<Active>> waiting_;
+  std::deque<std::unique_ptr<ActiveRequest>> waiting_;
   std::vector<std::string> cancel_requests_;
   std::map<std::string, bool> known_ids_;  // queued or running
   ServingStats stats_;
 
   // Owned by the loop thread.
-  std::vector<std::unique_ptr<Active>> running_;
-  int64_t drafter_state_bytes_ = 0;  // one request's DSpark context ring, in pool pages
-  // auto (owned by the loop thread too).
-  SpecCostModel spec_costs_;
-  // The backend's clocks: a whole decode step (the drafting guard), and one model call in it
-  // (the cost model's observations).
-  std::unique_ptr<engine::backend::Timer> step_timer_, call_timer_;
-  DraftingGuard drafting_guard_;
-  std::vector<dspark::ConfidenceCalibration> calibration_;  // [0] greedy, [1] sampled requests
-  std::vector<std::vector<double>> prior_survival_;         // same index: for requests without
-                                                            // rounds of their own yet
-  int64_t auto_idle_steps_ = 0;                             // steps since the last draft
-  int64_t auto_probe_gap_ = 0;    // idle steps before the next probe draft
-  size_t auto_probe_cursor_ = 0;  // round-robin over candidates for probes
+  std::vector<std::unique_ptr<ActiveRequest>> running_;
+  // A whole decode step on the backend's clock (the drafting guard).
+  std::unique_ptr<engine::backend::Timer> step_timer_;
   std::thread loop_;
 };
 

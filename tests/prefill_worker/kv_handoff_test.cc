@@ -14,7 +14,7 @@
 #include "decode_worker/kv_receiver.h"
 #include "engine/cache/staging_layout.h"
 #include "engine/serving/serving_engine.h"
-#include "engine/serving/spec_settings.h"
+#include "engine/serving/speculation/spec_settings.h"
 #include "gtest/gtest.h"
 #include "prefill_worker/prefill_service.h"
 #include "prometheus/registry.h"

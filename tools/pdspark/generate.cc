@@ -8,7 +8,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "engine/model/model.h"
 #include "engine/serving/serving_engine.h"
-#include "engine/serving/spec_settings.h"
+#include "engine/serving/speculation/spec_settings.h"
 
 namespace pdspark::tools {
 namespace {

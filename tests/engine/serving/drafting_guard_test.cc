@@ -1,4 +1,4 @@
-#include "engine/serving/drafting_guard.h"
+#include "engine/serving/speculation/drafting_guard.h"
 
 #include <gtest/gtest.h>
 

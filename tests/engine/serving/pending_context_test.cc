@@ -1,6 +1,6 @@
 // PendingContext: the drafter ring it builds (appending lazily, dropping positions the ring
 // would overwrite) is the ring that appending every committed position builds, bit for bit.
-#include "engine/serving/pending_context.h"
+#include "engine/serving/speculation/pending_context.h"
 
 #include <cmath>
 #include <random>

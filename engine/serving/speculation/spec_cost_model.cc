@@ -1,4 +1,4 @@
-#include "engine/serving/spec_cost_model.h"
+#include "engine/serving/speculation/spec_cost_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "engine/serving/pending_context.h"
+#include "engine/serving/speculation/pending_context.h"
 
 #include <algorithm>
 

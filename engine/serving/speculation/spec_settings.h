@@ -6,7 +6,7 @@
 
 #include "common/base/status.h"
 #include "engine/model/model.h"
-#include "engine/serving/serving_engine.h"
+#include "engine/serving/serving_options.h"
 
 namespace pdspark::serving {
 

@@ -1,4 +1,4 @@
-#include "engine/serving/spec_settings.h"
+#include "engine/serving/speculation/spec_settings.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

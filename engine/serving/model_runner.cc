@@ -1,0 +1,89 @@
+#include "engine/serving/model_runner.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace pdspark::serving {
+
+ModelRunner::ModelRunner(engine::Model& model, const dspark::Drafter* drafter)
+    : model_(model), drafter_(drafter), timer_(model.backend(0).NewTimer()) {}
+
+// A prefilled (disaggregated) request brings its prompt's state, restored on the decode
+// worker's gRPC thread, and — when this engine speculates — the DSpark context ring the prefill
+// worker built from the same features a colocated prefill would have used. Rebuilding the ring
+// here instead would cost a second prompt forward, so a missing ring is an error.
+Status ModelRunner::InitStates(ActiveRequest& request) const {
+  const RequestSpec& spec = request.spec;
+  if (!spec.prefilled) {
+    request.state = model_.NewSequence();
+    // prefill_only requests build the ring too: the prefill worker ships it with the state.
+    ASSIGN_OR_RETURN(request.drafter_state, NewRing());
+    return absl::OkStatus();
+  }
+  // The engine takes the state over; spec.prefilled stays set (emptied) to mark the request as
+  // prefilled elsewhere.
+  PrefilledState* prefilled = request.spec.prefilled.get();
+  const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
+  if (!prefilled->sequence || prefilled->sequence->num_tokens() != prompt) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefilled state holds ", prefilled->sequence ? prefilled->sequence->num_tokens() : 0,
+        " tokens, the prompt has ", prompt));
+  }
+  request.state = std::move(prefilled->sequence);
+  if (drafter_ == nullptr) return absl::OkStatus();
+  if (!prefilled->drafter) {
+    return absl::FailedPreconditionError(
+        "prefilled request arrived without the DSpark drafter context this decode worker "
+        "speculates with (the prefill worker must run the drafter)");
+  }
+  if (prefilled->drafter->num_positions() != prompt) {
+    return absl::InvalidArgumentError(absl::StrCat("prefilled drafter context holds ",
+                                                   prefilled->drafter->num_positions(),
+                                                   " positions, the prompt has ", prompt));
+  }
+  request.drafter_state = std::move(prefilled->drafter);
+  return absl::OkStatus();
+}
+
+StatusOr<std::unique_ptr<dspark::DrafterState>> ModelRunner::NewRing() const {
+  if (drafter_ == nullptr) return std::unique_ptr<dspark::DrafterState>();
+  return drafter_->NewState(model_.kv_pool());
+}
+
+StatusOr<std::shared_ptr<PrefilledState>> ModelRunner::Restore(
+    std::string_view state, std::string_view drafter_state) const {
+  auto prefilled = std::make_shared<PrefilledState>();
+  prefilled->sequence = model_.NewSequence();
+  RETURN_IF_ERROR(prefilled->sequence->Restore(state));
+  if (!drafter_state.empty() && drafter_ != nullptr) {
+    ASSIGN_OR_RETURN(prefilled->drafter, NewRing());
+    RETURN_IF_ERROR(prefilled->drafter->Restore(drafter_state));
+  }
+  return prefilled;
+}
+
+StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned,
+                                      std::span<const engine::StepInput> inputs) {
+  StepResult result;
+  for (const ActiveRequest* r : planned) result.all_rows = result.all_rows || !r->draft.empty();
+  engine::StepOptions options;
+  options.logits =
+      result.all_rows ? engine::LogitsMode::kAllTokens : engine::LogitsMode::kLastTokenPerSequence;
+  // Every fed position's drafter context comes from this step's target features.
+  options.features = drafter_ != nullptr;
+  // Prefill workers ship each layer's new cache rows as soon as the layer is done.
+  std::vector<const ActiveRequest*> observed;
+  for (const ActiveRequest* r : planned) {
+    if (r->spec.state_observer) observed.push_back(r);
+  }
+  if (!observed.empty()) {
+    options.on_layer_done = [&observed](int64_t layer) {
+      for (const ActiveRequest* r : observed) r->spec.state_observer->OnLayerDone(*r->state, layer);
+    };
+  }
+  timer_->Start();
+  ASSIGN_OR_RETURN(result.output, model_.Step(inputs, options));
+  result.seconds = timer_->Stop();
+  return result;
+}
+
+}  // namespace pdspark::serving

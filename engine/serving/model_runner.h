@@ -1,0 +1,58 @@
+// The serving engine's model runner (vLLM v1's split): the model and the per-request state it
+// keeps in the KV pool — a request's sequence state and DSpark context ring, made fresh, adopted
+// from a KV transfer or restored from bytes — and one planned step on the backend: the step
+// options the batch needs (every row's logits when a request verifies drafts, else each
+// request's last row; the drafter's features when speculating; the prefill worker's per-layer
+// observers) and the time the target took.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/base/status.h"
+#include "engine/backend/backend.h"
+#include "engine/dspark/drafter.h"
+#include "engine/model/model.h"
+#include "engine/serving/active_request.h"
+
+namespace pdspark::serving {
+
+struct StepResult {
+  engine::StepOutput output;
+  bool all_rows = false;  // logits of every row (a request verifies), else one per request
+  double seconds = 0;     // the target's forward, on the backend's clock
+
+  // The row of logits that samples request i's next token in a plain step.
+  const float* SampleRow(size_t i, int64_t vocab) const {
+    const int64_t row = all_rows ? output.row_offsets[i + 1] - 1 : static_cast<int64_t>(i);
+    return output.logits.data() + row * vocab;
+  }
+};
+
+class ModelRunner {
+ public:
+  // `drafter`: null when the engine does not speculate.
+  ModelRunner(engine::Model& model, const dspark::Drafter* drafter);
+
+  // A new request's states: fresh ones, or the ones a prefilled request brings (checked against
+  // its prompt; a speculating engine needs the prefill worker's ring).
+  Status InitStates(ActiveRequest& request) const;
+  // An empty context ring (null when not speculating), off the engine thread (thread-safe).
+  StatusOr<std::unique_ptr<dspark::DrafterState>> NewRing() const;
+  // States from a prefill_only request's serialised bytes.
+  StatusOr<std::shared_ptr<PrefilledState>> Restore(std::string_view state,
+                                                    std::string_view drafter_state) const;
+
+  StatusOr<StepResult> Run(const std::vector<ActiveRequest*>& planned,
+                           std::span<const engine::StepInput> inputs);
+
+ private:
+  engine::Model& model_;
+  const dspark::Drafter* drafter_;
+  std::unique_ptr<engine::backend::Timer> timer_;
+};
+
+}  // namespace pdspark::serving

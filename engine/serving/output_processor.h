@@ -1,0 +1,42 @@
+// What a step's logits make of a request (vLLM's output processor): its next token, sampled
+// with the request's own logits processing and seeded sampler, or a DSpark verify round's
+// accepted drafts (the acceptance rule, then the target state and the drafter ring rolled back
+// to what was accepted), with the stop conditions applied. The engine turns the result into
+// the request's event.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/base/status.h"
+#include "engine/sampling/stop_conditions.h"
+#include "engine/serving/active_request.h"
+#include "engine/serving/speculation/spec_policy.h"
+
+namespace pdspark::serving {
+
+struct Emission {
+  std::vector<int32_t> tokens;
+  sampling::FinishReason reason = sampling::FinishReason::kNone;
+  // A verify round: drafts verified and accepted (gamma = 0 for a plain step).
+  int64_t gamma = 0, accepted = 0;
+};
+
+class OutputProcessor {
+ public:
+  OutputProcessor(int64_t vocab, std::vector<int32_t> eos_ids, SpecPolicy* spec)
+      : vocab_(vocab), eos_ids_(std::move(eos_ids)), spec_(spec) {}
+
+  // A plain step: the request's row of logits.
+  Emission Sample(ActiveRequest& request, const float* logits) const;
+  // A verify round: rows p_0..p_gamma of [anchor, d_1..d_gamma]. Counts the round in the
+  // request's SpecStats and clears its drafts.
+  StatusOr<Emission> Verify(ActiveRequest& request, const float* logits) const;
+
+ private:
+  const int64_t vocab_;
+  const std::vector<int32_t> eos_ids_;
+  SpecPolicy* spec_;
+};
+
+}  // namespace pdspark::serving

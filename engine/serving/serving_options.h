@@ -1,0 +1,41 @@
+// What a serving engine is configured with: batching limits and DSpark speculation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "engine/dspark/drafter.h"
+#include "engine/serving/speculation/spec_cost_model.h"
+
+namespace pdspark::serving {
+
+struct ServingOptions {
+  int64_t max_num_seqs = 64;       // running requests at once
+  int64_t max_batch_tokens = 512;  // tokens per step across requests (chunked prefill budget)
+  int64_t max_model_len = 0;       // 0 = the config's max_position_embeddings
+  int64_t max_waiting = 1024;      // admitted but not yet running
+  // DSpark speculative decoding: with a drafter and spec_tokens >= 1, every decode-phase
+  // request drafts min(spec_tokens, block_size) tokens per round and all rounds are verified in
+  // the step's one batched forward. The model must export the drafter's feature layers (the
+  // default ModelOptions do for a DSpark checkpoint).
+  std::shared_ptr<const dspark::Drafter> drafter;
+  int64_t spec_tokens = 0;  // 0 = off
+  // Confidence-scheduled speculation (`--spec-tokens auto`, dspark_dsv4.md B.4; docs/dspark.md):
+  // each step decides from predicted survivals and the measured costs of the drafter and the
+  // target whether to draft, for which requests and how many slots, then picks every drafting
+  // request's verify prefix from its calibrated confidences (Algorithm 1 with early stop).
+  // Prefixes whose survival is below spec_auto_min_survival are never verified.
+  bool spec_auto = false;
+  double spec_auto_min_survival = 0.05;
+  // Draft only when that is predicted to beat a plain step by this factor (hysteresis against
+  // drafting on a gain within the cost model's error).
+  double spec_auto_min_speedup = 1.03;
+  // The costs auto schedules with; unset: measured at startup (SpecCostModel::Measure). Tests
+  // give fixed ones to exercise the schedule independently of machine timing, e.g.
+  // SpecCostModel::Unprofiled(): every step costs the same and drafting is free, so every
+  // candidate drafts and verifies whatever clears the survival floor.
+  std::optional<SpecCostModel> spec_auto_costs;
+};
+
+}  // namespace pdspark::serving
