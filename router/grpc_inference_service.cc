@@ -97,6 +97,11 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
     input.prompt_ids.assign(request.token_ids().ids().begin(), request.token_ids().ids().end());
     if (auto error = CheckTokenIds(input.prompt_ids, "token_ids")) return *error;
   } else {
+    // Without this check an empty or missing input would become a prompt of BOS alone.
+    if (request.text().empty()) {
+      return ApiError{400, "the input is empty: set `text` or `token_ids`", "invalid_request_error",
+                      "input", "invalid_value"};
+    }
     StatusOr<std::vector<uint32_t>> ids = handler_->codec().Encode(request.text(), true);
     if (!ids.ok()) {
       return ApiError{400, std::string(ids.status().message()), "invalid_request_error", "text",

@@ -27,6 +27,9 @@ int64_t UnixSeconds() {
 
 void SendError(httplib::Response& res, const ApiError& error) {
   res.status = error.http_status;
+  // Every 429 (rate limiter, --max-queue) says when to come back, as clients' retry logic
+  // (the openai SDKs) reads it.
+  if (error.http_status == 429) res.set_header("Retry-After", "1");
   res.set_content(FormatErrorBody(error), kJson);
 }
 
@@ -119,7 +122,6 @@ bool HttpServer::RefuseBeforeRouting(const httplib::Request& req, httplib::Respo
     const RateLimiter::Verdict verdict = options_.rate_limiter->Acquire(req.remote_addr);
     if (verdict != RateLimiter::Verdict::kAllowed) {
       metrics_->Rejected("rate_limited");
-      res.set_header("Retry-After", "1");
       SendError(res, ApiError{429,
                               verdict == RateLimiter::Verdict::kClientLimited
                                   ? "Rate limit reached for this client; retry later."
@@ -141,30 +143,29 @@ Status HttpServer::Start() {
         options_.tls.require_client_cert ? options_.tls.ca_file + "'" : "",
         ": unreadable or mismatched PEM files"));
   }
-  server_->set_pre_routing_handler(
-      [this](const httplib::Request& req, httplib::Response& res) {
-        return RefuseBeforeRouting(req, res) ? httplib::Server::HandlerResponse::Handled
-                                             : httplib::Server::HandlerResponse::Unhandled;
-      });
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return RefuseBeforeRouting(req, res) ? httplib::Server::HandlerResponse::Handled
+                                         : httplib::Server::HandlerResponse::Unhandled;
+  });
   const int threads = options_.threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_payload_max_length(options_.max_request_bytes);
   // Bodies httplib refuses itself (413, 404, ...) still get an OpenAI-style error body.
-  server_->set_error_handler(httplib::Server::HandlerWithResponse(
-      [](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e{res.status, absl::StrCat("HTTP error ", res.status), "invalid_request_error", "",
-               ""};
-    if (res.status == 413) {
-      e.message = "the request body exceeds the size limit";
-      e.code = "request_too_large";
-    } else if (res.status == 404) {
-      e.message = "no such endpoint";
-      e.type = "not_found_error";
-    }
-    res.set_content(FormatErrorBody(e), kJson);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  server_->set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e{res.status, absl::StrCat("HTTP error ", res.status), "invalid_request_error", "",
+                   ""};
+        if (res.status == 413) {
+          e.message = "the request body exceeds the size limit";
+          e.code = "request_too_large";
+        } else if (res.status == 404) {
+          e.message = "no such endpoint";
+          e.type = "not_found_error";
+        }
+        res.set_content(FormatErrorBody(e), kJson);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   server_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     HandleGenerate(ApiKind::kCompletion, req, res);
   });
@@ -218,8 +219,8 @@ std::optional<ApiError> HttpServer::CheckModel(const std::string& model) const {
   if (model.empty() || model == options_.model_name || model == options_.model_path) {
     return std::nullopt;
   }
-  return ApiError{404, absl::StrCat("The model `", model, "` does not exist."),
-                  "not_found_error", "model", "model_not_found"};
+  return ApiError{404, absl::StrCat("The model `", model, "` does not exist."), "not_found_error",
+                  "model", "model_not_found"};
 }
 
 std::variant<std::vector<uint32_t>, ApiError> HttpServer::PromptIds(
@@ -230,8 +231,8 @@ std::variant<std::vector<uint32_t>, ApiError> HttpServer::PromptIds(
     // As vLLM: BOS first, special-token strings in the text are parsed.
     StatusOr<std::vector<uint32_t>> ids = codec.Encode(*request.prompt_text, true);
     if (!ids.ok()) {
-      return ApiError{400, std::string(ids.status().message()), "invalid_request_error",
-                      "prompt", "invalid_value"};
+      return ApiError{400, std::string(ids.status().message()), "invalid_request_error", "prompt",
+                      "invalid_value"};
     }
     if (auto bos = codec.bos_token_id(); bos && (ids->empty() || ids->front() != *bos)) {
       ids->insert(ids->begin(), *bos);
@@ -243,19 +244,18 @@ std::variant<std::vector<uint32_t>, ApiError> HttpServer::PromptIds(
   options.add_generation_prompt = request.add_generation_prompt;
   StatusOr<std::string> text = EncodeDeepSeekV4Chat(request.messages, options);
   if (!text.ok()) {
-    return ApiError{400, std::string(text.status().message()), "invalid_request_error",
-                    "messages", "invalid_value"};
+    return ApiError{400, std::string(text.status().message()), "invalid_request_error", "messages",
+                    "invalid_value"};
   }
   StatusOr<std::vector<uint32_t>> ids = codec.Encode(*text, true);
   if (!ids.ok()) {
-    return ApiError{400, std::string(ids.status().message()), "invalid_request_error",
-                    "messages", "invalid_value"};
+    return ApiError{400, std::string(ids.status().message()), "invalid_request_error", "messages",
+                    "invalid_value"};
   }
   return *std::move(ids);
 }
 
-void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req,
-                                httplib::Response& res) {
+void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res) {
   ParseLimits limits;
   limits.max_body_bytes = options_.max_request_bytes;
   ParseResult parsed = ParseOpenAiRequest(req.body, kind, limits);
@@ -287,13 +287,13 @@ void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req,
 
   auto state = std::make_shared<StreamState>();
   state->kind = kind;
-  state->header = ResponseHeader{RandomId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"),
-                                 UnixSeconds(),
-                                 request.model.empty() ? options_.model_name : request.model};
+  state->header =
+      ResponseHeader{RandomId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"), UnixSeconds(),
+                     request.model.empty() ? options_.model_name : request.model};
   state->include_usage = request.include_usage;
   state->request = std::move(std::get<std::unique_ptr<AdmittedRequest>>(admitted));
-  state->probe = std::make_unique<ConnectionProbe>(req.local_addr, req.local_port,
-                                                   req.remote_addr, req.remote_port);
+  state->probe = std::make_unique<ConnectionProbe>(req.local_addr, req.local_port, req.remote_addr,
+                                                   req.remote_port);
   LOG_DEBUG("connection probe found={} local={}:{} remote={}:{}", state->probe->found(),
             req.local_addr, req.local_port, req.remote_addr, req.remote_port);
 
@@ -301,9 +301,8 @@ void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req,
     CollectingObserver observer(state->probe.get());
     GenerateOutcome outcome = handler_->Run(*state->request, observer);
     if (outcome.error) return SendError(res, *outcome.error);
-    res.set_content(FormatResponse(kind, state->header, observer.text(), outcome.finish,
-                                   outcome.usage),
-                    kJson);
+    res.set_content(
+        FormatResponse(kind, state->header, observer.text(), outcome.finish, outcome.usage), kJson);
     return;
   }
   res.set_header("Cache-Control", "no-cache");

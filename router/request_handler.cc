@@ -20,13 +20,14 @@ double SecondsSince(Steady::time_point t) {
 
 ApiError TooLong(const std::string& param, uint32_t max_model_len, uint32_t prompt,
                  uint32_t completion) {
-  return ApiError{400,
-                  absl::StrCat("This model's maximum context length is ", max_model_len,
-                               " tokens. However, you requested ", prompt + completion, " tokens (",
-                               prompt, " in the prompt, ", completion,
-                               " for the completion). Please reduce the length of the prompt "
-                               "or completion."),
-                  "invalid_request_error", param, "context_length_exceeded"};
+  return ApiError{
+      400,
+      absl::StrCat("This model's maximum context length is ", max_model_len,
+                   " tokens. However, you requested ", static_cast<uint64_t>(prompt) + completion,
+                   " tokens (", prompt, " in the prompt, ", completion,
+                   " for the completion). Please reduce the length of the prompt "
+                   "or completion."),
+      "invalid_request_error", param, "context_length_exceeded"};
 }
 
 ApiFinishReason FromProto(v1::FinishReason r) {

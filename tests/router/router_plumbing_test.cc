@@ -176,6 +176,11 @@ TEST_F(RouterPlumbingTest, BadRequestsGetOpenAiErrors) {
     EXPECT_EQ(j["error"]["code"], c.code) << c.body.substr(0, 60) << " -> " << res->body;
     EXPECT_TRUE(j["error"]["message"].is_string());
   }
+  // max_tokens near 2^32: the message counts the sum (BOS + "x" + max_tokens) without wrapping.
+  auto huge = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 4294967295})");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->status, 400) << huge->body;
+  EXPECT_NE(huge->body.find("you requested 4294967297 tokens (2 in the prompt"), std::string::npos) << huge->body;
   EXPECT_EQ(worker->requests(), 0u);
 }
 
@@ -189,6 +194,7 @@ TEST_F(RouterPlumbingTest, FullRouterAnswers429) {
   auto res = Post("/v1/completions", slow);
   EXPECT_EQ(res->status, 429);
   EXPECT_EQ(json::parse(res->body)["error"]["code"], "rate_limit_exceeded");
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
   EXPECT_EQ(a.get(), 200);
   EXPECT_EQ(b.get(), 200);
   EXPECT_EQ(Post("/v1/completions", slow)->status, 200);  // slots come back
@@ -520,6 +526,17 @@ TEST_F(RouterPlumbingTest, GrpcDeadlinePropagatesAndErrorsMapToCodes) {
     v1::GenerateResponse response;
     EXPECT_FALSE(reader->Read(&response));
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // No input at all, empty text, empty token ids: refused as HTTP refuses them, no tokens.
+  for (int variant = 0; variant < 3; ++variant) {
+    grpc::ClientContext ctx;
+    v1::GenerateRequest request;
+    if (variant == 1) request.set_text("");
+    if (variant == 2) request.mutable_token_ids();
+    auto reader = client->Generate(&ctx, request);
+    v1::GenerateResponse response;
+    EXPECT_FALSE(reader->Read(&response)) << variant;
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT) << variant;
   }
 }
 

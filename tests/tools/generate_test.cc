@@ -1,5 +1,7 @@
 #include "tools/pdspark/generate.h"
 
+#include <algorithm>
+
 #include "gtest/gtest.h"
 
 namespace pdspark::tools {
@@ -61,6 +63,28 @@ TEST(Generate, DSparkGivesThePlainGreedyTokensAndCountsItsRounds) {
   options.prompt_ids = {0, 7};
   options.spec_tokens = "3";
   EXPECT_FALSE(Generate(options).ok());
+}
+
+// Special tokens stay out of the text by default, as the HTTP API leaves them out. Greedy
+// "JULIET:" on the bundled model, generating past EOS, emits EOS at token 61.
+TEST(Generate, TextSkipsSpecialTokensByDefault) {
+  GenerateOptions options;
+  options.model_dir = std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-dspark";
+  options.prompt_text = "JULIET:";
+  options.max_tokens = 80;
+  options.stop_at_eos = false;
+  auto skipped = Generate(options);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  ASSERT_NE(std::find(skipped->token_ids.begin(), skipped->token_ids.end(), 1),
+            skipped->token_ids.end())
+      << "the scenario needs an EOS among the tokens";
+  const std::string eos = "end\xe2\x96\x81of\xe2\x96\x81sentence";
+  EXPECT_EQ(skipped->text.find(eos), std::string::npos) << skipped->text;
+  options.skip_special_tokens = false;
+  auto kept = Generate(options);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->token_ids, skipped->token_ids);
+  EXPECT_NE(kept->text.find(eos), std::string::npos) << kept->text;
 }
 
 }  // namespace

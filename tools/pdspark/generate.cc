@@ -77,7 +77,7 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   result.prefill_seconds = std::chrono::duration<double>(first_token_at - t0).count();
   result.decode_seconds = SecondsSince(first_token_at);
   if (tok) {
-    result.text = tok->Decode(result.token_ids);
+    result.text = tok->Decode(result.token_ids, options.skip_special_tokens);
     result.has_text = true;
   }
   return result;

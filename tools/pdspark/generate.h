@@ -21,6 +21,9 @@ struct GenerateOptions {
   double temperature = 0.0;
   uint64_t seed = 0;
   bool stop_at_eos = true;
+  // Leave special tokens (BOS, EOS, chat markers) out of `text`, as the HTTP API does by default
+  // (vLLM's skip_special_tokens); token_ids keep them.
+  bool skip_special_tokens = true;
   std::string spec_method = "none";  // none | dspark
   std::string spec_tokens = "auto";  // N | auto
   int tensor_parallel_size = 1;      // ranks of the target model (threads of this process)

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "common/safetensors/safetensors.h"
 #include "engine/model/model.h"
+#include "nlohmann/json.hpp"
 
 namespace pdspark::tools {
 namespace {
@@ -146,8 +145,8 @@ StatusOr<GoldenRunResult> ReplaySingle(Model& model, const Golden& golden, const
       ErrorMeter one(d.vocab);
       one.AddRow(out.logits.data() + r * d.vocab, prefill_logits.data() + r * d.vocab);
       if (one.Error() > 1e-5) {
-        std::fprintf(stderr, "%s prefill row %ld: rel_err=%.3g\n", run.c_str(), static_cast<long>(r),
-                     one.Error());
+        std::fprintf(stderr, "%s prefill row %ld: rel_err=%.3g\n", run.c_str(),
+                     static_cast<long>(r), one.Error());
       }
     }
     logits.AddRow(out.logits.data() + r * d.vocab, prefill_logits.data() + r * d.vocab);
@@ -224,7 +223,8 @@ StatusOr<GoldenRunResult> ReplayLockstep(Model& model, const Golden& golden, boo
         const int64_t k = it - positions.begin();
         if (verbose) {
           ErrorMeter one(d.vocab);
-          one.AddRow(out.logits.data() + row * d.vocab, ref_logits.data() + (b * n_logits + k) * d.vocab);
+          one.AddRow(out.logits.data() + row * d.vocab,
+                     ref_logits.data() + (b * n_logits + k) * d.vocab);
           if (one.Error() > 1e-5) {
             std::fprintf(stderr, "lockstep seq %ld pos %ld: rel_err=%.3g\n", static_cast<long>(b),
                          static_cast<long>(p), one.Error());
@@ -271,8 +271,10 @@ static double ReferenceNoise(const std::string& dir, const std::string& run) {
   if (json.is_discarded()) return 0.0;
   const auto tensors = json.value("/numerics/fp32_vs_fp64/tensors"_json_pointer, nlohmann::json{});
   double noise = 0.0;
-  for (const std::string& name : {run + ".prefill.logits", run + ".decode.logits", run + ".logits"}) {
-    if (tensors.contains(name)) noise = std::max(noise, tensors[name].value("max_rel_to_rowmax", 0.0));
+  for (const std::string& name :
+       {run + ".prefill.logits", run + ".decode.logits", run + ".logits"}) {
+    if (tensors.contains(name))
+      noise = std::max(noise, tensors[name].value("max_rel_to_rowmax", 0.0));
   }
   return noise;
 }

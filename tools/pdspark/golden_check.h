@@ -19,10 +19,10 @@ namespace pdspark::tools {
 
 struct GoldenRunResult {
   std::string name;
-  double max_rel_err = 0.0;           // the definition above
-  double max_rel_err_per_row = 0.0;   // max over rows of max|diff| / max|ref| within the row
-  int64_t worst_row = -1;             // row of the largest per-row error
-  double hidden_max_rel_err = 0.0;    // the same metric on hidden_last3, where recorded
+  double max_rel_err = 0.0;          // the definition above
+  double max_rel_err_per_row = 0.0;  // max over rows of max|diff| / max|ref| within the row
+  int64_t worst_row = -1;            // row of the largest per-row error
+  double hidden_max_rel_err = 0.0;   // the same metric on hidden_last3, where recorded
   int64_t rows = 0;
   int64_t argmax_mismatches = 0;
   // The reference's own fp32-vs-fp64 per-row error on this run's logits (0 if not recorded).
@@ -40,7 +40,8 @@ struct GoldenCheckOptions {
   bool verbose = false;  // per-step, per-row and per-block diagnostics
   std::vector<std::string> runs;
   int tensor_parallel_size = 1;  // engine ranks (threads); the results do not depend on it
-  std::string dump_dir;  // when set: our compared logits per run as raw fp32 <dir>/<run>.f32  // empty: every recorded run (prompt0, prompt1, lockstep)
+  std::string dump_dir;  // when set: our compared logits per run as raw fp32 <dir>/<run>.f32  //
+                         // empty: every recorded run (prompt0, prompt1, lockstep)
 };
 
 StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& options);

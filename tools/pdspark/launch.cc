@@ -122,11 +122,12 @@ int Launch(const LaunchOptions& o) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  const std::string bin = o.bin_dir.empty() ? fs::read_symlink("/proc/self/exe").parent_path().string()
-                                            : o.bin_dir;
+  const std::string bin =
+      o.bin_dir.empty() ? fs::read_symlink("/proc/self/exe").parent_path().string() : o.bin_dir;
   const std::string run_dir =
-      o.run_dir.empty() ? (fs::temp_directory_path() / ("pdspark-launch-" + std::to_string(getpid()))).string()
-                        : o.run_dir;
+      o.run_dir.empty()
+          ? (fs::temp_directory_path() / ("pdspark-launch-" + std::to_string(getpid()))).string()
+          : o.run_dir;
   fs::create_directories(run_dir);
   std::vector<Child> children;
   auto start = [&](Child child, std::vector<std::string> argv) -> bool {
@@ -145,9 +146,16 @@ int Launch(const LaunchOptions& o) {
                    std::to_string(o.http_port), "--grpc-port", std::to_string(o.grpc_port)});
   auto worker = [&](const std::string& role, int index) {
     const int metrics = FreeLoopbackPort();
-    std::vector<std::string> argv = {bin + "/pdspark-" + role, "--model", o.model, "--router",
-                                     router_grpc, "--metrics-port", std::to_string(metrics),
-                                     "--ucx-tls", o.ucx_tls, "--tensor-parallel-size",
+    std::vector<std::string> argv = {bin + "/pdspark-" + role,
+                                     "--model",
+                                     o.model,
+                                     "--router",
+                                     router_grpc,
+                                     "--metrics-port",
+                                     std::to_string(metrics),
+                                     "--ucx-tls",
+                                     o.ucx_tls,
+                                     "--tensor-parallel-size",
                                      std::to_string(o.tensor_parallel_size)};
     if (role == "decode") {
       argv.insert(argv.end(), {"--spec-method", o.spec_method, "--spec-tokens", o.spec_tokens});
@@ -187,21 +195,26 @@ int Launch(const LaunchOptions& o) {
     if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (!ok || !ready) {
-    if (ok) std::fprintf(stderr, "launch: workers not registered after %d s; logs in %s\n",
-                         o.ready_timeout_s, run_dir.c_str());
+    if (ok)
+      std::fprintf(stderr, "launch: workers not registered after %d s; logs in %s\n",
+                   o.ready_timeout_s, run_dir.c_str());
     StopAll(children);
     return 1;
   }
   std::printf("pdspark cluster ready: %d prefill, %d decode worker(s), model %s\n", o.prefill,
               o.decode, o.model.c_str());
-  std::printf("  OpenAI HTTP  http://127.0.0.1:%d/v1/completions  (/v1/chat/completions, /v1/models, /metrics)\n",
-              o.http_port);
-  std::printf("  gRPC         %s  (pdspark.v1.Inference, reflection enabled)\n", router_grpc.c_str());
+  std::printf(
+      "  OpenAI HTTP  http://127.0.0.1:%d/v1/completions  (/v1/chat/completions, /v1/models, "
+      "/metrics)\n",
+      o.http_port);
+  std::printf("  gRPC         %s  (pdspark.v1.Inference, reflection enabled)\n",
+              router_grpc.c_str());
   if (o.prometheus_port > 0) std::printf("  Prometheus   http://127.0.0.1:%d\n", o.prometheus_port);
   std::printf("  logs         %s\n", run_dir.c_str());
-  std::printf("  try: curl http://127.0.0.1:%d/v1/completions -H 'Content-Type: application/json' "
-              "-d '{\"model\": \"%s\", \"prompt\": \"ROMEO:\", \"max_tokens\": 32}'\n",
-              o.http_port, o.model.c_str());
+  std::printf(
+      "  try: curl http://127.0.0.1:%d/v1/completions -H 'Content-Type: application/json' "
+      "-d '{\"model\": \"%s\", \"prompt\": \"ROMEO:\", \"max_tokens\": 32}'\n",
+      o.http_port, o.model.c_str());
   std::printf("Ctrl-C stops everything.\n");
   std::fflush(stdout);
 

@@ -19,9 +19,9 @@ struct LaunchOptions {
   std::string spec_method = "none";
   std::string spec_tokens = "auto";
   std::string ucx_tls = "tcp";
-  std::string bin_dir;          // default: the directory of this binary
-  std::string run_dir;          // logs and Prometheus files; default: a fresh temp directory
-  int prometheus_port = 0;      // 0 = no Prometheus
+  std::string bin_dir;      // default: the directory of this binary
+  std::string run_dir;      // logs and Prometheus files; default: a fresh temp directory
+  int prometheus_port = 0;  // 0 = no Prometheus
   int ready_timeout_s = 600;
   std::vector<std::string> extra_worker_args;
 };

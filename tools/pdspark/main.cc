@@ -132,6 +132,10 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--seed", gen.seed, "sampling seed");
   bool ignore_eos = false;
   gen_cmd->add_flag("--ignore-eos", ignore_eos, "keep generating past EOS (fixed-length output)");
+  gen_cmd
+      ->add_option("--skip-special-tokens", gen.skip_special_tokens,
+                   "leave special tokens out of the text (as the HTTP API does)")
+      ->capture_default_str();
   gen_cmd->add_option("--spec-method", gen.spec_method, "speculative decoding: none | dspark")
       ->capture_default_str();
   gen_cmd->add_option("--spec-tokens", gen.spec_tokens, "draft tokens per round: N | auto")
