@@ -1,11 +1,10 @@
 # Thin wrapper over CMake. `make run` serves the bundled tiny model; `make test` runs every test.
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
+# ccache is CMake's to find (CMakeLists.txt), at configure time, after the bootstrap installed
+# it: found here, when make starts, the first command on a fresh machine would configure without
+# it and the second with it, rebuilding everything.
 CMAKE_FLAGS ?=
-CCACHE := $(shell command -v ccache 2>/dev/null)
-ifneq ($(CCACHE),)
-  CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
-endif
 MODEL ?= models/tiny-dsv4-dspark
 
 
