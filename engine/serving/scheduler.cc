@@ -115,7 +115,10 @@ int64_t Scheduler::CacheReservation(const RequestSpec& spec) const {
 }
 
 bool Scheduler::LeaseCache(ActiveRequest& request) const {
-  if (request.spec.prefilled) request.lease = std::move(request.spec.prefilled->lease);
+  // Adopted once: a later call (the lease could not grow yet) must keep what it holds.
+  if (request.spec.prefilled && request.spec.prefilled->lease.bytes() > 0) {
+    request.lease = std::move(request.spec.prefilled->lease);
+  }
   const int64_t need = CacheReservation(request.spec);
   if (request.lease.bytes() >= need) return true;
   if (request.lease.bytes() > 0) return request.lease.Grow(need - request.lease.bytes());
