@@ -83,6 +83,13 @@ int main(int argc, char** argv) {
   app.add_option("--reservation-lease-ms", lease_ms,
                  "decode-side reservation lease while the prefill worker delivers")
       ->capture_default_str();
+  int64_t reserve_wait_ms = 10000;
+  app.add_option(
+         "--reserve-wait-ms", reserve_wait_ms,
+         "how long a request waits for space in the decode worker's KV pool, when its "
+         "reservation is refused as full, before the decode worker prefills it (0 = at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86'400'000));
   int64_t prefill_attempt_timeout_ms = 30000;
   app.add_option("--max-attempts", options.max_attempts,
                  "prefill workers and decode workers tried per request before it fails "
@@ -150,6 +157,7 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = std::chrono::milliseconds(heartbeat_ms);
   options.default_timeout = std::chrono::seconds(timeout_s);
   options.reservation_lease = std::chrono::milliseconds(lease_ms);
+  options.reserve_wait = std::chrono::milliseconds(reserve_wait_ms);
   options.prefill_attempt_timeout = std::chrono::milliseconds(prefill_attempt_timeout_ms);
   options.decode_stall_timeout = std::chrono::milliseconds(decode_stall_timeout_ms);
   options.model_path = model_dir;

@@ -1,8 +1,10 @@
 #include "router/request_handler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -578,7 +580,11 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
   reserve.set_max_tokens(request.max_tokens_);
   reserve.set_lease_ms(static_cast<uint32_t>(options_.reservation_lease.count()));
   v1::ReserveResponse reserved;
-  {
+  // A decode worker whose KV pool is fully leased refuses with RESOURCE_EXHAUSTED: wait for a
+  // lease (back-off up to reserve_wait) rather than lose disaggregation at once.
+  const auto give_up_waiting = Steady::now() + options_.reserve_wait;
+  auto backoff = std::chrono::milliseconds(20);
+  while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(
         std::min(request.deadline_, std::chrono::system_clock::now() + options_.reservation_lease));
@@ -592,12 +598,23 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
     grpc::Status status = v1::DecodeWorker::NewStub(channels_->Get(decode.address))
                               ->Reserve(&ctx, reserve, &reserved);
     const std::string stalled = live.Unwatch();
-    if (!status.ok()) {
-      LOG_WARN("reserve failed, prefilling on the decode worker request={} worker={} error={}",
-               request.request_id_, decode.worker_id,
-               stalled.empty() ? status.error_message() : stalled);
-      return PrefillResult::kFallback;
+    if (status.ok()) break;
+    const bool pool_full =
+        stalled.empty() && status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+    if (pool_full && Steady::now() + backoff < give_up_waiting) {
+      if (state.life.Expired()) {
+        outcome.finish = ApiFinishReason::kError;
+        outcome.error = state.DeadlineError();
+        return PrefillResult::kDone;
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(2 * backoff, std::chrono::milliseconds(500));
+      continue;
     }
+    LOG_WARN("reserve failed, prefilling on the decode worker request={} worker={} error={}",
+             request.request_id_, decode.worker_id,
+             stalled.empty() ? status.error_message() : stalled);
+    return PrefillResult::kFallback;
   }
   *reservation = reserved.reservation_id();
   state.life.Enter(RequestState::kReserved);

@@ -107,6 +107,10 @@ class RequestHandler {
     uint32_t disagg_min_prompt_tokens = 0;
     // Lease of a decode-side reservation the prefill worker has not delivered into yet.
     std::chrono::milliseconds reservation_lease{30'000};
+    // How long a request waits for the decode worker's KV pool when its Reserve is refused
+    // for lack of space (RESOURCE_EXHAUSTED), retrying with back-off, before it prefills on
+    // the decode worker instead. 0: fall back at once.
+    std::chrono::milliseconds reserve_wait{10'000};
     // Calls per stage before the request fails (docs/reliability.md): prefill attempts on
     // distinct prefill workers, decode attempts (retries and migrations) on distinct decode
     // workers.

@@ -25,6 +25,7 @@ RouterApp::RouterApp(RouterOptions options, const TextCodec* codec, const Clock*
   handler_options.default_timeout = options_.default_timeout;
   handler_options.disagg_min_prompt_tokens = options_.disagg_min_prompt_tokens;
   handler_options.reservation_lease = options_.reservation_lease;
+  handler_options.reserve_wait = options_.reserve_wait;
   handler_options.max_attempts = options_.max_attempts;
   handler_options.prefill_attempt_timeout = options_.prefill_attempt_timeout;
   handler_options.decode_stall_timeout = options_.decode_stall_timeout;

@@ -43,6 +43,7 @@ struct RouterOptions {
   std::chrono::milliseconds default_timeout{600'000};
   uint32_t disagg_min_prompt_tokens = 0;  // shorter prompts prefill on the decode worker
   std::chrono::milliseconds reservation_lease{30'000};
+  std::chrono::milliseconds reserve_wait{10'000};  // RequestHandler::Options::reserve_wait
   // docs/reliability.md: attempts per stage and the stall timers.
   uint32_t max_attempts = 3;
   std::chrono::milliseconds prefill_attempt_timeout{30'000};

@@ -1,7 +1,8 @@
 """A decode worker whose KV pool holds one request, under a burst of eight: the router, a
 prefill worker and the decode worker on loopback, the router's stall watchdog at 1.5 s. The
-first request leases the whole pool; the others' reservations are refused, so they are prefilled
-on the decode worker, where they wait in the queue for the pool. Every request must complete
+first request leases the whole pool; the others' reservations are refused and (the router told
+not to wait for a lease) they are prefilled on the decode worker, where they wait in the queue for
+the pool. Every request must complete
 (waiting is back-pressure, not a failure: the worker tells the router a queued request is alive),
 with the tokens a request gets alone, and the pool's high-water mark within its size.
 
@@ -40,8 +41,11 @@ class KvPoolBackpressureTest(unittest.TestCase):
         one = request_worst_case(ARGS.bin_dir, ARGS.model_dir, MAX_MODEL_LEN)
         c = Cluster(ARGS.bin_dir, ARGS.model_dir)
         try:
+            # --reserve-wait-ms 0: a refused reservation falls back to the decode worker at
+            # once, so the queued requests wait there, where the watchdog watches them.
             router = c.start_router("router", ["--disagg-min-prompt-tokens", "1",
-                                               "--decode-stall-timeout-ms", str(STALL_MS)])
+                                               "--decode-stall-timeout-ms", str(STALL_MS),
+                                               "--reserve-wait-ms", "0"])
             c.start_worker("prefill", "prefill", [router])
             decode = c.start_worker("decode", "decode", [router],
                                     ["--max-model-len", str(MAX_MODEL_LEN),

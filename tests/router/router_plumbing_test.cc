@@ -180,7 +180,8 @@ TEST_F(RouterPlumbingTest, BadRequestsGetOpenAiErrors) {
   auto huge = Post("/v1/completions", R"({"prompt": "x", "max_tokens": 4294967295})");
   ASSERT_TRUE(huge);
   EXPECT_EQ(huge->status, 400) << huge->body;
-  EXPECT_NE(huge->body.find("you requested 4294967297 tokens (2 in the prompt"), std::string::npos) << huge->body;
+  EXPECT_NE(huge->body.find("you requested 4294967297 tokens (2 in the prompt"), std::string::npos)
+      << huge->body;
   EXPECT_EQ(worker->requests(), 0u);
 }
 
@@ -335,6 +336,20 @@ TEST_F(RouterPlumbingTest, FailedPrefillReleasesAndFallsBackToColocated) {
   const v1::WorkerGenerateRequest generate = decode->seen()[0].request;
   EXPECT_EQ(generate.reservation_id(), "");
   EXPECT_EQ(generate.generated_token_ids_size(), 0);
+}
+
+// A decode worker whose KV pool is fully leased refuses reservations for a while: the request
+// waits for a lease and still goes disaggregated (RouterOptions::reserve_wait).
+TEST_F(RouterPlumbingTest, RefusedReservationIsRetriedUntilThePoolHasRoom) {
+  StartRouter();
+  ScriptedDecodeWorker* decode = AddWorker();
+  decode->RefuseReserves(3);
+  ScriptedPrefillWorker* prefill = AddPrefillWorker(/*fail=*/false);
+  auto res = Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 5})");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(prefill->seen().size(), 1u);
+  ASSERT_EQ(decode->reserves().size(), 1u);  // granted on the fourth call
+  EXPECT_EQ(decode->seen()[0].request.reservation_id(), "res-1");
 }
 
 TEST_F(RouterPlumbingTest, ShortPromptsStayColocated) {

@@ -182,9 +182,19 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
     return grpc::Status::OK;
   }
 
+  // The next `n` Reserve calls are refused as a fully leased KV pool refuses them.
+  void RefuseReserves(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    refuse_reserves_ = refused_reserves_ + n;
+  }
+
   grpc::Status Reserve(grpc::ServerContext*, const v1::ReserveRequest* request,
                        v1::ReserveResponse* response) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (refused_reserves_ < refuse_reserves_) {
+      ++refused_reserves_;
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, "KV pool fully leased"};
+    }
     reserves_.push_back(*request);
     response->set_reservation_id("res-" + std::to_string(reserves_.size()));
     response->set_transfer_descriptor("descriptor");
@@ -240,6 +250,7 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
   std::vector<SeenRequest> seen_;
   std::vector<std::string> cancel_rpcs_;
   std::vector<v1::ReserveRequest> reserves_;
+  int refuse_reserves_ = 0, refused_reserves_ = 0;
   std::vector<std::string> releases_;
   int active_ = 0;
 };
