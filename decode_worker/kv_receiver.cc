@@ -127,7 +127,6 @@ StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Take(
   auto restored =
       Restore(reservation, std::move(sequence), std::move(drafter), &bytes, &prefill_end_ns);
   arena_->Free(reservation.offset);
-  if (restored.ok()) (*restored)->lease = std::move(reservation.lease);
   if (!restored.ok()) {
     metrics_->Failed(restored.status());
     LOG_WARN("kv delivery rejected reservation={} error={}", reservation_id,
@@ -136,6 +135,8 @@ StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Take(
                                                                restored.status().message()));
   }
   metrics_->Received(bytes, static_cast<double>(UnixNanos() - prefill_end_ns) * 1e-9);
+  // The request runs on the lease its reservation took.
+  (*restored)->lease = std::move(reservation.lease);
   return restored;
 }
 

@@ -63,6 +63,15 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Model
                                                    kMaxTensorParallel, "], got ",
                                                    options.tensor_parallel_size));
   }
+  // The KV pool's settings are checked before the weights load, not after.
+  if (options.cache_block_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--block-size must be at least 1, got ", options.cache_block_rows));
+  }
+  if (!(options.kv_cache_memory_fraction > 0 && options.kv_cache_memory_fraction <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-cache-memory-fraction must be in (0, 1], got ", options.kv_cache_memory_fraction));
+  }
   ASSIGN_OR_RETURN(config::ModelConfig config, config::LoadModelConfig(dir));
   std::unique_ptr<Model> model(new Model(std::move(config), options));
   RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress, options.weights));
@@ -75,7 +84,7 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
       dims_(ModelDims::FromConfig(config_)),
       ranks_(options.tensor_parallel_size),
       layout_(BuildCacheLayout(config_, options.max_rollback_tokens)),
-      page_geometry_(PageGeometry::For(layout_, std::max<int64_t>(1, options.cache_block_rows))),
+      page_geometry_(PageGeometry::For(layout_, options.cache_block_rows)),
       check_replicas_(options.check_replicas),
       weight_storage_(options.weights) {
   // Tables cover the first 64k positions; later positions are computed on the fly.
@@ -100,14 +109,6 @@ Model::~Model() {
 }
 
 Status Model::AllocateKvPool(const ModelOptions& options) {
-  if (options.cache_block_rows < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--block-size must be at least 1, got ", options.cache_block_rows));
-  }
-  if (!(options.kv_cache_memory_fraction > 0 && options.kv_cache_memory_fraction <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kv-cache-memory-fraction must be in (0, 1], got ", options.kv_cache_memory_fraction));
-  }
   backend::Backend& device = *backends_[0];
   const int64_t bytes = options.kv_cache_memory_bytes > 0
                             ? options.kv_cache_memory_bytes
