@@ -1,17 +1,19 @@
 // Prefill and decode throughput of the CPU engine at several batch sizes, each next to the
 // memory-bandwidth bound measured in the same run, for weights held in the checkpoint's own
-// formats ("native", the default) and as dequantised fp32 copies ("fp32", the old engine):
+// formats ("native", the default) and as dequantised fp32 copies ("fp32", the old engine), with
+// the KV cache in fp32 ("auto") or FP8 ("fp8"):
 //
 //   pdspark_model_bench --model DIR --batch 1,16,64 --prefill-len 128 --decode-steps 64 \
-//       --threads 2 --weights native,fp32 --rounds 3
+//       --threads 2 --weights native,fp32 --kv-cache-dtype auto,fp8 --rounds 3
 //
-// Each round loads the model afresh for every weight storage in turn; a storage's decode tok/s
-// is also reported as the median over rounds of its ratio to the first storage in the same
-// round. The bound of a decode step at batch B is B * bandwidth / bytes, where bytes are every
-// weight the step reads in the storage's format (the routed experts the batch can activate,
-// min(experts, B * top_k) per layer, not the embedding table) and bandwidth is the read
-// bandwidth of `threads` threads over a buffer four times the last-level cache. Resident memory
-// after loading and its peak while that storage ran are printed per storage.
+// A variant is a weight storage with a KV cache dtype. Each round loads the model afresh for
+// every variant in turn; a variant's decode tok/s is also reported as the median over rounds of
+// its ratio to the first variant in the same round. The bound of a decode step at batch B is B *
+// bandwidth / bytes, where bytes are every weight the step reads in the storage's format (the
+// routed experts the batch can activate, min(experts, B * top_k) per layer, not the embedding
+// table) and bandwidth is the read bandwidth of `threads` threads over a buffer four times the
+// last-level cache. Resident memory after loading and its peak while that storage ran are printed
+// per storage.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
   std::string model_dir;
   std::vector<int64_t> batches = {1, 8, 32};
   std::vector<std::string> storages = {"native"};
+  std::vector<std::string> kv_dtypes = {"auto"};
   int64_t prefill_len = 128, decode_steps = 64, rounds = 1;
   int threads = 0;
   app.add_option("--model", model_dir, "checkpoint directory")->required();
@@ -96,16 +99,28 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", decode_steps, "decode steps per batch size");
   app.add_option("--threads", threads, "compute threads (0: every core)");
   app.add_option("--weights", storages, "weight storages to compare: native, fp32")->delimiter(',');
-  app.add_option("--rounds", rounds, "rounds of every storage (each loads the model afresh)");
+  app.add_option("--kv-cache-dtype", kv_dtypes, "KV cache dtypes to compare: auto, fp8")
+      ->delimiter(',');
+  app.add_option("--rounds", rounds, "rounds of every variant (each loads the model afresh)");
   CLI11_PARSE(app, argc, argv);
-  std::vector<engine::WeightStorage> kinds;
+  struct Variant {
+    std::string label;
+    engine::WeightStorage weights;
+    engine::KvCacheDtype kv;
+  };
+  std::vector<Variant> kinds;
   for (const std::string& s : storages) {
-    auto kind = engine::ParseWeightStorage(s);
-    if (!kind.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(kind.status().message()).c_str());
-      return 2;
+    for (const std::string& k : kv_dtypes) {
+      auto weights = engine::ParseWeightStorage(s);
+      auto kv = engine::ParseKvCacheDtype(k);
+      for (const pdspark::Status& st : {weights.status(), kv.status()}) {
+        if (!st.ok()) {
+          std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+          return 2;
+        }
+      }
+      kinds.push_back({kv_dtypes.size() > 1 ? s + "/kv-" + k : s, *weights, *kv});
     }
-    kinds.push_back(*kind);
   }
 
   // results[storage][round][batch]
@@ -120,7 +135,8 @@ int main(int argc, char** argv) {
       engine::ModelOptions options;
       options.show_progress = false;
       options.threads = threads;
-      options.weights = kinds[v];
+      options.weights = kinds[v].weights;
+      options.kv_cache_dtype = kinds[v].kv;
       ResetPeakRss();
       const auto load_start = Clock::now();
       auto loaded = engine::Model::Load(model_dir, options);
@@ -142,7 +158,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr,
                      "model_bench: %s weights=%s %.1f MiB threads=%d read_bandwidth=%.2f GB/s "
                      "load=%.2f s\n",
-                     model_dir.c_str(), storages[v].c_str(), f.total / 1048576.0,
+                     model_dir.c_str(), kinds[v].label.c_str(), f.total / 1048576.0,
                      model.threads_per_rank(), bandwidth / 1e9, load_s);
         for (int64_t batch : batches) {
           const double active =
@@ -161,7 +177,7 @@ int main(int argc, char** argv) {
       rss_peak[v] = std::max(rss_peak[v], StatusBytes("VmHWM"));
     }
   }
-  std::printf("%8s %6s %14s %14s %16s %10s %14s\n", "weights", "batch", "prefill_tok/s",
+  std::printf("%14s %6s %14s %14s %16s %10s %14s\n", "variant", "batch", "prefill_tok/s",
               "decode_tok/s", "decode_bound/s", "bound_%", "decode_vs_1st");
   for (size_t v = 0; v < kinds.size(); ++v) {
     for (size_t b = 0; b < batches.size(); ++b) {
@@ -172,13 +188,13 @@ int main(int argc, char** argv) {
         best.decode = std::max(best.decode, results[v][r][b].decode);
         ratios.push_back(results[v][r][b].decode / results[0][r][b].decode);
       }
-      std::printf("%8s %6ld %14.1f %14.1f %16.1f %9.1f%% %13.2fx\n", storages[v].c_str(),
+      std::printf("%14s %6ld %14.1f %14.1f %16.1f %9.1f%% %13.2fx\n", kinds[v].label.c_str(),
                   static_cast<long>(batches[b]), best.prefill, best.decode, bounds[v][b],
                   100.0 * best.decode / bounds[v][b], Median(ratios));
     }
   }
   for (size_t v = 0; v < kinds.size(); ++v) {
-    std::printf("%8s rss_after_load=%.1f MiB rss_peak=%.1f MiB\n", storages[v].c_str(),
+    std::printf("%14s rss_after_load=%.1f MiB rss_peak=%.1f MiB\n", kinds[v].label.c_str(),
                 rss_loaded[v] / 1048576.0, rss_peak[v] / 1048576.0);
   }
   return 0;

@@ -54,11 +54,10 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     // Verified and restored here, on the gRPC thread, so the engine loop never stalls on it.
     auto ring = engine_->NewDrafterState();
     if (!ring.ok()) {
-      receiver_->Release(request->reservation_id());
+      receiver_->Release(request->reservation_id(), /*transfer_completed=*/true);
       return serving::ToGrpcStatus(ring.status());
     }
-    auto state =
-        receiver_->Take(request->reservation_id(), engine_->NewSequence(), std::move(ring).value());
+    auto state = receiver_->Take(request->reservation_id(), std::move(ring).value());
     if (!state.ok()) return serving::ToGrpcStatus(state.status());
     spec.prefilled = std::move(state).value();
   }
@@ -132,7 +131,9 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveReque
 
 grpc::Status DecodeService::Release(grpc::ServerContext*, const v1::ReleaseRequest* request,
                                     v1::ReleaseResponse*) {
-  if (receiver_ != nullptr) receiver_->Release(request->reservation_id());
+  if (receiver_ != nullptr) {
+    receiver_->Release(request->reservation_id(), request->transfer_completed());
+  }
   return grpc::Status::OK;
 }
 

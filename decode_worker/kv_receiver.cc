@@ -1,5 +1,6 @@
 #include "decode_worker/kv_receiver.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -20,8 +21,10 @@ int64_t UnixNanos() {
 StatusOr<std::unique_ptr<KvReceiver>> KvReceiver::Create(transport::TransferAgent* agent,
                                                          ReceiverOptions options,
                                                          worker::KvTransferMetrics* metrics) {
-  if (options.cache_layout == nullptr || options.block_rows <= 0) {
-    return absl::InvalidArgumentError("KV receiver needs the cache layout and block rows");
+  if (options.cache_layout == nullptr || options.block_rows <= 0 || !options.new_sequence ||
+      options.page_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "KV receiver needs the cache layout, block rows and the engine's registered KV pool");
   }
   std::unique_ptr<KvReceiver> receiver(new KvReceiver);
   receiver->agent_ = agent;
@@ -31,7 +34,27 @@ StatusOr<std::unique_ptr<KvReceiver>> KvReceiver::Create(transport::TransferAgen
   receiver->options_ = std::move(options);
   receiver->metrics_ = metrics;
   receiver->nonces_.seed(std::random_device{}());
+  receiver->reaper_ = std::thread([r = receiver.get()] {
+    std::unique_lock lock(r->mu_);
+    while (!r->stopping_) {
+      r->ExpireLocked(Clock::now());
+      r->reaper_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+  });
   return receiver;
+}
+
+KvReceiver::~KvReceiver() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+}
+
+void KvReceiver::QuarantineLocked(Reservation reservation, Clock::time_point now) {
+  quarantined_.emplace_back(now + options_.late_write_grace, std::move(reservation));
 }
 
 void KvReceiver::ExpireLocked(Clock::time_point now) {
@@ -40,14 +63,19 @@ void KvReceiver::ExpireLocked(Clock::time_point now) {
       ++it;
       continue;
     }
-    LOG_WARN("reservation lease expired reservation={} bytes={}", it->first,
-             it->second.layout.total_bytes);
-    arena_->Free(it->second.offset);
+    LOG_WARN("reservation lease expired reservation={} tokens={}", it->first,
+             it->second.layout.tokens);
+    QuarantineLocked(std::move(it->second), now);
     it = reservations_.erase(it);
     ++expired_total_;
     metrics_->LeaseExpired();
-    metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
   }
+  // Past their grace, quarantined reservations give their pages, lease and record slice back.
+  std::erase_if(quarantined_, [&](std::pair<Clock::time_point, Reservation>& q) {
+    if (q.first > now) return false;
+    arena_->Free(q.second.offset);
+    return true;
+  });
   metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
 }
 
@@ -63,29 +91,19 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
   if (options_.lease_cache) {
     ASSIGN_OR_RETURN(reservation.lease, options_.lease_cache(request));
   }
-  ASSIGN_OR_RETURN(reservation.offset, arena_->Allocate(reservation.layout.total_bytes));
+  // The pages the rows will land in, as a colocated prefill would have left them.
+  reservation.sequence = options_.new_sequence();
+  std::vector<engine::SequenceState::GroupRows> rows;
+  for (const engine::StagedGroup& g : reservation.layout.groups) {
+    rows.push_back({g.first_row, g.end_row, nullptr});
+  }
+  RETURN_IF_ERROR(reservation.sequence->RestoreRows(reservation.layout.tokens, rows));
+  ASSIGN_OR_RETURN(reservation.offset, arena_->Allocate(reservation.layout.record_bytes()));
   // A stale record from an earlier request must not look like a delivery.
   std::memset(arena_->data() + reservation.offset, 0, transport::kRecordHeaderBytes);
   reservation.expires = now + lease;
   reservation.nonce = nonces_();
-  v1::TransferDescriptor descriptor;
-  descriptor.set_transport(agent_->TransportName());
-  descriptor.set_agent_address(agent_->LocalAddress());
-  descriptor.set_incarnation_id(options_.incarnation_id);
-  descriptor.set_config_fingerprint(options_.link.config_fingerprint);
-  descriptor.set_cache_manifest(options_.link.cache_manifest);
-  descriptor.set_tensor_parallel_size(static_cast<uint32_t>(options_.link.tensor_parallel_size));
-  descriptor.set_region(arena_->region().remote.Serialize());
-  descriptor.set_offset(reservation.offset);
-  descriptor.set_capacity(reservation.layout.total_bytes);
-  descriptor.set_prompt_tokens(request.prompt_tokens());
-  descriptor.set_block_rows(static_cast<uint32_t>(options_.block_rows));
-  descriptor.set_drafter_state_bytes(options_.link.drafter_state_bytes);
-  descriptor.set_nonce(reservation.nonce);
-  descriptor.set_lease_deadline_unix_us(
-      std::chrono::duration_cast<std::chrono::microseconds>(
-          (std::chrono::system_clock::now() + lease).time_since_epoch())
-          .count());
+  const v1::TransferDescriptor descriptor = Describe(reservation, request.prompt_tokens(), lease);
   const std::string id = absl::StrCat("rsv-", next_id_++);
   reservations_[id] = std::move(reservation);
   metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
@@ -95,19 +113,51 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
   return response;
 }
 
-bool KvReceiver::Release(const std::string& reservation_id) {
+v1::TransferDescriptor KvReceiver::Describe(const Reservation& reservation, uint32_t prompt_tokens,
+                                            std::chrono::milliseconds lease) const {
+  v1::TransferDescriptor descriptor;
+  descriptor.set_transport(agent_->TransportName());
+  descriptor.set_agent_address(agent_->LocalAddress());
+  descriptor.set_incarnation_id(options_.incarnation_id);
+  descriptor.set_config_fingerprint(options_.link.config_fingerprint);
+  descriptor.set_cache_manifest(options_.link.cache_manifest);
+  descriptor.set_tensor_parallel_size(static_cast<uint32_t>(options_.link.tensor_parallel_size));
+  descriptor.set_region(arena_->region().remote.Serialize());
+  descriptor.set_offset(reservation.offset);
+  descriptor.set_capacity(reservation.layout.record_bytes());
+  descriptor.set_prompt_tokens(prompt_tokens);
+  descriptor.set_block_rows(static_cast<uint32_t>(options_.block_rows));
+  descriptor.set_drafter_state_bytes(options_.link.drafter_state_bytes);
+  descriptor.set_nonce(reservation.nonce);
+  descriptor.set_lease_deadline_unix_us(
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          (std::chrono::system_clock::now() + lease).time_since_epoch())
+          .count());
+  descriptor.set_pool_region(options_.pool_region.Serialize());
+  descriptor.set_page_bytes(static_cast<uint64_t>(options_.page_bytes));
+  for (const engine::StagedGroup& g : reservation.layout.groups) {
+    const auto& table = reservation.sequence->GroupAt(g.layer, g.group).block_table();
+    descriptor.add_page_tables()->mutable_pages()->Add(table.begin(), table.end());
+  }
+  return descriptor;
+}
+
+bool KvReceiver::Release(const std::string& reservation_id, bool transfer_completed) {
   std::lock_guard lock(mu_);
   auto it = reservations_.find(reservation_id);
   if (it == reservations_.end()) return false;
-  arena_->Free(it->second.offset);
+  if (transfer_completed) {
+    arena_->Free(it->second.offset);  // the pages and the lease go with the reservation
+  } else {
+    QuarantineLocked(std::move(it->second), Clock::now());
+  }
   reservations_.erase(it);
-  metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
+  ExpireLocked(Clock::now());
   return true;
 }
 
 StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Take(
-    const std::string& reservation_id, std::unique_ptr<engine::SequenceState> sequence,
-    std::unique_ptr<dspark::DrafterState> drafter) {
+    const std::string& reservation_id, std::unique_ptr<dspark::DrafterState> drafter) {
   Reservation reservation;
   {
     std::lock_guard lock(mu_);
@@ -117,36 +167,39 @@ StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Take(
       return absl::NotFoundError(
           absl::StrCat("reservation ", reservation_id, " is unknown or its lease expired"));
     }
-    // Out of the table (no expiry, no release) but still allocated while it is read.
+    // Out of the table (no expiry, no release) while it is read.
     reservation = std::move(it->second);
     reservations_.erase(it);
     metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
   }
   uint64_t bytes = 0;
   int64_t prefill_end_ns = 0;
-  auto restored =
-      Restore(reservation, std::move(sequence), std::move(drafter), &bytes, &prefill_end_ns);
-  arena_->Free(reservation.offset);
-  if (!restored.ok()) {
-    metrics_->Failed(restored.status());
-    LOG_WARN("kv delivery rejected reservation={} error={}", reservation_id,
-             restored.status().ToString());
-    return absl::Status(restored.status().code(), absl::StrCat("reservation ", reservation_id, ": ",
-                                                               restored.status().message()));
+  const Status verified = Verify(reservation, drafter.get(), &bytes, &prefill_end_ns);
+  if (!verified.ok()) {
+    metrics_->Failed(verified);
+    LOG_WARN("kv delivery rejected reservation={} error={}", reservation_id, verified.ToString());
+    std::lock_guard lock(mu_);
+    QuarantineLocked(std::move(reservation), Clock::now());
+    ExpireLocked(Clock::now());
+    return absl::Status(verified.code(),
+                        absl::StrCat("reservation ", reservation_id, ": ", verified.message()));
   }
+  arena_->Free(reservation.offset);
   metrics_->Received(bytes, static_cast<double>(UnixNanos() - prefill_end_ns) * 1e-9);
-  // The request runs on the lease its reservation took.
-  (*restored)->lease = std::move(reservation.lease);
-  return restored;
+  // The request runs on the sequence the rows landed in, and on the lease its reservation took.
+  auto prefilled = std::make_shared<serving::PrefilledState>();
+  prefilled->sequence = std::move(reservation.sequence);
+  if (drafter) prefilled->drafter = std::move(drafter);
+  prefilled->lease = std::move(reservation.lease);
+  return prefilled;
 }
 
-StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Restore(
-    const Reservation& reservation, std::unique_ptr<engine::SequenceState> sequence,
-    std::unique_ptr<dspark::DrafterState> drafter, uint64_t* bytes, int64_t* prefill_end_ns) {
+Status KvReceiver::Verify(const Reservation& reservation, dspark::DrafterState* drafter,
+                          uint64_t* bytes, int64_t* prefill_end_ns) const {
   const engine::StagingLayout& layout = reservation.layout;
-  const char* base = arena_->data() + reservation.offset;
-  ASSIGN_OR_RETURN(const auto record, transport::CompletionRecord::Parse(
-                                          base, layout.record_capacity, reservation.nonce));
+  ASSIGN_OR_RETURN(const auto record,
+                   transport::CompletionRecord::Parse(arena_->data() + reservation.offset,
+                                                      layout.record_capacity, reservation.nonce));
   if (record.link_digest != link_digest_) {
     return absl::DataLossError(
         "the state was written by a prefill worker with another model or cache manifest");
@@ -157,43 +210,46 @@ StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Restore(
                                             record.segments.size(), " segments, expected ",
                                             layout.tokens, " in ", layout.groups.size()));
   }
-  std::vector<engine::SequenceState::GroupRows> rows;
   for (size_t i = 0; i < layout.groups.size(); ++i) {
     const engine::StagedGroup& staged = layout.groups[i];
     const transport::SegmentReport& segment = record.segments[i];
     const auto& spec = options_.cache_layout->layers[staged.layer].groups[staged.group];
     if (segment.first_row != static_cast<uint64_t>(staged.first_row) ||
-        segment.rows > static_cast<uint64_t>(staged.capacity_rows)) {
-      return absl::DataLossError(absl::StrCat("layer ", staged.layer, " ", spec.name, ": rows [",
-                                              segment.first_row, ", +", segment.rows,
-                                              ") do not fit the reservation"));
+        segment.rows != static_cast<uint64_t>(staged.end_row - staged.first_row)) {
+      return absl::DataLossError(absl::StrCat(
+          "layer ", staged.layer, " ", spec.name, ": rows [", segment.first_row, ", +",
+          segment.rows, ") are not the reserved [", staged.first_row, ", ", staged.end_row, ")"));
     }
-    const char* data = base + staged.offset;
-    const uint64_t size = segment.rows * staged.row_bytes;
-    if (transport::Checksum(std::string_view(data, size)) != segment.checksum) {
+    // The rows are where they will be used: check them there, a page's rows at a time.
+    const engine::PagedRows& rows = reservation.sequence->GroupAt(staged.layer, staged.group);
+    transport::StreamChecksum checksum;
+    for (int64_t r = staged.first_row; r < staged.end_row;) {
+      const int64_t n =
+          std::min(staged.end_row - r, rows.rows_per_page() - r % rows.rows_per_page());
+      checksum.Update(rows.Row(r), static_cast<size_t>(n * staged.row_bytes));
+      r += n;
+    }
+    if (checksum.Digest() != segment.checksum) {
       return absl::DataLossError(absl::StrCat("layer ", staged.layer, " ", spec.name,
                                               " failed its checksum (incomplete or torn "
                                               "transfer)"));
     }
-    *bytes += size;
-    rows.push_back({staged.first_row, staged.first_row + static_cast<int64_t>(segment.rows), data});
+    *bytes += segment.rows * staged.row_bytes;
   }
-  RETURN_IF_ERROR(sequence->RestoreRows(static_cast<int64_t>(record.num_tokens), rows));
   // What the prefill worker counts as sent: the rows and the completion record (drafter ring,
-  // segment reports) it wrote into the reservation.
+  // segment reports) it wrote.
   *bytes += record.Serialize().size();
-  auto prefilled = std::make_shared<serving::PrefilledState>();
-  prefilled->sequence = std::move(sequence);
   if (drafter) {
     if (record.drafter_state.empty()) {
       return absl::FailedPreconditionError(
           "the prefill worker shipped no DSpark drafter context, which this worker needs");
     }
     RETURN_IF_ERROR(drafter->Restore(record.drafter_state));
-    prefilled->drafter = std::move(drafter);
+    // The ring was copied out of the record, then into its pages.
+    metrics_->Copied(2 * record.drafter_state.size());
   }
   *prefill_end_ns = record.prefill_end_unix_ns;
-  return prefilled;
+  return absl::OkStatus();
 }
 
 ReservationStats KvReceiver::Stats() {
@@ -202,7 +258,8 @@ ReservationStats KvReceiver::Stats() {
   ReservationStats stats;
   stats.active = static_cast<int64_t>(reservations_.size());
   stats.expired_total = expired_total_;
-  for (const auto& [id, r] : reservations_) stats.bytes_reserved += r.layout.total_bytes;
+  for (const auto& [id, r] : reservations_) stats.bytes_reserved += r.sequence->MemoryBytes();
+  stats.quarantined = static_cast<int64_t>(quarantined_.size());
   return stats;
 }
 

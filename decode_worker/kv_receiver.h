@@ -1,27 +1,37 @@
-// The decode side of a KV transfer: a staging arena registered once with the transfer agent,
-// reservations laid out for their prompt (engine/cache/staging_layout.h) with a lease, and the
-// hand-over of a delivered state. A request is admitted only when its completion record is
-// there, meant for this reservation (nonce), written by a matching sender (link digest), and
-// every segment matches its checksum; the state is then restored straight from the arena
-// into cache pages, on the caller's (gRPC) thread rather than the engine's. A reservation also
-// leases the request's worst-case KV pool bytes from the engine (ReceiverOptions::lease_cache),
-// so the restore always finds its pages and the request is admitted on that lease. A
-// reservation the prefill side never fills expires; its staging memory and lease return.
+// The decode side of a KV transfer. At Reserve it leases the request's worst-case KV pool bytes
+// from the engine (ReceiverOptions::lease_cache), prepares the request's sequence in the pool
+// with pages for every row the prompt leaves behind, and hands out their page ids with the
+// registered pool region: the prefill worker then writes the rows straight into those pages.
+// Only the completion record goes to a small slice of a staging arena. A request is admitted
+// only when its record is there, meant for this reservation (nonce), written by a matching
+// sender (link digest), and every segment matches its checksum, verified in place on the
+// caller's (gRPC) thread; the engine then runs the prepared sequence as it is, on the
+// reservation's lease, with no copy. A reservation the prefill side never fills expires.
+//
+// Pages of a reservation that was not taken (released, expired, refused) are quarantined for
+// ReceiverOptions::late_write_grace before they return to the pool: a prefill worker stops
+// posting at its deadline (the lease's, less a margin) and drains or aborts within its stall
+// timeout, so no late write can land in pages another request already uses.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/base/status.h"
 #include "common/transport/link_check.h"
 #include "common/transport/registered_arena.h"
 #include "common/transport/transfer_agent.h"
 #include "common/worker/kv_transfer_metrics.h"
+#include "engine/cache/sequence_state.h"
 #include "engine/cache/staging_layout.h"
 #include "engine/serving/request.h"
 #include "pdspark/v1/transfer.pb.h"
@@ -32,17 +42,24 @@ namespace pdspark::decode {
 struct ReservationStats {
   int64_t active = 0;
   int64_t expired_total = 0;
-  uint64_t bytes_reserved = 0;
+  uint64_t bytes_reserved = 0;  // KV pool bytes of the reservations' prepared sequences
+  int64_t quarantined = 0;      // not taken, held until late writes are impossible
 };
 
 struct ReceiverOptions {
-  uint64_t arena_bytes = 256ull << 20;
+  uint64_t arena_bytes = 256ull << 20;  // completion records, with their DSpark rings
   std::string incarnation_id;
   transport::LinkInfo link;  // this worker's side of the handshake
   int64_t block_rows = 256;  // this worker's cache block rows
   const engine::CacheLayout* cache_layout = nullptr;
   // The engine's KV pool lease for a reservation (ServingEngine::ReserveCache); unset: none.
   std::function<StatusOr<serving::CacheLease>(const v1::ReserveRequest&)> lease_cache;
+  // An empty sequence in the engine's KV pool (ServingEngine::NewSequence), and that pool as
+  // the transfer agent registered it.
+  std::function<std::unique_ptr<engine::SequenceState>()> new_sequence;
+  transport::RemoteRegion pool_region;
+  int64_t page_bytes = 0;
+  std::chrono::milliseconds late_write_grace{10000};
 };
 
 class KvReceiver {
@@ -52,30 +69,38 @@ class KvReceiver {
   static StatusOr<std::unique_ptr<KvReceiver>> Create(transport::TransferAgent* agent,
                                                       ReceiverOptions options,
                                                       worker::KvTransferMetrics* metrics);
+  ~KvReceiver();
 
   StatusOr<v1::ReserveResponse> Reserve(const v1::ReserveRequest& request);
-  bool Release(const std::string& reservation_id);
-  // Checks what was delivered into the reservation and restores it into `sequence` (and into
-  // `drafter`, which is non-null when this worker speculates and so needs the DSpark context
-  // ring). The reservation is gone afterwards, whether or not the delivery was good.
+  // `transfer_completed`: the prefill side finished writing (the router heard so), so the
+  // memory returns at once; otherwise it is quarantined for the late-write grace.
+  bool Release(const std::string& reservation_id, bool transfer_completed);
+  // Checks what was delivered into the reservation and hands over its sequence (and the DSpark
+  // context ring restored into `drafter`, which is non-null when this worker speculates). The
+  // reservation is gone afterwards, whether or not the delivery was good.
   StatusOr<std::shared_ptr<serving::PrefilledState>> Take(
-      const std::string& reservation_id, std::unique_ptr<engine::SequenceState> sequence,
-      std::unique_ptr<dspark::DrafterState> drafter);
+      const std::string& reservation_id, std::unique_ptr<dspark::DrafterState> drafter);
   ReservationStats Stats();
 
  private:
   struct Reservation {
-    uint64_t offset = 0;
+    uint64_t offset = 0;  // of the record's slice in the arena
     Clock::time_point expires;
     uint64_t nonce = 0;
     engine::StagingLayout layout;
     serving::CacheLease lease;
+    std::unique_ptr<engine::SequenceState> sequence;  // the pages the rows land in
   };
   KvReceiver() = default;
   void ExpireLocked(Clock::time_point now);
-  StatusOr<std::shared_ptr<serving::PrefilledState>> Restore(
-      const Reservation& reservation, std::unique_ptr<engine::SequenceState> sequence,
-      std::unique_ptr<dspark::DrafterState> drafter, uint64_t* bytes, int64_t* prefill_end_ns);
+  // Keeps the reservation's memory away from other requests until late writes are impossible.
+  void QuarantineLocked(Reservation reservation, Clock::time_point now);
+  // The descriptor the prefill worker writes by.
+  v1::TransferDescriptor Describe(const Reservation& reservation, uint32_t prompt_tokens,
+                                  std::chrono::milliseconds lease) const;
+  // Checks the delivery and restores the DSpark ring; the sequence stays in the reservation.
+  Status Verify(const Reservation& reservation, dspark::DrafterState* drafter, uint64_t* bytes,
+                int64_t* prefill_end_ns) const;
 
   transport::TransferAgent* agent_ = nullptr;
   std::unique_ptr<transport::RegisteredArena> arena_;
@@ -84,6 +109,11 @@ class KvReceiver {
   worker::KvTransferMetrics* metrics_ = nullptr;
   std::mutex mu_;
   std::map<std::string, Reservation> reservations_;
+  std::vector<std::pair<Clock::time_point, Reservation>> quarantined_;  // until the time
+  // Expires leases and ends quarantines on time even when no call comes.
+  std::condition_variable reaper_cv_;
+  bool stopping_ = false;
+  std::thread reaper_;
   std::mt19937_64 nonces_;
   uint64_t next_id_ = 1;
   int64_t expired_total_ = 0;

@@ -26,7 +26,6 @@ struct DecodeFlags {
   worker::WorkerFlags common;
   std::string spec_method = "none";
   std::string spec_tokens = "auto";
-  std::string kv_cache_dtype = "auto";
   int kv_staging_mb = 256;
 };
 
@@ -37,32 +36,20 @@ void AddFlags(CLI::App& app, DecodeFlags& f) {
       ->capture_default_str();
   app.add_option("--spec-tokens", f.spec_tokens, "draft tokens per round: N or auto")
       ->capture_default_str();
-  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "auto | fp8")
-      ->check(CLI::IsMember({"auto", "fp8"}))
-      ->capture_default_str();
   app.add_option("--kv-staging-mb", f.kv_staging_mb,
-                 "host memory registered for incoming KV transfers (0 = colocated only)")
+                 "host memory registered for the completion records of incoming KV transfers "
+                 "(their DSpark rings included; the rows go straight into the KV pool); 0 = "
+                 "colocated only")
       ->capture_default_str();
-}
-
-// Settings accepted for compatibility but not implemented yet fail loudly, never silently.
-Status CheckSupported(const DecodeFlags& f) {
-  if (f.kv_cache_dtype != "auto") {
-    return absl::UnimplementedError("--kv-cache-dtype fp8 needs the CUDA backend");
-  }
-  return absl::OkStatus();
 }
 
 int Run(const DecodeFlags& f, const sigset_t& signals) {
   InitLogging("decode", f.common.log_level);
-  if (Status st = CheckSupported(f); !st.ok()) {
-    LOG_ERROR("{}", st.ToString());
-    return 2;
-  }
   engine::ModelOptions model_options;
   model_options.cache_block_rows = f.common.block_size;
   model_options.kv_cache_memory_bytes = f.common.kv_cache_memory_bytes;
   model_options.kv_cache_memory_fraction = f.common.kv_cache_memory_fraction;
+  model_options.kv_cache_dtype = engine::ParseKvCacheDtype(f.common.kv_cache_dtype).value();
   model_options.tensor_parallel_size = f.common.tensor_parallel_size;
   model_options.threads = f.common.threads;
   model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
@@ -116,6 +103,20 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
     staging.lease_cache = [&engine](const v1::ReserveRequest& r) {
       return engine.ReserveCache(r.prompt_tokens(), r.max_tokens());
     };
+    // Transfers write rows straight into the engine's KV pool.
+    engine::KvPool& pool = engine.model().kv_pool();
+    const auto kind = engine.model().backend(0).device() == engine::backend::Device::kCuda
+                          ? transport::MemoryKind::kCuda
+                          : transport::MemoryKind::kHost;
+    auto pool_region =
+        agent->RegisterMemory(pool.base(), static_cast<size_t>(pool.capacity_bytes()), kind);
+    if (!pool_region.ok()) {
+      LOG_ERROR("registering the KV pool for transfers: {}", pool_region.status().ToString());
+      return 1;
+    }
+    staging.pool_region = pool_region->remote;
+    staging.page_bytes = pool.page_bytes();
+    staging.new_sequence = [&engine] { return engine.NewSequence(); };
     auto made = KvReceiver::Create(agent.get(), std::move(staging), transfer_metrics.get());
     if (!made.ok()) {
       LOG_ERROR("{}", made.status().ToString());

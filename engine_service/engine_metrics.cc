@@ -66,6 +66,9 @@ EngineMetrics::EngineMetrics(prometheus::Registry& registry, const ServingEngine
                             "the KV pool's size (--kv-cache-memory-bytes)")),
       cache_high_water_(Gauge(registry, "pdspark_cache_high_water_bytes",
                               "the most bytes of the KV pool held at once since start")),
+      kv_bytes_per_token_(Gauge(registry, "pdspark_kv_cache_bytes_per_token",
+                                "KV cache bytes per token of context, summed over layers: a "
+                                "window row and a compressed entry's share (--kv-cache-dtype)")),
       cache_reserved_(Gauge(registry, "pdspark_cache_reserved_bytes",
                             "worst-case cache of the admitted requests")) {
   if (decode_) {
@@ -123,6 +126,7 @@ void EngineMetrics::Sample() {
 void EngineMetrics::SampleCache(const ServingStats& stats) {
   cache_capacity_.Set(static_cast<double>(stats.cache_capacity_bytes));
   cache_high_water_.Set(static_cast<double>(stats.cache_high_water_bytes));
+  kv_bytes_per_token_.Set(stats.kv_bytes_per_token);
   cache_reserved_.Set(static_cast<double>(stats.cache_bytes_reserved));
   for (const auto& [group, bytes] : stats.cache_bytes_by_group) {
     cache_used_.Add({{"group", group}}).Set(static_cast<double>(bytes));

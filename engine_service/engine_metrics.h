@@ -47,6 +47,7 @@ class EngineMetrics {
   prometheus::Family<prometheus::Gauge>& cache_ratio_;
   prometheus::Gauge& cache_capacity_;
   prometheus::Gauge& cache_high_water_;
+  prometheus::Gauge& kv_bytes_per_token_;
   prometheus::Gauge& cache_reserved_;
   // Decode only (nullptr on a prefill worker).
   prometheus::Counter* generated_ = nullptr;

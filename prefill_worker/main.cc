@@ -28,7 +28,6 @@ struct PrefillFlags {
   std::string kv_transfer = "layerwise";
   int transfer_timeout_ms = 30000;
   int transfer_stall_ms = 5000;
-  int kv_send_buffer_mb = 256;
 };
 
 // The drafter only builds the DSpark context ring shipped with the state: prefill_only
@@ -53,6 +52,7 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   model_options.cache_block_rows = f.common.block_size;
   model_options.kv_cache_memory_bytes = f.common.kv_cache_memory_bytes;
   model_options.kv_cache_memory_fraction = f.common.kv_cache_memory_fraction;
+  model_options.kv_cache_dtype = engine::ParseKvCacheDtype(f.common.kv_cache_dtype).value();
   model_options.tensor_parallel_size = f.common.tensor_parallel_size;
   model_options.threads = f.common.threads;
   model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
@@ -81,12 +81,6 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   }
   auto metrics = std::make_shared<prometheus::Registry>();
   worker::KvTransferMetrics transfer_metrics(*metrics, (*agent)->TransportName());
-  auto send_arena = transport::RegisteredArena::Create(
-      agent->get(), static_cast<uint64_t>(f.kv_send_buffer_mb) << 20, "KV send buffer");
-  if (!send_arena.ok()) {
-    LOG_ERROR("{} (check --kv-send-buffer-mb)", send_arena.status().ToString());
-    return 1;
-  }
   serving::ServingEngine engine(std::move(model).value(), options);
   identity.max_model_len = engine.max_model_len();
   if (Status st = engine.CheckCacheBudget(); !st.ok()) {
@@ -101,8 +95,7 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   transfer.mode = f.kv_transfer == "whole" ? StreamMode::kWhole : StreamMode::kLayerwise;
   transfer.tail_timeout = std::chrono::milliseconds(f.transfer_timeout_ms);
   transfer.stall = std::chrono::milliseconds(f.transfer_stall_ms);
-  PrefillService service(&engine, agent->get(), send_arena->get(), link, transfer,
-                         &transfer_metrics);
+  PrefillService service(&engine, agent->get(), link, transfer, &transfer_metrics);
   serving::EngineMetrics engine_metrics(*metrics, &engine, "prefill");
   auto load = [&engine] { return serving::ToWorkerLoad(engine.Stats()); };
   return worker::ServeUntilSignal(f.common, identity, {&service}, load, metrics, signals);
@@ -131,9 +124,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--transfer-stall-ms", flags.transfer_stall_ms,
                  "fail a KV transfer when no write completes for this long")
-      ->capture_default_str();
-  app.add_option("--kv-send-buffer-mb", flags.kv_send_buffer_mb,
-                 "registered host memory the KV writes are posted from")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return pdspark::prefill::Run(flags, signals);

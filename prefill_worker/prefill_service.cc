@@ -41,11 +41,39 @@ Status FromEngine(const serving::RequestEvent& event) {
   }
 }
 
+// The decode pages every group's rows go to: as many as the rows span, each inside the pool.
+StatusOr<std::vector<std::vector<int32_t>>> CheckPageTables(
+    const v1::TransferDescriptor& descriptor, const engine::StagingLayout& layout,
+    const transport::RemoteRegion& pool) {
+  if (descriptor.page_tables_size() != static_cast<int>(layout.groups.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the reservation has ", descriptor.page_tables_size(), " page tables for ",
+                     layout.groups.size(), " cache groups"));
+  }
+  const uint64_t pool_pages = descriptor.page_bytes() ? pool.size / descriptor.page_bytes() : 0;
+  std::vector<std::vector<int32_t>> tables;
+  for (size_t i = 0; i < layout.groups.size(); ++i) {
+    const auto& pages = descriptor.page_tables(static_cast<int>(i)).pages();
+    if (pages.size() != layout.groups[i].PagesSpanned()) {
+      return absl::InvalidArgumentError(absl::StrCat("page table ", i, " has ", pages.size(),
+                                                     " pages, the rows span ",
+                                                     layout.groups[i].PagesSpanned()));
+    }
+    for (int32_t page : pages) {
+      if (page < 0 || static_cast<uint64_t>(page) >= pool_pages) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("page ", page, " lies outside the decode worker's KV pool"));
+      }
+    }
+    tables.emplace_back(pages.begin(), pages.end());
+  }
+  return tables;
+}
+
 }  // namespace
 
 StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngine& engine,
                                                            transport::TransferAgent& agent,
-                                                           transport::RegisteredArena& send_arena,
                                                            const transport::LinkInfo& link,
                                                            const v1::TransferDescriptor& descriptor,
                                                            int64_t prompt, StreamMode mode) {
@@ -61,29 +89,39 @@ StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngin
   const engine::CacheLayout& cache_layout = engine.model().cache_layout();
   engine::StagingLayout layout = engine::StagingLayout::Compute(
       cache_layout, prompt, descriptor.block_rows(), decode.drafter_state_bytes);
-  if (layout.total_bytes != descriptor.capacity()) {
-    return TransferError(FailureReason::kRefused, absl::StatusCode::kFailedPrecondition,
-                         absl::StrCat("the decode worker reserved ", descriptor.capacity(),
-                                      " bytes, this worker lays the state out in ",
-                                      layout.total_bytes, ": the workers run different builds"));
+  if (layout.record_bytes() != descriptor.capacity() ||
+      engine::PageGeometry::For(cache_layout, descriptor.block_rows()).page_bytes !=
+          static_cast<int64_t>(descriptor.page_bytes())) {
+    return TransferError(
+        FailureReason::kRefused, absl::StatusCode::kFailedPrecondition,
+        absl::StrCat("the decode worker reserved ", descriptor.capacity(),
+                     " record bytes and pages of ", descriptor.page_bytes(),
+                     ", this worker lays the state out in ", layout.record_bytes(), " and ",
+                     engine::PageGeometry::For(cache_layout, descriptor.block_rows()).page_bytes,
+                     ": the workers run different builds"));
   }
   ASSIGN_OR_RETURN(auto region, transport::RemoteRegion::Deserialize(descriptor.region()));
   if (descriptor.offset() > region.size ||
       descriptor.capacity() > region.size - descriptor.offset()) {
     return absl::InvalidArgumentError("the reservation lies outside the decode worker's region");
   }
+  ASSIGN_OR_RETURN(auto pool_region,
+                   transport::RemoteRegion::Deserialize(descriptor.pool_region()));
+  ASSIGN_OR_RETURN(auto page_tables, CheckPageTables(descriptor, layout, pool_region));
   // Endpoints are cached per decode incarnation: a restarted decode worker gets a new link.
   RETURN_IF_ERROR(agent.Connect(descriptor.incarnation_id(), descriptor.agent_address()));
   StreamTarget target;
   target.peer_id = descriptor.incarnation_id();
   target.region = std::move(region);
   target.offset = descriptor.offset();
+  target.pool_region = std::move(pool_region);
+  target.page_bytes = static_cast<int64_t>(descriptor.page_bytes());
+  target.page_tables = std::move(page_tables);
   target.nonce = descriptor.nonce();
   target.ship_drafter = decode.drafter_state_bytes != 0;
   target.link_digest = transport::LinkDigest(link);
   target.tensor_parallel_size = link.tensor_parallel_size;
-  return StateStreamer::Create(&agent, &send_arena, &cache_layout, std::move(layout),
-                               std::move(target), mode);
+  return StateStreamer::Create(&agent, std::move(layout), std::move(target), mode);
 }
 
 StatusOr<int32_t> StreamPrefill(serving::ServingEngine& engine, transport::TransferAgent& agent,
@@ -94,6 +132,9 @@ StatusOr<int32_t> StreamPrefill(serving::ServingEngine& engine, transport::Trans
   const std::string& peer = descriptor.incarnation_id();
   spec.prefill_only = true;
   spec.state_observer = streamer;
+  // The rows ship from their pages: the request keeps those the decode worker keeps.
+  spec.keep_rows_from = StateStreamer::KeepRowsFrom(streamer->layout());
+  spec.kept_extra_tokens = descriptor.block_rows();
   auto deadline = spec.deadline;
   if (descriptor.lease_deadline_unix_us() > 0) {
     deadline =
@@ -154,9 +195,9 @@ void Abandon(transport::TransferAgent& agent, const std::string& peer_id,
   transport::AwaitCompletion(agent, peer_id, streamer->tracker(), Clock::now(), stall)
       .IgnoreError();
   if (streamer->tracker().pending() > 0) {
-    // The transport may still read the send buffer: keep it (and the tracker its callbacks
+    // The transport may still read the pages: keep them (and the tracker its callbacks
     // complete into) for the life of the process rather than free memory in use.
-    LOG_ERROR("send buffer quarantined peer={} pending_writes={}", peer_id,
+    LOG_ERROR("KV pages quarantined peer={} pending_writes={}", peer_id,
               streamer->tracker().pending());
     new std::shared_ptr<StateStreamer>(std::move(streamer));
   }
@@ -173,7 +214,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
       descriptor.agent_address().empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, "transfer_descriptor is missing or malformed"};
   }
-  auto streamer = LinkToReservation(*engine_, *agent_, *send_arena_, link_, descriptor,
+  auto streamer = LinkToReservation(*engine_, *agent_, link_, descriptor,
                                     request->prompt_token_ids_size(), options_.mode);
   metrics_->Handshake(streamer.ok() ||
                       transport::ReasonOf(streamer.status()) != transport::FailureReason::kRefused);
@@ -183,10 +224,6 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
              descriptor.incarnation_id(), streamer.status().ToString());
     return Failed(writer, streamer.status());
   }
-  metrics_->SetSendBufferBytes(send_arena_->bytes_in_use());
-  (*streamer)->SetOnRelease([metrics = metrics_, arena = send_arena_] {
-    metrics->SetSendBufferBytes(arena->bytes_in_use());
-  });
   writer->Write(Progress(v1::PrefillProgress::STAGE_ADMITTED));
   serving::RequestSpec spec;
   spec.id = serving::EngineRequestId(request->context());
@@ -205,6 +242,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   }
   const StateStreamer& done = **streamer;
   const auto now = Clock::now();
+  metrics_->Copied(done.bytes_copied());
   metrics_->Sent(done.bytes_posted(),
                  std::chrono::duration<double>(now - done.first_post()).count(),
                  std::chrono::duration<double>(now - done.prefill_end()).count());

@@ -14,7 +14,6 @@
 #include <string>
 
 #include "common/transport/link_check.h"
-#include "common/transport/registered_arena.h"
 #include "common/transport/transfer_agent.h"
 #include "common/worker/kv_transfer_metrics.h"
 #include "engine/serving/serving_engine.h"
@@ -37,7 +36,6 @@ struct TransferOptions {
 // connecting the agent to the decode worker's incarnation.
 StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngine& engine,
                                                            transport::TransferAgent& agent,
-                                                           transport::RegisteredArena& send_arena,
                                                            const transport::LinkInfo& link,
                                                            const v1::TransferDescriptor& descriptor,
                                                            int64_t prompt_tokens, StreamMode mode);
@@ -53,18 +51,17 @@ StatusOr<int32_t> StreamPrefill(serving::ServingEngine& engine, transport::Trans
                                 const std::function<bool()>& cancelled);
 
 // After a failure: no more writes, the posted ones drain (bounded by the stall timer), and the
-// send buffer is freed unless the transport still holds it.
+// pages they read are freed unless the transport still holds them.
 void Abandon(transport::TransferAgent& agent, const std::string& peer_id,
              std::shared_ptr<StateStreamer> streamer, std::chrono::milliseconds stall);
 
 class PrefillService final : public v1::PrefillWorker::Service {
  public:
   PrefillService(serving::ServingEngine* engine, transport::TransferAgent* agent,
-                 transport::RegisteredArena* send_arena, transport::LinkInfo link,
-                 TransferOptions options, worker::KvTransferMetrics* metrics)
+                 transport::LinkInfo link, TransferOptions options,
+                 worker::KvTransferMetrics* metrics)
       : engine_(engine),
         agent_(agent),
-        send_arena_(send_arena),
         link_(std::move(link)),
         options_(options),
         metrics_(metrics) {}
@@ -79,7 +76,6 @@ class PrefillService final : public v1::PrefillWorker::Service {
  private:
   serving::ServingEngine* engine_;
   transport::TransferAgent* agent_;
-  transport::RegisteredArena* send_arena_;
   transport::LinkInfo link_;
   TransferOptions options_;
   worker::KvTransferMetrics* metrics_;

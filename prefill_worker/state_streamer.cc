@@ -1,5 +1,6 @@
 #include "prefill_worker/state_streamer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -8,17 +9,11 @@
 
 namespace pdspark::prefill {
 
-StatusOr<std::shared_ptr<StateStreamer>> StateStreamer::Create(
-    transport::TransferAgent* agent, transport::RegisteredArena* arena,
-    const engine::CacheLayout* cache_layout, engine::StagingLayout layout, StreamTarget target,
-    StreamMode mode) {
-  ASSIGN_OR_RETURN(const uint64_t slice, arena->Allocate(layout.total_bytes));
+std::shared_ptr<StateStreamer> StateStreamer::Create(transport::TransferAgent* agent,
+                                                     engine::StagingLayout layout,
+                                                     StreamTarget target, StreamMode mode) {
   std::shared_ptr<StateStreamer> streamer(new StateStreamer);
   streamer->agent_ = agent;
-  streamer->arena_ = arena;
-  streamer->slice_ = slice;
-  streamer->buffer_ = arena->data() + slice;
-  streamer->cache_layout_ = cache_layout;
   streamer->layout_ = std::move(layout);
   streamer->target_ = std::move(target);
   streamer->mode_ = mode;
@@ -29,41 +24,54 @@ StatusOr<std::shared_ptr<StateStreamer>> StateStreamer::Create(
   return streamer;
 }
 
-StateStreamer::~StateStreamer() {
-  // The caller drains the tracker before letting go; a streamer whose operations could not be
-  // drained is deliberately kept alive by its owner instead (see PrefillService).
-  arena_->Free(slice_);
-  if (on_release_) on_release_();
+std::vector<int64_t> StateStreamer::KeepRowsFrom(const engine::StagingLayout& layout) {
+  std::vector<int64_t> first_rows;
+  for (const engine::StagedGroup& g : layout.groups) first_rows.push_back(g.first_row);
+  return first_rows;
 }
 
-Status StateStreamer::CopyNewRows(const engine::SequenceState& state, size_t index,
-                                  std::vector<transport::WriteOp>& ops) {
+// The caller drains the tracker before letting go; a streamer whose operations could not be
+// drained is deliberately kept alive by its owner instead (see PrefillService), and with it
+// the pages its puts read.
+StateStreamer::~StateStreamer() = default;
+
+void StateStreamer::OnRelease(std::unique_ptr<engine::SequenceState> state,
+                              serving::CacheLease lease) {
+  std::lock_guard lock(mu_);
+  held_state_ = std::move(state);
+  held_lease_ = std::move(lease);
+}
+
+Status StateStreamer::QueueNewRows(const engine::SequenceState& state, size_t index,
+                                   std::vector<transport::WriteOp>& ops) {
   const engine::StagedGroup& staged = layout_.groups[index];
-  const auto kind = cache_layout_->layers[staged.layer].groups[staged.group].kind;
-  const engine::PagedRows& rows = state.Group(staged.layer, kind);
+  const engine::PagedRows& rows = state.GroupAt(staged.layer, staged.group);
   Segment& segment = segments_[index];
-  const int64_t from = segment.sent_end;
-  if (rows.size() <= from) return absl::OkStatus();
+  const int64_t from = segment.sent_end, size = rows.size();
+  if (size <= from) return absl::OkStatus();
   if (rows.first_row() > from) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "layer ", staged.layer, " group ", staged.group, ": rows from ", from,
-        " were released before they were shipped (prefill --block-size larger than the decode "
-        "worker's; use layer-wise streaming)"));
+    return absl::InternalError(absl::StrCat("layer ", staged.layer, " group ", staged.group,
+                                            ": rows from ", from,
+                                            " were released before they were shipped"));
   }
-  if (rows.size() - staged.first_row > staged.capacity_rows) {
+  if (size > staged.end_row) {
     return absl::InternalError(absl::StrCat("layer ", staged.layer, " group ", staged.group, ": ",
-                                            rows.size() - staged.first_row,
-                                            " rows exceed the reserved ", staged.capacity_rows));
+                                            size, " rows exceed the reserved ", staged.end_row));
   }
-  const uint64_t at = staged.offset + (from - staged.first_row) * staged.row_bytes;
-  char* dst = buffer_ + at;
-  for (int64_t r = from; r < rows.size(); ++r, dst += staged.row_bytes) {
-    std::memcpy(dst, rows.Row(r), staged.row_bytes);
+  // Straight from the pages: one put per run of rows contiguous on both sides.
+  const std::vector<int32_t>& pages = target_.page_tables[index];
+  const int64_t src_rows = rows.rows_per_page(), dst_rows = staged.rows_per_page;
+  const int64_t first_page = staged.first_row / dst_rows;
+  for (int64_t r = from; r < size;) {
+    const int64_t n = std::min({size - r, src_rows - r % src_rows, dst_rows - r % dst_rows});
+    const uint64_t bytes = static_cast<uint64_t>(n * staged.row_bytes);
+    const uint64_t page = static_cast<uint64_t>(pages[r / dst_rows - first_page]);
+    segment.checksum.Update(rows.Row(r), bytes);
+    ops.push_back(
+        {rows.Row(r), bytes, page * target_.page_bytes + (r % dst_rows) * staged.row_bytes});
+    r += n;
   }
-  const uint64_t bytes = (rows.size() - from) * staged.row_bytes;
-  segment.checksum.Update(buffer_ + at, bytes);
-  segment.sent_end = rows.size();
-  ops.push_back({buffer_ + at, bytes, target_.offset + at});
+  segment.sent_end = size;
   return absl::OkStatus();
 }
 
@@ -72,9 +80,9 @@ void StateStreamer::OnLayerDone(const engine::SequenceState& state, int64_t laye
   std::vector<transport::WriteOp> ops;
   for (size_t i = 0; i < layout_.groups.size(); ++i) {
     if (layout_.groups[i].layer != layer) continue;
-    if (Status st = CopyNewRows(state, i, ops); !st.ok()) return Fail(st);
+    if (Status st = QueueNewRows(state, i, ops); !st.ok()) return Fail(st);
   }
-  Queue(std::move(ops));
+  Queue(std::move(ops), {});
 }
 
 void StateStreamer::OnPrefilled(const engine::SequenceState& state,
@@ -88,7 +96,7 @@ void StateStreamer::OnPrefilled(const engine::SequenceState& state,
   transport::CompletionRecord record;
   for (size_t i = 0; i < layout_.groups.size(); ++i) {
     // Layer-wise: everything was shipped as its layer finished; this only catches up.
-    if (Status st = CopyNewRows(state, i, ops); !st.ok()) return Fail(st);
+    if (Status st = QueueNewRows(state, i, ops); !st.ok()) return Fail(st);
     const engine::StagedGroup& staged = layout_.groups[i];
     record.segments.push_back({static_cast<uint64_t>(staged.first_row),
                                static_cast<uint64_t>(segments_[i].sent_end - staged.first_row),
@@ -105,23 +113,23 @@ void StateStreamer::OnPrefilled(const engine::SequenceState& state,
           "the decode worker needs the DSpark context ring but this engine built none"));
     }
     record.drafter_state = drafter->Serialize();
+    bytes_copied_ += record.drafter_state.size();
   }
   record.nonce = target_.nonce;
   record.link_digest = target_.link_digest;
   record.num_tokens = static_cast<uint64_t>(state.num_tokens());
   record.tensor_parallel_size = static_cast<uint64_t>(target_.tensor_parallel_size);
   record.prefill_end_unix_ns = end_unix_ns;
-  const std::string bytes = record.Serialize();
-  if (bytes.size() > layout_.record_capacity) {
+  record_ = record.Serialize();  // the put's source: not touched again
+  bytes_copied_ += record_.size();
+  if (record_.size() > layout_.record_capacity) {
     return Fail(
-        absl::InternalError(absl::StrCat("completion record of ", bytes.size(),
+        absl::InternalError(absl::StrCat("completion record of ", record_.size(),
                                          " bytes exceeds its room of ", layout_.record_capacity)));
   }
-  std::memcpy(buffer_, bytes.data(), bytes.size());
   // Last in the queue. The decode side reads the reservation only after the flush that
   // follows has completed, so the record needs no ordering fence of its own.
-  ops.push_back({buffer_, bytes.size(), target_.offset});
-  Queue(std::move(ops));
+  Queue(std::move(ops), {{record_.data(), record_.size(), target_.offset}});
   prefilled_ = true;
   cv_.notify_all();
 }
@@ -135,11 +143,13 @@ void StateStreamer::OnEvent(const serving::RequestEvent& event) {
   cv_.notify_all();
 }
 
-void StateStreamer::Queue(std::vector<transport::WriteOp> ops) {
-  if (ops.empty()) return;
+void StateStreamer::Queue(std::vector<transport::WriteOp> rows,
+                          std::vector<transport::WriteOp> record) {
+  if (rows.empty() && record.empty()) return;
   {
     std::lock_guard lock(mu_);
-    queued_.insert(queued_.end(), ops.begin(), ops.end());
+    queued_rows_.insert(queued_rows_.end(), rows.begin(), rows.end());
+    queued_record_.insert(queued_record_.end(), record.begin(), record.end());
   }
   cv_.notify_all();
 }
@@ -156,26 +166,36 @@ void StateStreamer::Fail(Status status) {
 
 void StateStreamer::WaitForWork(transport::Clock::time_point until) {
   std::unique_lock lock(mu_);
-  cv_.wait_until(lock, until,
-                 [&] { return !queued_.empty() || final_event_.has_value() || !error_.ok(); });
+  cv_.wait_until(lock, until, [&] {
+    return !queued_rows_.empty() || !queued_record_.empty() || final_event_.has_value() ||
+           !error_.ok();
+  });
 }
 
 Status StateStreamer::PostQueued() {
-  std::vector<transport::WriteOp> ops;
+  std::vector<transport::WriteOp> rows, record;
   {
     std::lock_guard lock(mu_);
-    ops.swap(queued_);
+    rows.swap(queued_rows_);
+    record.swap(queued_record_);
   }
-  if (ops.empty() || stopped_) return absl::OkStatus();
+  if ((rows.empty() && record.empty()) || stopped_) return absl::OkStatus();
   if (bytes_posted_ == 0) first_post_ = transport::Clock::now();
-  for (const auto& op : ops) bytes_posted_ += op.size;
-  return agent_->PostWrites(target_.peer_id, target_.region, ops, tracker_);
+  for (const auto* ops : {&rows, &record}) {
+    for (const auto& op : *ops) bytes_posted_ += op.size;
+  }
+  if (!rows.empty()) {
+    RETURN_IF_ERROR(agent_->PostWrites(target_.peer_id, target_.pool_region, rows, tracker_));
+  }
+  if (record.empty()) return absl::OkStatus();
+  return agent_->PostWrites(target_.peer_id, target_.region, record, tracker_);
 }
 
 void StateStreamer::Stop() {
   stopped_ = true;
   std::lock_guard lock(mu_);
-  queued_.clear();
+  queued_rows_.clear();
+  queued_record_.clear();
 }
 
 std::optional<serving::RequestEvent> StateStreamer::final_event() const {

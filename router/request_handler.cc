@@ -373,7 +373,7 @@ void RequestHandler::DecodeStage(AdmittedRequest& request, Live& live, StreamObs
   std::vector<std::string> failed;
   while (true) {
     if (state.life.Expired()) {
-      SendRelease(*worker, reservation);
+      SendRelease(*worker, reservation, /*transfer_completed=*/true);
       outcome.finish = ApiFinishReason::kError;
       outcome.error = state.DeadlineError();
       return;
@@ -382,7 +382,7 @@ void RequestHandler::DecodeStage(AdmittedRequest& request, Live& live, StreamObs
     // Unless the request finished, free the lease: a call cancelled before its message was
     // sent never reaches the worker, whose Take would have freed it (a no-op if taken).
     if (outcome.finish != ApiFinishReason::kStop && outcome.finish != ApiFinishReason::kLength) {
-      SendRelease(*worker, reservation);
+      SendRelease(*worker, reservation, /*transfer_completed=*/true);
     }
     if (ended) return;
     reservation.clear();
@@ -658,7 +658,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
 
   auto give_up = [&] {
     SendPrefillCancel(prefill, request.request_id_);
-    SendRelease(decode, *reservation);
+    SendRelease(decode, *reservation, /*transfer_completed=*/false);
     reservation->clear();
   };
   if (live.IsCancelled()) {
@@ -707,7 +707,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
     outcome.finish = ApiFinishReason::kAbort;
   }
   if (outcome.finish != ApiFinishReason::kNone) {
-    SendRelease(decode, *reservation);
+    SendRelease(decode, *reservation, /*transfer_completed=*/true);
     reservation->clear();
     return PrefillResult::kDone;
   }
@@ -754,10 +754,12 @@ void RequestHandler::SendPrefillCancel(const WorkerSnapshot& worker,
       });
 }
 
-void RequestHandler::SendRelease(const WorkerSnapshot& worker, const std::string& reservation) {
+void RequestHandler::SendRelease(const WorkerSnapshot& worker, const std::string& reservation,
+                                 bool transfer_completed) {
   if (reservation.empty()) return;
   v1::ReleaseRequest request;
   request.set_reservation_id(reservation);
+  request.set_transfer_completed(transfer_completed);
   FireAndForget<v1::DecodeWorker, v1::ReleaseRequest, v1::ReleaseResponse>(
       channels_->Get(worker.address), std::move(request),
       [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {

@@ -183,7 +183,9 @@ class RequestHandler {
                StreamObserver& observer, GenerateOutcome& outcome, bool* stopped_here);
   void SendCancel(const WorkerSnapshot& worker, const std::string& request_id);
   void SendPrefillCancel(const WorkerSnapshot& worker, const std::string& request_id);
-  void SendRelease(const WorkerSnapshot& worker, const std::string& reservation);
+  // `transfer_completed`: the prefill worker reported the state delivered (STAGE_COMPLETED).
+  void SendRelease(const WorkerSnapshot& worker, const std::string& reservation,
+                   bool transfer_completed);
   void PollCancellations();
 
   Options options_;

@@ -29,7 +29,10 @@ InProcessAgent::~InProcessAgent() {
   Registry().erase(address_);
 }
 
-StatusOr<LocalRegion> InProcessAgent::RegisterMemory(void* base, size_t size) {
+StatusOr<LocalRegion> InProcessAgent::RegisterMemory(void* base, size_t size, MemoryKind kind) {
+  if (kind != MemoryKind::kHost) {
+    return absl::UnimplementedError("the in-process agent copies host memory only");
+  }
   std::lock_guard lock(mu_);
   LocalRegion region;
   region.id = next_region_id_++;
@@ -44,7 +47,7 @@ StatusOr<LocalRegion> InProcessAgent::RegisterMemory(void* base, size_t size) {
 
 StatusOr<LocalRegion> InProcessAgent::AllocateMemory(size_t size) {
   auto memory = std::make_unique<char[]>(size);
-  ASSIGN_OR_RETURN(LocalRegion region, RegisterMemory(memory.get(), size));
+  ASSIGN_OR_RETURN(LocalRegion region, RegisterMemory(memory.get(), size, MemoryKind::kHost));
   std::lock_guard lock(mu_);
   allocated_[region.id] = std::move(memory);
   return region;

@@ -18,7 +18,7 @@ class InProcessAgent : public TransferAgent {
 
   std::string TransportName() const override { return "inprocess"; }
   std::string LocalAddress() const override { return address_; }
-  StatusOr<LocalRegion> RegisterMemory(void* base, size_t size) override;
+  StatusOr<LocalRegion> RegisterMemory(void* base, size_t size, MemoryKind kind) override;
   StatusOr<LocalRegion> AllocateMemory(size_t size) override;
   Status DeregisterMemory(uint64_t region_id) override;
   Status Connect(const std::string& peer_id, const std::string& peer_address) override;
@@ -36,7 +36,7 @@ class InProcessAgent : public TransferAgent {
   std::mutex mu_;
   std::map<uint64_t, LocalRegion> regions_;
   std::map<uint64_t, std::unique_ptr<char[]>> allocated_;  // freed on deregistration
-  std::map<std::string, std::string> peers_;  // peer id -> address
+  std::map<std::string, std::string> peers_;               // peer id -> address
   uint64_t next_region_id_ = 1;
 };
 

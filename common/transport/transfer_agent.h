@@ -34,6 +34,10 @@ struct RemoteRegion {
   static StatusOr<RemoteRegion> Deserialize(std::string_view bytes);
 };
 
+// Where registered memory lives: host memory now; device memory (a CUDA backend's KV pool) is
+// for transports that reach GPUs (UCX cuda_ipc, RDMA with GPUDirect).
+enum class MemoryKind { kHost, kCuda };
+
 // A local region registered with the agent; valid until the agent is destroyed or it is
 // deregistered.
 struct LocalRegion {
@@ -106,7 +110,8 @@ class TransferAgent {
   // Bytes a peer passes to Connect() to reach this agent.
   virtual std::string LocalAddress() const = 0;
 
-  virtual StatusOr<LocalRegion> RegisterMemory(void* base, size_t size) = 0;
+  // Registers memory someone else allocated (the engine's KV pool), so peers can write into it.
+  virtual StatusOr<LocalRegion> RegisterMemory(void* base, size_t size, MemoryKind kind) = 0;
   // Memory the transport allocates and registers itself, for the long-lived regions peers
   // write into: UCX places it where same-host peers can map it (a System V or POSIX shared
   // segment), so their puts become plain stores instead of messages this side must progress.

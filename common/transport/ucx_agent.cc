@@ -21,7 +21,7 @@ struct UcxAgent::Peer {
   ucp_ep_h ep = nullptr;
   // Set by UCX's error callback (peer died, link cut): the endpoint is unusable.
   std::atomic<bool> failed{false};
-  std::atomic<int> error{UCS_OK};  // the ucs_status_t it reported
+  std::atomic<int> error{UCS_OK};           // the ucs_status_t it reported
   std::map<std::string, ucp_rkey_h> rkeys;  // packed key -> unpacked key
 };
 
@@ -124,23 +124,24 @@ void UcxAgent::ProgressLoop() {
   }
 }
 
-StatusOr<LocalRegion> UcxAgent::RegisterMemory(void* base, size_t size) {
+StatusOr<LocalRegion> UcxAgent::RegisterMemory(void* base, size_t size, MemoryKind kind) {
   std::lock_guard lock(mu_);
-  return MapLocked(base, size, /*allocate=*/false);
+  return MapLocked(base, size, /*allocate=*/false, kind);
 }
 
 StatusOr<LocalRegion> UcxAgent::AllocateMemory(size_t size) {
   std::lock_guard lock(mu_);
-  return MapLocked(nullptr, size, /*allocate=*/true);
+  return MapLocked(nullptr, size, /*allocate=*/true, MemoryKind::kHost);
 }
 
-StatusOr<LocalRegion> UcxAgent::MapLocked(void* base, size_t size, bool allocate) {
+StatusOr<LocalRegion> UcxAgent::MapLocked(void* base, size_t size, bool allocate, MemoryKind kind) {
   ucp_mem_map_params_t params{};
   params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+                      UCP_MEM_MAP_PARAM_FIELD_FLAGS | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
   params.address = base;
   params.length = size;
   params.flags = allocate ? UCP_MEM_MAP_ALLOCATE : 0;
+  params.memory_type = kind == MemoryKind::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   ucp_mem_h memh = nullptr;
   ucs_status_t st = ucp_mem_map(handles_->context, &params, &memh);
   if (st != UCS_OK) {
@@ -278,9 +279,10 @@ void OnOperationDone(void* request, ucs_status_t status, void* user_data) {
     tracker->Complete(absl::OkStatus());
   } else {
     // Cancelled operations come from a failed or aborted endpoint: either way the peer.
-    tracker->Complete(TransferError(FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
-                                    absl::StrCat("UCX operation failed: ", ucs_status_string(status),
-                                                 " (the peer died or the link broke)")));
+    tracker->Complete(
+        TransferError(FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
+                      absl::StrCat("UCX operation failed: ", ucs_status_string(status),
+                                   " (the peer died or the link broke)")));
   }
   ucp_request_free(request);
 }

@@ -31,7 +31,7 @@ class UcxAgent : public TransferAgent {
 
   std::string TransportName() const override;
   std::string LocalAddress() const override { return address_; }
-  StatusOr<LocalRegion> RegisterMemory(void* base, size_t size) override;
+  StatusOr<LocalRegion> RegisterMemory(void* base, size_t size, MemoryKind kind) override;
   StatusOr<LocalRegion> AllocateMemory(size_t size) override;
   Status DeregisterMemory(uint64_t region_id) override;
   Status Connect(const std::string& peer_id, const std::string& peer_address) override;
@@ -50,7 +50,7 @@ class UcxAgent : public TransferAgent {
   void ProgressLoop();
   StatusOr<Peer*> UsablePeerLocked(const std::string& peer_id);
   StatusOr<void*> RkeyLocked(Peer& peer, const std::string& packed_key);
-  StatusOr<LocalRegion> MapLocked(void* base, size_t size, bool allocate);
+  StatusOr<LocalRegion> MapLocked(void* base, size_t size, bool allocate, MemoryKind kind);
   void ClosePeerLocked(Peer& peer, bool force);
 
   UcxOptions options_;

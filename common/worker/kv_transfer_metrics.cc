@@ -28,11 +28,12 @@ KvTransferMetrics::KvTransferMetrics(prometheus::Registry& registry, const std::
                          "the decode worker (wall clocks of both hosts)")
                    .Register(registry)
                    .Add({}, metrics::LatencyBuckets())),
-      send_buffer_bytes_(prometheus::BuildGauge()
-                             .Name("pdspark_kv_send_buffer_bytes")
-                             .Help("prefill-side registered send buffers in use")
-                             .Register(registry)
-                             .Add({})),
+      copied_(prometheus::BuildCounter()
+                  .Name("pdspark_kv_copied_bytes_total")
+                  .Help("bytes the KV transfer path copied in this process's memory (the DSpark "
+                        "ring and the completion record; the rows travel from page to page)")
+                  .Register(registry)
+                  .Add({})),
       failures_(prometheus::BuildCounter()
                     .Name("pdspark_kv_transfer_failures_total")
                     .Help("failed KV transfers by reason")

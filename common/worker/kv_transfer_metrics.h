@@ -23,7 +23,8 @@ class KvTransferMetrics {
   void Received(uint64_t bytes, double handoff_seconds);
   // Counts a failed transfer under its transport::FailureReason.
   void Failed(const Status& status);
-  void SetSendBufferBytes(uint64_t bytes) { send_buffer_bytes_.Set(static_cast<double>(bytes)); }
+  // Bytes a transfer copied in local memory (serialising, restoring), the network put aside.
+  void Copied(uint64_t bytes) { copied_.Increment(static_cast<double>(bytes)); }
   void Handshake(bool ok);
   void LeaseExpired() { expired_leases_.Increment(); }
   void SetActiveReservations(int64_t n) { active_reservations_.Set(static_cast<double>(n)); }
@@ -35,7 +36,7 @@ class KvTransferMetrics {
   prometheus::Histogram& duration_;
   prometheus::Histogram& tail_;
   prometheus::Histogram& handoff_;
-  prometheus::Gauge& send_buffer_bytes_;
+  prometheus::Counter& copied_;
   prometheus::Family<prometheus::Counter>& failures_;
   prometheus::Counter& stalls_;
   prometheus::Gauge& active_reservations_;

@@ -45,6 +45,12 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
                  "the weights that the KV pool takes (host memory on CPU, touched only as used)")
       ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                 "how the KV cache stores the latent KV: auto (fp32) or fp8 (E4M3 with "
+                 "power-of-two block scales, the values the model computes, in a third of the "
+                 "bytes); prefill and decode workers must agree")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))
+      ->capture_default_str();
   app.add_option("--ucx-tls", f.ucx_tls, "UCX transports for KV transfer (UCX_TLS)")
       ->capture_default_str();
   app.add_option("--ucx-net-devices", f.ucx_net_devices, "UCX_NET_DEVICES");

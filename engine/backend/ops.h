@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/fp8_kv_row.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/weight_matrix.h"
 
@@ -38,9 +39,11 @@ struct HcShape {
 };
 
 // The keys (= values: one latent K=V head) each query row attends to, wherever the cache holds
-// them: row r's are rows[offsets[r]] .. rows[offsets[r + 1] - 1].
+// them: row r's are rows[offsets[r]] .. rows[offsets[r + 1] - 1]. The rows are fp32 values, or
+// FP8 KV rows of format `fp8` (when fp8.head_dim > 0) that the kernel decodes as it reads them.
 struct AttentionKeys {
-  std::vector<const float*> rows;
+  std::vector<const void*> rows;
+  kernels::cpu::Fp8KvRow fp8;
   std::vector<int64_t> offsets{0};
   int64_t num_rows() const { return static_cast<int64_t>(offsets.size()) - 1; }
 };

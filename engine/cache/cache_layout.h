@@ -6,22 +6,37 @@
 //   indexer_keys     Hadamard-rotated FP4-simulated index keys, one per `ratio` tokens
 // Keeping the compressor's per-token rows instead of the reference's running state makes
 // truncation (speculation rollback) and snapshots exact: the state is recomputed from rows.
+// With --kv-cache-dtype fp8 the two groups attention reads (window_kv, compressed_kv) store
+// their rows as kernels::cpu::Fp8KvRow; every other group stays fp32.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/base/status.h"
 #include "common/config/model_config.h"
+#include "kernels/cpu/fp8_kv_row.h"
 
 namespace pdspark::engine {
 
 enum class CacheGroupKind { kWindowKv, kCompressorRows, kCompressedKv, kIndexerRows, kIndexerKeys };
 
+// --kv-cache-dtype: auto keeps the KV rows in fp32 (the activations' type); fp8 stores the
+// values the model already rounded through FP8 as E4M3 codes (lossless, Fp8KvRow).
+enum class KvCacheDtype { kAuto, kFp8 };
+StatusOr<KvCacheDtype> ParseKvCacheDtype(std::string_view name);
+std::string_view KvCacheDtypeName(KvCacheDtype dtype);
+
 struct CacheGroupSpec {
   CacheGroupKind kind;
   std::string name;
-  int64_t width = 0;           // floats per row
+  int64_t width = 0;      // values per row
+  int64_t row_bytes = 0;  // bytes per stored row: width floats, or fp8.bytes()
+  // Set when the rows are stored in FP8 (fp8.head_dim == width); else head_dim 0.
+  kernels::cpu::Fp8KvRow fp8;
+  bool is_fp8() const { return fp8.head_dim > 0; }
   int64_t tokens_per_row = 1;  // 1 for per-token groups, `ratio` for compressed entries
   // Tokens that must stay readable behind the sequence end (0 = keep everything).
   int64_t keep_tokens = 0;
@@ -42,7 +57,12 @@ struct CacheLayout {
   std::string Describe() const;
 };
 
-CacheLayout BuildCacheLayout(const config::ModelConfig& config, int64_t max_rollback_tokens);
+CacheLayout BuildCacheLayout(const config::ModelConfig& config, int64_t max_rollback_tokens,
+                             KvCacheDtype dtype = KvCacheDtype::kAuto);
+
+// Cache bytes each token of context costs in the groups attention reads (a window row and its
+// share of a compressed entry, summed over layers): what --kv-cache-dtype changes.
+double KvBytesPerToken(const CacheLayout& layout);
 
 // The KV pool's page size for a block size (--block-size): a page holds `block_size` rows of
 // the window KV, and at least one row of the widest group. Every group then holds

@@ -8,14 +8,14 @@
 
 namespace pdspark::engine {
 
-PageGroup::PageGroup(KvPool* pool, std::string name, int64_t row_width)
+PageGroup::PageGroup(KvPool* pool, std::string name, int64_t row_bytes)
     : pool_(pool),
       name_(std::move(name)),
-      row_width_(row_width),
-      rows_per_page_(pool->page_bytes() / (row_width * static_cast<int64_t>(sizeof(float)))) {
+      row_bytes_(row_bytes),
+      rows_per_page_(pool->page_bytes() / row_bytes) {
   // PageGeometry sizes pages for the widest row, so this is a bug, never bad input.
   if (rows_per_page_ < 1) {
-    LOG_ERROR("cache group {} has rows of {} floats, wider than a {}-byte page", name_, row_width_,
+    LOG_ERROR("cache group {} has rows of {} bytes, wider than a {}-byte page", name_, row_bytes_,
               pool->page_bytes());
     std::abort();
   }
@@ -38,8 +38,8 @@ void PageGroup::Free(int32_t page) {
   pool_->free_.push_back(page);
 }
 
-float* PageGroup::Row(int32_t page, int64_t index) const {
-  return reinterpret_cast<float*>(pool_->PageData(page)) + index * row_width_;
+char* PageGroup::Row(int32_t page, int64_t index) const {
+  return pool_->PageData(page) + index * row_bytes_;
 }
 
 int64_t PageGroup::pages_in_use() const {
@@ -58,10 +58,10 @@ KvPool::KvPool(void* memory, int64_t page_bytes, int64_t num_pages)
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
 }
 
-PageGroup& KvPool::ForGroup(const std::string& name, int64_t row_width) {
+PageGroup& KvPool::ForGroup(const std::string& name, int64_t row_bytes) {
   std::lock_guard lock(mutex_);
-  auto& group = groups_[{name, row_width}];
-  if (!group) group = std::make_unique<PageGroup>(this, name, row_width);
+  auto& group = groups_[{name, row_bytes}];
+  if (!group) group = std::make_unique<PageGroup>(this, name, row_bytes);
   return *group;
 }
 

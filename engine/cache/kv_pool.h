@@ -10,9 +10,9 @@
 // the callers check what a step or a restore needs before they start (SequenceState::PagesToGrow).
 //
 //   KvPool pool(memory, PageGeometry::For(layout, 256).page_bytes, pages);
-//   PageGroup& window = pool.ForGroup("window_kv", head_dim);
+//   PageGroup& window = pool.ForGroup("window_kv", head_dim * sizeof(float));
 //   int32_t page = window.Allocate();  // kNoPage when the pool is full
-//   float* row = window.Row(page, 3);
+//   char* row = window.Row(page, 3);
 #pragma once
 
 #include <cstdint>
@@ -28,19 +28,19 @@ class KvPool;
 
 inline constexpr int32_t kNoPage = -1;
 
-// One cache group's view of the pool: its row width, how many rows fit a page, and the pages
+// One cache group's view of the pool: its row size, how many rows fit a page, and the pages
 // it holds (for the per-group metrics).
 class PageGroup {
  public:
-  PageGroup(KvPool* pool, std::string name, int64_t row_width);
+  PageGroup(KvPool* pool, std::string name, int64_t row_bytes);
 
   const std::string& name() const { return name_; }
-  int64_t row_width() const { return row_width_; }  // floats per row
+  int64_t row_bytes() const { return row_bytes_; }
   int64_t rows_per_page() const { return rows_per_page_; }
   // A free page of the pool, or kNoPage when none is left.
   int32_t Allocate();
   void Free(int32_t page);
-  float* Row(int32_t page, int64_t index) const;
+  char* Row(int32_t page, int64_t index) const;
   int64_t pages_in_use() const;
   KvPool& pool() const { return *pool_; }
 
@@ -48,7 +48,7 @@ class PageGroup {
   friend class KvPool;
   KvPool* pool_;
   const std::string name_;
-  const int64_t row_width_;
+  const int64_t row_bytes_;
   const int64_t rows_per_page_;
   int64_t pages_in_use_ = 0;  // guarded by the pool's mutex
 };
@@ -61,9 +61,12 @@ class KvPool {
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
-  // The group named `name` with rows of `row_width` floats (created on first use).
-  PageGroup& ForGroup(const std::string& name, int64_t row_width);
+  // The group named `name` with rows of `row_bytes` bytes (created on first use).
+  PageGroup& ForGroup(const std::string& name, int64_t row_bytes);
 
+  // The arena (page p at base() + p * page_bytes()): what a transfer agent registers so that a
+  // KV transfer writes rows straight into a sequence's pages.
+  char* base() const { return base_; }
   int64_t page_bytes() const { return page_bytes_; }
   int64_t num_pages() const { return num_pages_; }
   int64_t capacity_bytes() const { return num_pages_ * page_bytes_; }

@@ -9,12 +9,13 @@
 
 namespace pdspark::engine {
 
-PagedRows::PagedRows(PageGroup* group) : group_(group) {}
+PagedRows::PagedRows(PageGroup* group, kernels::cpu::Fp8KvRow fp8) : group_(group), fp8_(fp8) {}
 
 PagedRows::~PagedRows() { Clear(); }
 
 PagedRows::PagedRows(PagedRows&& other) noexcept
     : group_(other.group_),
+      fp8_(other.fp8_),
       pages_(std::move(other.pages_)),
       first_block_(other.first_block_),
       size_(other.size_) {
@@ -31,7 +32,7 @@ int64_t PagedRows::PagesToGrow(int64_t size) const {
   return std::max<int64_t>(0, (size + rows - 1) / rows - next);
 }
 
-float* PagedRows::Append() {
+char* PagedRows::Append() {
   const int64_t rows = rows_per_page();
   const int64_t block = size_ / rows;
   if (block - first_block_ >= static_cast<int64_t>(pages_.size())) {
@@ -49,14 +50,19 @@ float* PagedRows::Append() {
   return RowIn(size_ - 1);
 }
 
-float* PagedRows::RowIn(int64_t row) const {
+void PagedRows::AppendValues(const float* values) {
+  char* row = Append();
+  if (fp8_.head_dim > 0) {
+    fp8_.Encode(values, reinterpret_cast<uint8_t*>(row));
+  } else {
+    std::memcpy(row, values, row_bytes());
+  }
+}
+
+char* PagedRows::RowIn(int64_t row) const {
   const int64_t rows = rows_per_page();
   return group_->Row(pages_[row / rows - first_block_], row % rows);
 }
-
-float* PagedRows::Row(int64_t row) { return RowIn(row); }
-
-const float* PagedRows::Row(int64_t row) const { return RowIn(row); }
 
 void PagedRows::Truncate(int64_t size) {
   if (size >= size_) return;
@@ -109,7 +115,7 @@ void PagedRows::AppendTo(std::string& out) const {
   PutInt(out, first);
   PutInt(out, size_);
   for (int64_t r = first; r < size_; ++r) {
-    out.append(reinterpret_cast<const char*>(Row(r)), width() * sizeof(float));
+    out.append(Row(r), row_bytes());
   }
 }
 
@@ -119,7 +125,7 @@ Status PagedRows::ReadFrom(const std::string& in, size_t& offset) {
   if (!GetInt(in, offset, first) || !GetInt(in, offset, size) || first < 0 || first > size) {
     return absl::DataLossError("cache snapshot: bad row-group header");
   }
-  const size_t row_bytes = width() * sizeof(float);
+  const size_t row_bytes = this->row_bytes();
   if (offset + (size - first) * row_bytes > in.size()) {
     return absl::DataLossError(absl::StrCat("cache snapshot: truncated rows (need ",
                                             (size - first) * row_bytes, " bytes)"));
@@ -147,7 +153,7 @@ Status PagedRows::Assign(int64_t first, int64_t size, const char* rows) {
   size_ = size;
   if (rows == nullptr) return absl::OkStatus();  // Resize: the rows keep what the pages held
   // One copy per page: rows of a page are contiguous on both sides.
-  const size_t row_bytes = width() * sizeof(float);
+  const size_t row_bytes = this->row_bytes();
   for (int64_t r = first; r < size;) {
     const int64_t n = std::min(size - r, per_page - r % per_page);
     std::memcpy(RowIn(r), rows, n * row_bytes);

@@ -1,9 +1,10 @@
-// A growable array of fixed-width fp32 rows stored in pages of the KV pool, one cache group of
-// one sequence. Rows are addressed by their logical index (token position or compressed-entry
-// index); the block table maps index / rows_per_page to a page id. Whole pages that fall below
-// the retention point can be released, so a sliding-window group keeps O(window) memory while
-// its indices keep counting from 0. Append needs a free page every rows_per_page rows: callers
-// check PagesToGrow against the pool first (SequenceState::PagesToGrow, Model::Step).
+// A growable array of fixed-size rows stored in pages of the KV pool, one cache group of one
+// sequence (fp32 values, or FP8 KV rows: Row gives the bytes, Floats the fp32 view). Rows are
+// addressed by their logical index (token position or compressed-entry index); the block table maps
+// index / rows_per_page to a page id. Whole pages that fall below the retention point can be
+// released, so a sliding-window group keeps O(window) memory while its indices keep counting from
+// 0. Append needs a free page every rows_per_page rows: callers check PagesToGrow against the pool
+// first (SequenceState::PagesToGrow, Model::Step).
 #pragma once
 
 #include <cstdint>
@@ -12,19 +13,21 @@
 
 #include "common/base/status.h"
 #include "engine/cache/kv_pool.h"
+#include "kernels/cpu/fp8_kv_row.h"
 
 namespace pdspark::engine {
 
 class PagedRows {
  public:
-  explicit PagedRows(PageGroup* group);
+  // `fp8`: the rows are FP8 KV rows of this format (head_dim 0: fp32 rows).
+  explicit PagedRows(PageGroup* group, kernels::cpu::Fp8KvRow fp8 = {});
   ~PagedRows();
   PagedRows(PagedRows&& other) noexcept;
   PagedRows& operator=(PagedRows&&) = delete;
   PagedRows(const PagedRows&) = delete;
 
   int64_t size() const { return size_; }
-  int64_t width() const { return group_->row_width(); }
+  int64_t row_bytes() const { return group_->row_bytes(); }
   int64_t rows_per_page() const { return group_->rows_per_page(); }
   // The lowest row still stored (rows below it were released).
   int64_t first_row() const { return first_block_ * rows_per_page(); }
@@ -34,9 +37,16 @@ class PagedRows {
   // Pages Append needs to reach `size` rows.
   int64_t PagesToGrow(int64_t size) const;
   // The next row; its page must be available (see PagesToGrow).
-  float* Append();
-  float* Row(int64_t row);
-  const float* Row(int64_t row) const;
+  char* Append();
+  char* Row(int64_t row) { return RowIn(row); }
+  const char* Row(int64_t row) const { return RowIn(row); }
+  // Appends one row of values in the group's encoding (FP8 KV rows are encoded).
+  void AppendValues(const float* values);
+  const kernels::cpu::Fp8KvRow& fp8() const { return fp8_; }
+  // Append and Row for a group of fp32 rows.
+  float* AppendFloats() { return reinterpret_cast<float*>(Append()); }
+  float* Floats(int64_t row) { return reinterpret_cast<float*>(RowIn(row)); }
+  const float* Floats(int64_t row) const { return reinterpret_cast<const float*>(RowIn(row)); }
 
   // Drops rows >= size (speculation rollback); frees blocks left empty.
   void Truncate(int64_t size);
@@ -48,11 +58,11 @@ class PagedRows {
     return static_cast<int64_t>(pages_.size()) * group_->pool().page_bytes();
   }
 
-  // Serialised as: first_row, size, then rows [first_row, size) as raw floats.
+  // Serialised as: first_row, size, then rows [first_row, size) as stored.
   void AppendTo(std::string& out) const;
   // Reads what AppendTo wrote, advancing `offset`.
   Status ReadFrom(const std::string& in, size_t& offset);
-  // Replaces the contents with rows [first, size), copied from `rows` (raw floats), laid out in
+  // Replaces the contents with rows [first, size), copied from `rows` (as stored), laid out in
   // pages as if the rows below `first` had been appended and released. Fails, leaving the
   // group empty, when the pool has too few free pages.
   Status Assign(int64_t first, int64_t size, const char* rows);
@@ -61,9 +71,10 @@ class PagedRows {
   Status Resize(int64_t size) { return Assign(0, size, nullptr); }
 
  private:
-  float* RowIn(int64_t row) const;
+  char* RowIn(int64_t row) const;
 
   PageGroup* group_;
+  kernels::cpu::Fp8KvRow fp8_;
   std::vector<int32_t> pages_;
   int64_t first_block_ = 0;  // logical index of pages_.front()
   int64_t size_ = 0;

@@ -1,5 +1,6 @@
 #include "engine/cache/sequence_state.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -26,7 +27,7 @@ SequenceState::SequenceState(const CacheLayout* layout, KvPool* pool) : layout_(
   groups_.resize(layout->layers.size());
   for (size_t l = 0; l < layout->layers.size(); ++l) {
     for (const auto& spec : layout->layers[l].groups) {
-      groups_[l].emplace_back(&pool->ForGroup(spec.name, spec.width));
+      groups_[l].emplace_back(&pool->ForGroup(spec.name, spec.row_bytes), spec.fp8);
     }
   }
 }
@@ -54,12 +55,16 @@ const PagedRows& SequenceState::Group(int64_t layer, CacheGroupKind kind) const 
 
 void SequenceState::CommitTokens(int64_t count) {
   num_tokens_ += count;
+  size_t flat = 0;
   for (size_t l = 0; l < groups_.size(); ++l) {
     const auto& specs = layout_->layers[l].groups;
-    for (size_t g = 0; g < specs.size(); ++g) {
+    for (size_t g = 0; g < specs.size(); ++g, ++flat) {
       if (specs[g].keep_tokens <= 0) continue;
       const int64_t keep_from = num_tokens_ - specs[g].keep_tokens;
-      if (keep_from > 0) groups_[l][g].ReleaseBelow(keep_from / specs[g].tokens_per_row);
+      if (keep_from <= 0) continue;
+      int64_t row = keep_from / specs[g].tokens_per_row;
+      if (flat < keep_rows_from_.size()) row = std::min(row, keep_rows_from_[flat]);
+      groups_[l][g].ReleaseBelow(row);
     }
   }
 }
@@ -102,7 +107,7 @@ std::string SequenceState::Serialize() const {
   for (size_t l = 0; l < groups_.size(); ++l) {
     PutInt(out, static_cast<int64_t>(groups_[l].size()));
     for (const PagedRows& rows : groups_[l]) {
-      PutInt(out, rows.width());
+      PutInt(out, rows.row_bytes());
       rows.AppendTo(out);
     }
   }
@@ -126,22 +131,23 @@ Status SequenceState::Restore(std::string_view in) {
       return absl::DataLossError(absl::StrCat("cache snapshot: layer ", l, " group count differs"));
     }
     for (const PagedRows& rows : groups_[l]) {
-      int64_t width = 0;
+      int64_t row_bytes = 0;
       GroupRows view;
-      if (!GetInt(in, offset, width) || width != rows.width()) {
-        return absl::DataLossError(absl::StrCat("cache snapshot: layer ", l, " row width differs"));
+      if (!GetInt(in, offset, row_bytes) || row_bytes != rows.row_bytes()) {
+        return absl::DataLossError(absl::StrCat("cache snapshot: layer ", l,
+                                                " row size differs (another --kv-cache-dtype?)"));
       }
       if (!GetInt(in, offset, view.first_row) || !GetInt(in, offset, view.size) ||
           view.first_row < 0 || view.first_row > view.size) {
         return absl::DataLossError("cache snapshot: bad row-group header");
       }
-      const uint64_t row_bytes = static_cast<uint64_t>(width) * sizeof(float);
+      const uint64_t row_size = static_cast<uint64_t>(row_bytes);
       const uint64_t count = static_cast<uint64_t>(view.size - view.first_row);
-      if (count > (in.size() - offset) / row_bytes) {
+      if (count > (in.size() - offset) / row_size) {
         return absl::DataLossError(
-            absl::StrCat("cache snapshot: truncated rows (need ", count * row_bytes, " bytes)"));
+            absl::StrCat("cache snapshot: truncated rows (need ", count * row_size, " bytes)"));
       }
-      const uint64_t bytes = count * row_bytes;
+      const uint64_t bytes = count * row_size;
       view.data = in.data() + offset;
       offset += bytes;
       views.push_back(view);

@@ -28,6 +28,8 @@ class SequenceState {
 
   PagedRows& Group(int64_t layer, CacheGroupKind kind);
   const PagedRows& Group(int64_t layer, CacheGroupKind kind) const;
+  // Group `index` of the layer's groups (CacheLayout order).
+  const PagedRows& GroupAt(int64_t layer, int64_t index) const { return groups_[layer][index]; }
 
   // Pool pages the forward needs to append `count` more tokens (an upper bound: every group's
   // rows rounded up).
@@ -36,6 +38,9 @@ class SequenceState {
   // Called by the forward once `count` tokens were appended to every group; releases blocks
   // that fell out of every group's retention window.
   void CommitTokens(int64_t count);
+  // Rows at or after first_rows[g] (groups layer-major, in layout order) are never released,
+  // however far the window moves: a KV transfer ships them from their pages.
+  void KeepRowsFrom(std::vector<int64_t> first_rows) { keep_rows_from_ = std::move(first_rows); }
 
   // Rolls back to the first `position` tokens. Fails (state unchanged) when the state needed
   // to continue from `position` was already released (beyond max_rollback_tokens).
@@ -45,7 +50,8 @@ class SequenceState {
   std::string Serialize() const;
   Status Restore(std::string_view bytes);
 
-  // The rows one cache group holds: [first_row, size) as raw floats, not owned.
+  // The rows one cache group holds: [first_row, size) as stored, not owned; null data: rows
+  // left for a KV transfer to write into the pages (KvReceiver prepares a sequence so).
   struct GroupRows {
     int64_t first_row = 0;
     int64_t size = 0;
@@ -64,6 +70,7 @@ class SequenceState {
  private:
   const CacheLayout* layout_;
   std::vector<std::vector<PagedRows>> groups_;  // [layer][group]
+  std::vector<int64_t> keep_rows_from_;         // empty, or one per group (layer-major)
   int64_t num_tokens_ = 0;
 };
 

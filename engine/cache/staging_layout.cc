@@ -24,6 +24,13 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+int64_t StagedGroup::PagesSpanned() const {
+  if (end_row <= first_row) return 0;
+  return CeilDiv(end_row, rows_per_page) - first_row / rows_per_page;
+}
+
+uint64_t StagingLayout::record_bytes() const { return Align(record_capacity); }
+
 int64_t RetainedFirstRow(const CacheGroupSpec& group, int64_t tokens, int64_t rows_per_page) {
   const int64_t block_rows = rows_per_page;
   if (group.keep_tokens <= 0 || tokens <= group.keep_tokens) return 0;
@@ -50,8 +57,10 @@ StagingLayout StagingLayout::Compute(const CacheLayout& layout, int64_t tokens, 
       staged.group = static_cast<int64_t>(g);
       staged.offset = offset;
       staged.first_row = RetainedFirstRow(groups[g], tokens, pages.RowsPerPage(groups[g]));
+      staged.end_row = tokens / groups[g].tokens_per_row;
       staged.capacity_rows = CeilDiv(tokens, groups[g].tokens_per_row) - staged.first_row;
-      staged.row_bytes = groups[g].width * static_cast<int64_t>(sizeof(float));
+      staged.row_bytes = groups[g].row_bytes;
+      staged.rows_per_page = pages.RowsPerPage(groups[g]);
       offset = Align(offset + staged.capacity_rows * staged.row_bytes);
       staging.groups.push_back(staged);
     }
@@ -68,6 +77,8 @@ std::string CacheManifest(const CacheLayout& layout) {
     for (const CacheGroupSpec& g : layout.layers[l].groups) {
       absl::StrAppend(&text, ";", g.name, "/", g.width, "/", g.tokens_per_row, "/", g.keep_tokens,
                       "/replicated");
+      // The row encoding (--kv-cache-dtype): both workers must store rows alike.
+      if (g.is_fp8()) absl::StrAppend(&text, "/fp8:", g.row_bytes);
     }
   }
   uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a: stable across builds and machines

@@ -1,14 +1,18 @@
-// Where each part of one request's state goes in a decode worker's reservation. Both workers
-// compute it from the same inputs (the cache manifest, which the link handshake checks, the
-// prompt length, the decode worker's block size and the drafter ring size), so the prefill
-// worker can write every layer's rows into their final place while it is still computing:
+// Where each part of one request's state goes in a KV transfer. Both workers compute it from
+// the same inputs (the cache manifest, which the link handshake checks, the prompt length, the
+// decode worker's block size and the drafter ring size):
 //
-//   [completion record (transport::CompletionRecord) | segment (layer 0, group 0) | ... ]
+//   rows      group (l, g) of layer l ships rows [first_row, first_row + capacity_rows): the rows
+//             a colocated decode worker would keep after prefilling the prompt (first_row from
+//             RetainedFirstRow). They land straight in the pages of the sequence the decode
+//             worker prepared at Reserve, rows_per_page to a page (page tables in the
+//             descriptor), so the restored state is the one a colocated prefill would have left,
+//             bit for bit, whatever block size the prefill side uses.
+//   record    the completion record (transport::CompletionRecord: segment reports, checksums,
+//             the DSpark ring) in record_capacity bytes of the decode worker's staging arena.
 //
-// Segment (l, g) holds the rows of cache group g of layer l that a colocated decode worker
-// would keep after prefilling the prompt — [first_row, rows) with first_row from
-// RetainedFirstRow — as raw floats, 64-byte aligned. The restored state is therefore the one a
-// colocated prefill would have left, bit for bit, whatever block size the prefill side uses.
+// The prefill side gathers the rows it ships in a send buffer laid out as `offset`s below
+// (64-byte aligned segments after room for the record), total_bytes in all.
 #pragma once
 
 #include <cstdint>
@@ -22,17 +26,22 @@ namespace pdspark::engine {
 struct StagedGroup {
   int64_t layer = 0;
   int64_t group = 0;          // index in layout.layers[layer].groups
-  uint64_t offset = 0;        // bytes from the start of the reservation
+  uint64_t offset = 0;        // bytes from the start of the send buffer
   int64_t first_row = 0;      // first row shipped
-  int64_t capacity_rows = 0;  // rows the segment has room for
+  int64_t end_row = 0;        // rows the group holds after the prompt (tokens / tokens_per_row)
+  int64_t capacity_rows = 0;  // room in the send buffer (>= end_row - first_row)
   int64_t row_bytes = 0;
+  int64_t rows_per_page = 0;  // in the decode worker's pool
+  // The decode pages rows [first_row, end_row) occupy.
+  int64_t PagesSpanned() const;
 };
 
 struct StagingLayout {
   int64_t tokens = 0;
   uint64_t record_capacity = 0;
   std::vector<StagedGroup> groups;  // layer-major, in layout order
-  uint64_t total_bytes = 0;
+  uint64_t total_bytes = 0;         // of the prefill side's send buffer
+  uint64_t record_bytes() const;    // the decode worker's arena slice: the record, aligned
 
   // `block_size`: the decode worker's (PageGeometry::For).
   static StagingLayout Compute(const CacheLayout& layout, int64_t tokens, int64_t block_size,

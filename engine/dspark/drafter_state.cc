@@ -15,13 +15,14 @@ StatusOr<std::unique_ptr<DrafterState>> DrafterState::Create(engine::KvPool& poo
                                                    " floats do not fit a ", pool.page_bytes(),
                                                    "-byte KV page: raise --block-size"));
   }
-  std::unique_ptr<DrafterState> state(new DrafterState(&pool.ForGroup("drafter", row_width), stages,
-                                                       window, max_rollback, row_width));
+  std::unique_ptr<DrafterState> state(
+      new DrafterState(&pool.ForGroup("drafter", row_width * sizeof(float)), stages, window,
+                       max_rollback, row_width));
   RETURN_IF_ERROR(state->ring_.Resize(state->ring_rows()));
   // Pages come back with another request's rows: slots not appended yet are shipped and
   // compared as they are (Serialize), so they start as zeros, as a fresh ring always did.
   for (int64_t r = 0; r < state->ring_rows(); ++r)
-    std::fill_n(state->ring_.Row(r), row_width, 0.0f);
+    std::fill_n(state->ring_.Floats(r), row_width, 0.0f);
   return state;
 }
 
@@ -36,14 +37,14 @@ DrafterState::DrafterState(engine::PageGroup* group, int64_t stages, int64_t win
 void DrafterState::Append(const float* rows) {
   const int64_t slot = num_positions_ % capacity();
   for (int64_t stage = 0; stage < stages_; ++stage) {
-    std::copy_n(rows + stage * row_width_, row_width_, ring_.Row(slot * stages_ + stage));
+    std::copy_n(rows + stage * row_width_, row_width_, ring_.Floats(slot * stages_ + stage));
   }
   ++num_positions_;
 }
 
 const float* DrafterState::Row(int64_t stage, int64_t position) const {
   const int64_t slot = position % capacity();
-  return ring_.Row(slot * stages_ + stage);
+  return ring_.Floats(slot * stages_ + stage);
 }
 
 Status DrafterState::Truncate(int64_t position) {

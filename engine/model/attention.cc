@@ -126,7 +126,7 @@ void AppendToCache(const ModelDims& d, const RankContext& ctx, int64_t layer,
   SequenceState& state = *seq.state;
   PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
   for (int64_t i = 0; i < seq.count; ++i) {
-    std::copy_n(p.kv.data() + (seq.row_begin + i) * d.head_dim, d.head_dim, window.Append());
+    window.AppendValues(p.kv.data() + (seq.row_begin + i) * d.head_dim);
   }
   if (w.compressor) {
     const int64_t width = w.compressor->wkv.rows;
@@ -160,7 +160,7 @@ StatusOr<std::vector<float>> IndexerScores(const ModelDims& d, const RankContext
     const PagedRows& entries = seq.state->Group(layer, CacheGroupKind::kIndexerKeys);
     for (int64_t i = 0; i < seq.count; ++i) {
       for (int64_t j = 0; j < (seq.start_pos + i + 1) / ratio; ++j) {
-        keys.rows.push_back(entries.Row(j));
+        keys.rows.push_back(entries.Floats(j));
       }
       keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
     }
@@ -186,11 +186,13 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
                      IndexerScores(d, ctx, layer, ratio, p, batch, offsets));
     selected = ctx.ops().TopK(index_scores.data(), offsets, d.index_topk);
   }
-  // Every row's keys (= values), then all rows attend at once.
+  // Every row's keys (= values), then all rows attend at once. The window and the compressed
+  // entries share one row format (--kv-cache-dtype).
   backend::AttentionKeys keys;
   for (const BatchSequence& seq : batch.sequences) {
     const SequenceState& state = *seq.state;
     const PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
+    keys.fp8 = window.fp8();
     for (int64_t i = 0; i < seq.count; ++i) {
       const int64_t t = seq.start_pos + i, row = seq.row_begin + i;
       for (int64_t pos = std::max<int64_t>(0, t - d.window + 1); pos <= t; ++pos) {

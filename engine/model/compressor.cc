@@ -21,9 +21,9 @@ void PoolEntry(const RankContext& ctx, const CompressorWeights& w, const PagedRo
   std::vector<int64_t> channel_offset(slots, 0);
   for (int64_t s = 0; s < slots; ++s) {
     if (w.overlap && s < r) {
-      if (j > 0) rows[s] = token_rows.Row((j - 1) * r + s);
+      if (j > 0) rows[s] = token_rows.Floats((j - 1) * r + s);
     } else {
-      rows[s] = token_rows.Row(w.overlap ? j * r + (s - r) : j * r + s);
+      rows[s] = token_rows.Floats(w.overlap ? j * r + (s - r) : j * r + s);
       channel_offset[s] = w.overlap ? hd : 0;
     }
   }
@@ -51,18 +51,19 @@ void CompressorAppend(const ModelDims& d, const RankContext& ctx, const Compress
                       const float* score, int64_t count, int64_t start_pos, PagedRows& token_rows,
                       PagedRows& entries) {
   const int64_t width = (w.overlap ? 2 : 1) * w.head_dim;
+  std::vector<float> entry(w.head_dim);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t t = start_pos + i;
     // The token's cache row: [kv | score + ape of its slot in the group].
-    float* row = token_rows.Append();
+    float* row = token_rows.AppendFloats();
     std::copy_n(kv + i * width, width, row);
     const float* ape = w.ape.data() + (t % w.ratio) * width;
     for (int64_t c = 0; c < width; ++c) row[width + c] = score[i * width + c] + ape[c];
     if ((t + 1) % w.ratio == 0) {
       const int64_t j = t / w.ratio;
-      float* entry = entries.Append();
-      PoolEntry(ctx, w, token_rows, j, entry);
-      FinishEntry(d, ctx, w, rope, format, j, entry);
+      PoolEntry(ctx, w, token_rows, j, entry.data());
+      FinishEntry(d, ctx, w, rope, format, j, entry.data());
+      entries.AppendValues(entry.data());  // FP8-encoded under --kv-cache-dtype fp8
     }
   }
 }

@@ -83,7 +83,7 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
     : config_(std::move(config)),
       dims_(ModelDims::FromConfig(config_)),
       ranks_(options.tensor_parallel_size),
-      layout_(BuildCacheLayout(config_, options.max_rollback_tokens)),
+      layout_(BuildCacheLayout(config_, options.max_rollback_tokens, options.kv_cache_dtype)),
       page_geometry_(PageGeometry::For(layout_, options.cache_block_rows)),
       check_replicas_(options.check_replicas),
       weight_storage_(options.weights) {

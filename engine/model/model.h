@@ -51,6 +51,9 @@ struct ModelOptions {
   int64_t cache_block_rows = 256;
   int64_t kv_cache_memory_bytes = 0;
   double kv_cache_memory_fraction = 0.5;
+  // --kv-cache-dtype: fp8 stores the window KV and the compressed entries as FP8 KV rows
+  // (lossless: the model rounds them through FP8 already; engine/cache/cache_layout.h).
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   int64_t max_rollback_tokens = 256;  // how far Truncate may go back behind the window
   bool show_progress = true;          // weight-loading progress bar on stderr
   // Tensor-parallel ranks, 1..kMaxTensorParallel (vLLM's --tensor-parallel-size).

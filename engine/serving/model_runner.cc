@@ -15,6 +15,7 @@ Status ModelRunner::InitStates(ActiveRequest& request) const {
   const RequestSpec& spec = request.spec;
   if (!spec.prefilled) {
     request.state = model_.NewSequence();
+    request.state->KeepRowsFrom(spec.keep_rows_from);
     // prefill_only requests build the ring too: the prefill worker ships it with the state.
     ASSIGN_OR_RETURN(request.drafter_state, NewRing());
     return absl::OkStatus();

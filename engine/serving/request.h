@@ -19,8 +19,8 @@ namespace pdspark::serving {
 using Clock = std::chrono::steady_clock;
 
 // Watches a prefill_only request's state while it is built, so that a prefill worker can ship
-// each layer's new cache rows while later layers still compute. Called on the engine thread:
-// must not block.
+// each layer's new cache rows, straight from their pages, while later layers still compute.
+// Called on the engine thread: must not block.
 class StateObserver {
  public:
   virtual ~StateObserver() = default;
@@ -30,6 +30,9 @@ class StateObserver {
   // ring of the prompt, or null when the engine runs no drafter.
   virtual void OnPrefilled(const engine::SequenceState& state,
                            const dspark::DrafterState* drafter) = 0;
+  // The request is over (finished, failed or cancelled). Its state's pages, and the pool lease
+  // that covers them, are the observer's until it drops them: puts still in flight read them.
+  virtual void OnRelease(std::unique_ptr<engine::SequenceState> state, CacheLease lease) = 0;
 };
 
 // State prefilled elsewhere, already restored (off the engine thread) for the decode side.
@@ -50,6 +53,12 @@ struct RequestSpec {
   // `state_observer` when set, else serialised in the final event.
   bool prefill_only = false;
   std::shared_ptr<StateObserver> state_observer;
+  // With a state_observer that ships rows from the pages: per cache group (layer-major, in
+  // CacheLayout order) the first row the sequence keeps however far its window moves (the decode
+  // worker's first retained row, engine/cache/staging_layout.h), and the tokens that may add
+  // to a group's window (the decode worker's block size), which the request's lease covers.
+  std::vector<int64_t> keep_rows_from;
+  int64_t kept_extra_tokens = 0;
   // Continue from state prefilled elsewhere (disaggregated decode); `generated` then starts
   // with the first token, which the prefill side sampled. The engine moves the state out
   // (the pointer stays set: the request was prefilled elsewhere).

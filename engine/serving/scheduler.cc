@@ -81,10 +81,13 @@ std::vector<ActiveRequest*> Scheduler::PlanStep(
   return planned;
 }
 
-int64_t Scheduler::CacheBytesFor(int64_t tokens, bool drafting) const {
-  // A verify round feeds block_size + 1 tokens even when that exceeds max_batch_tokens.
-  const int64_t step_tokens = std::max<int64_t>(
-      options_.max_batch_tokens, options_.drafter ? options_.drafter->block_size() + 1 : 1);
+int64_t Scheduler::CacheBytesFor(int64_t tokens, bool drafting, int64_t kept_extra_tokens) const {
+  // A verify round feeds block_size + 1 tokens even when that exceeds max_batch_tokens. Rows
+  // kept for a transfer (RequestSpec::keep_rows_from) widen a window as a longer step would.
+  const int64_t step_tokens =
+      std::max<int64_t>(options_.max_batch_tokens,
+                        options_.drafter ? options_.drafter->block_size() + 1 : 1) +
+      kept_extra_tokens;
   const int64_t pools = engine::TotalBytes(engine::SequenceBytesBound(
       model_.cache_layout(), model_.page_geometry(), tokens, step_tokens));
   return pools + (drafting ? ring_bytes_ : 0);
@@ -100,14 +103,19 @@ Status Scheduler::CheckCacheBudget() const {
 }
 
 // The most tokens the request's state can hold: the prompt alone for a prefill, else the
-// prompt plus max_tokens (drafts are clamped to both limits), capped by the model length.
+// prompt plus max_tokens (drafts are clamped to both limits), capped by the model length. A
+// prefill builds the DSpark ring too when the engine speculates (the prefill worker ships it).
 int64_t Scheduler::CacheBytesForRequest(int64_t prompt_tokens, int64_t max_tokens,
                                         bool prefill_only) const {
-  if (prefill_only) return CacheBytesFor(prompt_tokens, false);
+  if (prefill_only) return CacheBytesFor(prompt_tokens, drafting_);
   return CacheBytesFor(std::min(prompt_tokens + max_tokens, max_model_len_), drafting_);
 }
 
 int64_t Scheduler::CacheReservation(const RequestSpec& spec) const {
+  if (spec.prefill_only && spec.kept_extra_tokens > 0) {
+    return CacheBytesFor(static_cast<int64_t>(spec.prompt.size()), drafting_,
+                         spec.kept_extra_tokens);
+  }
   return CacheBytesForRequest(
       static_cast<int64_t>(spec.prompt.size()),
       std::max<int64_t>(spec.sampling.max_tokens, static_cast<int64_t>(spec.generated.size())),

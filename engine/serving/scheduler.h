@@ -32,8 +32,9 @@ class Scheduler {
                                        std::vector<engine::StepInput>& inputs,
                                        std::vector<std::vector<int32_t>>& chunks) const;
 
-  // Worst-case pool bytes of a sequence of `tokens` tokens (with a ring when `drafting`).
-  int64_t CacheBytesFor(int64_t tokens, bool drafting) const;
+  // Worst-case pool bytes of a sequence of `tokens` tokens (with a ring when `drafting`), its
+  // windows widened by `kept_extra_tokens` (RequestSpec::kept_extra_tokens).
+  int64_t CacheBytesFor(int64_t tokens, bool drafting, int64_t kept_extra_tokens = 0) const;
   // What the request leases: the prompt alone for a prefill, else the prompt plus max_tokens
   // (drafts are clamped to both limits), capped by the model length.
   int64_t CacheReservation(const RequestSpec& spec) const;

@@ -34,6 +34,7 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
       output_(model_->config().vocab_size, eos_ids_, &spec_),
       step_timer_(model_->backend(0).NewTimer()) {
   stats_.cache_capacity_bytes = scheduler_.capacity_bytes();
+  stats_.kv_bytes_per_token = engine::KvBytesPerToken(model_->cache_layout());
   loop_ = std::thread([this] { Loop(); });
 }
 
@@ -118,6 +119,9 @@ bool ServingEngine::IsQueued(const std::string& id) const {
 ServingStats ServingEngine::Stats() const {
   std::lock_guard lock(mu_);
   ServingStats stats = stats_;
+  // Read from the pool as it is now: pages also move off the engine thread (a KV transfer's
+  // reservation), and a sink that checks right after a request's final event sees them freed.
+  FillCacheStats(stats);
   stats.cache_bytes_reserved = scheduler_.leased_bytes();
   return stats;
 }
@@ -342,14 +346,16 @@ void ServingEngine::AfterVerify(ActiveRequest& request, const float* logits) {
 
 void ServingEngine::MarkDone(ActiveRequest& request) {
   request.done = true;
-  request.state.reset();  // frees its cache blocks before the sink learns it is done
   request.drafter_state.reset();
   std::lock_guard lock(mu_);
   known_ids_.erase(request.spec.id);  // Cancel() of a finished request now answers false
-  request.lease.Release();
-  // Stats() must show the freed cache by the time the sink hears the request is done (a
-  // caller that checks cache usage right after its final event would otherwise race the loop).
-  UpdateCacheStatsLocked();
+  if (request.spec.state_observer) {
+    // A KV transfer may still read the pages: the observer drops them, and the lease with them.
+    request.spec.state_observer->OnRelease(std::move(request.state), std::move(request.lease));
+  } else {
+    request.state.reset();  // frees its cache pages before the sink learns it is done
+    request.lease.Release();
+  }
 }
 
 void ServingEngine::Finish(ActiveRequest& request, Outcome outcome, sampling::FinishReason reason,
@@ -370,15 +376,14 @@ void ServingEngine::ReapFinished() {
   std::lock_guard lock(mu_);
   std::erase_if(running_, [](const auto& r) { return r->done; });
   stats_.running = static_cast<int64_t>(running_.size());
-  UpdateCacheStatsLocked();
 }
 
-void ServingEngine::UpdateCacheStatsLocked() {
+void ServingEngine::FillCacheStats(ServingStats& stats) const {
   const engine::KvPool& pool = model_->kv_pool();
-  stats_.cache_bytes_in_use = pool.bytes_in_use();
-  stats_.cache_blocks_in_use = pool.pages_in_use();
-  stats_.cache_high_water_bytes = pool.high_water_pages() * pool.page_bytes();
-  stats_.cache_bytes_by_group = pool.BytesInUseByGroup();
+  stats.cache_bytes_in_use = pool.bytes_in_use();
+  stats.cache_blocks_in_use = pool.pages_in_use();
+  stats.cache_high_water_bytes = pool.high_water_pages() * pool.page_bytes();
+  stats.cache_bytes_by_group = pool.BytesInUseByGroup();
 }
 
 int64_t ServingEngine::CacheBytesFor(int64_t tokens, bool drafting) const {

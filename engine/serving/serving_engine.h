@@ -49,6 +49,8 @@ struct ServingStats {
   std::map<std::string, int64_t> cache_bytes_by_group;
   int64_t cache_capacity_bytes = 0;
   int64_t cache_high_water_bytes = 0;
+  // What a token of context costs in the KV groups attention reads (--kv-cache-dtype).
+  double kv_bytes_per_token = 0;
   int64_t cache_bytes_reserved = 0;
   // Every step (drafting, the forward, sampling): its wall time and the sequences in it.
   metrics::CumulativeHistogram step_seconds{metrics::LatencyBuckets()};
@@ -112,7 +114,7 @@ class ServingEngine {
               std::string error);
   void MarkDone(ActiveRequest& request);
   void ReapFinished();
-  void UpdateCacheStatsLocked();
+  void FillCacheStats(ServingStats& stats) const;
   Status StartRequest(ActiveRequest& request);
 
   std::unique_ptr<engine::Model> model_;

@@ -21,24 +21,24 @@ TEST(PagedRows, AppendTruncateRelease) {
   SmallPool arena(8);
   KvPool& pool = arena.pool;
   {
-    PagedRows rows(&pool.ForGroup("g", 2));
+    PagedRows rows(&pool.ForGroup("g", 2 * sizeof(float)));
     EXPECT_EQ(rows.rows_per_page(), 4);
     for (int i = 0; i < 10; ++i) {
-      float* r = rows.Append();
+      float* r = rows.AppendFloats();
       r[0] = i;
       r[1] = -i;
     }
     EXPECT_EQ(rows.size(), 10);
     EXPECT_EQ(pool.pages_in_use(), 3);  // 4 + 4 + 2 rows
     EXPECT_EQ(rows.block_table().size(), 3u);
-    EXPECT_EQ(rows.Row(9)[1], -9.0f);
+    EXPECT_EQ(rows.Floats(9)[1], -9.0f);
     rows.ReleaseBelow(8);  // pages [0,4) and [4,8) go
     EXPECT_EQ(rows.first_row(), 8);
     EXPECT_EQ(pool.pages_in_use(), 1);
-    EXPECT_EQ(rows.Row(8)[0], 8.0f);
+    EXPECT_EQ(rows.Floats(8)[0], 8.0f);
     rows.Truncate(9);
     EXPECT_EQ(rows.size(), 9);
-    EXPECT_EQ(rows.Append()[0], 9.0f);  // stale contents are the caller's to overwrite
+    EXPECT_EQ(rows.AppendFloats()[0], 9.0f);  // stale contents are the caller's to overwrite
     EXPECT_EQ(rows.bytes(), 32);
   }
   EXPECT_EQ(pool.pages_in_use(), 0);  // destruction frees everything
@@ -47,29 +47,29 @@ TEST(PagedRows, AppendTruncateRelease) {
 
 TEST(KvPool, GroupsOfOtherWidthsShareOnePageSize) {
   SmallPool arena(4);
-  PagedRows narrow(&arena.pool.ForGroup("narrow", 1));
-  PagedRows wide(&arena.pool.ForGroup("wide", 8));
+  PagedRows narrow(&arena.pool.ForGroup("narrow", 1 * sizeof(float)));
+  PagedRows wide(&arena.pool.ForGroup("wide", 8 * sizeof(float)));
   EXPECT_EQ(narrow.rows_per_page(), 8);
   EXPECT_EQ(wide.rows_per_page(), 1);
-  for (int i = 0; i < 9; ++i) narrow.Append()[0] = static_cast<float>(i);
-  for (int i = 0; i < 2; ++i) wide.Append()[7] = static_cast<float>(100 + i);
+  for (int i = 0; i < 9; ++i) narrow.AppendFloats()[0] = static_cast<float>(i);
+  for (int i = 0; i < 2; ++i) wide.AppendFloats()[7] = static_cast<float>(100 + i);
   EXPECT_EQ(arena.pool.pages_in_use(), 4);
   const auto bytes = arena.pool.BytesInUseByGroup();
   EXPECT_EQ(bytes.at("narrow"), 2 * 32);
   EXPECT_EQ(bytes.at("wide"), 2 * 32);
   // Rows never overlap across the groups' pages.
-  for (int i = 0; i < 9; ++i) EXPECT_EQ(narrow.Row(i)[0], static_cast<float>(i));
-  EXPECT_EQ(wide.Row(0)[7], 100.0f);
-  EXPECT_EQ(wide.Row(1)[7], 101.0f);
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(narrow.Floats(i)[0], static_cast<float>(i));
+  EXPECT_EQ(wide.Floats(0)[7], 100.0f);
+  EXPECT_EQ(wide.Floats(1)[7], 101.0f);
 }
 
 TEST(KvPool, PagesToGrowPredictsWhatAppendTakes) {
   SmallPool arena(16);
-  PagedRows rows(&arena.pool.ForGroup("g", 2));
+  PagedRows rows(&arena.pool.ForGroup("g", 2 * sizeof(float)));
   for (int64_t target : {1, 3, 4, 5, 12, 13}) {
     const int64_t predicted = rows.PagesToGrow(target);
     const int64_t before = arena.pool.pages_in_use();
-    while (rows.size() < target) rows.Append();
+    while (rows.size() < target) rows.AppendFloats();
     EXPECT_EQ(arena.pool.pages_in_use() - before, predicted) << target;
   }
   rows.ReleaseBelow(12);  // the table now starts at page 3
@@ -82,7 +82,7 @@ TEST(KvPool, PagesToGrowPredictsWhatAppendTakes) {
 
 TEST(KvPool, FullPoolIsReportedAndLeavesNothingAllocated) {
   SmallPool arena(2);
-  PageGroup& group = arena.pool.ForGroup("g", 2);
+  PageGroup& group = arena.pool.ForGroup("g", 2 * sizeof(float));
   const int32_t a = group.Allocate(), b = group.Allocate();
   EXPECT_NE(a, kNoPage);
   EXPECT_NE(b, kNoPage);
@@ -103,18 +103,18 @@ TEST(KvPool, FullPoolIsReportedAndLeavesNothingAllocated) {
 TEST(PagedRows, SerialiseRoundTripKeepsLogicalIndices) {
   TestKvPool arena(48, 64);  // 4 rows of 3 floats per page
   KvPool& pool = arena.pool;
-  PagedRows rows(&pool.ForGroup("g", 3));
-  for (int i = 0; i < 11; ++i) rows.Append()[2] = static_cast<float>(i);
+  PagedRows rows(&pool.ForGroup("g", 3 * sizeof(float)));
+  for (int i = 0; i < 11; ++i) rows.AppendFloats()[2] = static_cast<float>(i);
   rows.ReleaseBelow(5);
   std::string bytes;
   rows.AppendTo(bytes);
-  PagedRows copy(&pool.ForGroup("g", 3));
+  PagedRows copy(&pool.ForGroup("g", 3 * sizeof(float)));
   size_t offset = 0;
   ASSERT_TRUE(copy.ReadFrom(bytes, offset).ok());
   EXPECT_EQ(offset, bytes.size());
   EXPECT_EQ(copy.size(), 11);
   EXPECT_EQ(copy.first_row(), rows.first_row());
-  for (int i = rows.first_row(); i < 11; ++i) EXPECT_EQ(copy.Row(i)[2], static_cast<float>(i));
+  for (int i = rows.first_row(); i < 11; ++i) EXPECT_EQ(copy.Floats(i)[2], static_cast<float>(i));
   std::string truncated = bytes.substr(0, bytes.size() - 1);
   offset = 0;
   EXPECT_FALSE(copy.ReadFrom(truncated, offset).ok());

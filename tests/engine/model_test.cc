@@ -159,7 +159,9 @@ TEST_F(ModelTest, ChunkedPrefillAcrossGroupBoundariesMatchesOneShot) {
     ASSERT_EQ(x.size(), y.size());
     EXPECT_EQ(x.size(), 35 / model_->cache_layout().layers[layer].compress_ratio);
     for (int64_t j = 0; j < x.size(); ++j) {
-      for (int64_t c = 0; c < x.width(); ++c) EXPECT_NEAR(x.Row(j)[c], y.Row(j)[c], 1e-4);
+      for (int64_t c = 0; c < model_->dims().head_dim; ++c) {
+        EXPECT_NEAR(x.Floats(j)[c], y.Floats(j)[c], 1e-4);
+      }
     }
   }
 }

@@ -95,6 +95,10 @@ TEST(CacheManifestTest, NamesTheLayoutAndNothingElse) {
   other = a->cache_layout();
   other.layers[2].groups[1].width += 1;
   EXPECT_NE(CacheManifest(other), CacheManifest(a->cache_layout()));
+  // Workers with another --kv-cache-dtype store other rows: they must not link.
+  const CacheLayout fp8 =
+      BuildCacheLayout(a->config(), a->cache_layout().max_rollback_tokens, KvCacheDtype::kFp8);
+  EXPECT_NE(CacheManifest(fp8), CacheManifest(a->cache_layout()));
 }
 
 }  // namespace

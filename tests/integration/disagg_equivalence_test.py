@@ -6,7 +6,9 @@ so states also move between different TP layouts).
 For prompts shorter than the window, just past it, and far past it with many compression
 groups, the greedy token ids and the DSpark counters (drafts, draft and accepted tokens) of
 every request equal `pdspark generate` (one process, no transfer) token for token and count
-for count: acceptance does not silently drop on the disaggregated path."""
+for count: acceptance does not silently drop on the disaggregated path.
+With --kv-cache-dtype fp8 the workers store and ship FP8 KV rows, and must still equal the
+colocated engine with its fp32 cache (the rows hold the same values), in fewer bytes per token."""
 
 import argparse
 import json
@@ -15,7 +17,7 @@ import subprocess
 import sys
 import unittest
 
-from cluster import Cluster, grpc_modules, health, metric
+from cluster import Cluster, grpc_modules, health, metric, wait_for
 
 ARGS = None
 SPEC = ["--spec-method", "dspark", "--spec-tokens", "5"]
@@ -49,7 +51,7 @@ class DisaggEquivalenceTest(unittest.TestCase):
         router = ["--disagg-min-prompt-tokens", "1", "--policy", "round_robin"]
         cls.r11 = c.start_router("router-1p1d", router)
         cls.r22 = c.start_router("router-2p2d", router)
-        tls = ["--ucx-tls", ARGS.ucx_tls]
+        tls = ["--ucx-tls", ARGS.ucx_tls, "--kv-cache-dtype", ARGS.kv_cache_dtype]
         tp = lambda n: ["--tensor-parallel-size", str(n)]  # noqa: E731
         cls.prefills = [c.start_worker("prefill-1", "prefill", [cls.r11, cls.r22], tls),
                         c.start_worker("prefill-2", "prefill", [cls.r22], tls + tp(2))]
@@ -102,9 +104,32 @@ class DisaggEquivalenceTest(unittest.TestCase):
         self.assertEqual(sum(received), requests)
         for p in self.prefills:
             self.assertEqual(metric(p.metrics, "pdspark_kv_transfer_failures_total"), 0)
-            self.assertEqual(metric(p.metrics, "pdspark_kv_send_buffer_bytes"), 0)
+            # The pages the puts read went back with the streamers that held them.
+            wait_for(lambda: metric(p.metrics, "pdspark_cache_used_bytes") == 0, timeout=10,
+                     what="the prefill worker's KV pages to return")
         for d in self.decodes:
             self.assertEqual(metric(d.metrics, "pdspark_kv_active_reservations"), 0)
+            self.assertAlmostEqual(metric(d.metrics, "pdspark_kv_cache_bytes_per_token"),
+                                   kv_bytes_per_token(ARGS.kv_cache_dtype))
+
+    def test_fp8_kv_rows_take_under_two_thirds_of_the_bytes(self):
+        # The bundled model's rows are 128 wide with 64 RoPE dims kept in fp32; the released
+        # model's 512-wide rows shrink to 712 of 2048 bytes (engine test KvCacheDtype).
+        self.assertLess(kv_bytes_per_token("fp8"), 0.65 * kv_bytes_per_token("auto"))
+
+
+def kv_bytes_per_token(dtype):
+    """What the engine reports for the bundled model's config: a window row plus each
+    compressed layer's entry share, FP8 rows as [codes | scales | pad to 4 | fp32 RoPE]."""
+    with open(os.path.join(ARGS.model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    head, rope = cfg["head_dim"], cfg["qk_rope_head_dim"]
+    nope = head - rope
+    row = head * 4
+    if dtype == "fp8":
+        row = (nope + (nope + 63) // 64 + 3) // 4 * 4 + rope * 4
+    ratios = cfg["compress_ratios"][:cfg["num_hidden_layers"]]
+    return sum(row + (row / r if r else 0) for r in ratios)
 
 
 def main():
@@ -113,6 +138,7 @@ def main():
     parser.add_argument("--bin-dir", required=True)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--ucx-tls", default="tcp")
+    parser.add_argument("--kv-cache-dtype", default="auto")
     parser.add_argument("--source-dir", default=os.path.join(os.path.dirname(__file__), "..", ".."))
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

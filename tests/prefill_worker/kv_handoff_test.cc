@@ -94,8 +94,10 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     prefill_agent_ = Agent(GetParam());
     decode_agent_ = Agent(GetParam());
     metrics_ = std::make_unique<worker::KvTransferMetrics>(registry_, GetParam());
-    send_arena_ =
-        transport::RegisteredArena::Create(prefill_agent_.get(), 64 << 20, "send").value();
+    receiver_ = MakeReceiver(std::chrono::milliseconds(0));
+  }
+
+  std::unique_ptr<decode::KvReceiver> MakeReceiver(std::chrono::milliseconds late_write_grace) {
     decode::ReceiverOptions options;
     options.arena_bytes = 64 << 20;
     options.incarnation_id = "decode-1";
@@ -105,19 +107,30 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     options.lease_cache = [](const v1::ReserveRequest& r) {  // as the decode worker does
       return decode_->ReserveCache(r.prompt_tokens(), r.max_tokens());
     };
-    receiver_ = decode::KvReceiver::Create(decode_agent_.get(), options, metrics_.get()).value();
+    // The rows land in the decode engine's pool, registered as the decode worker does.
+    engine::KvPool& pool = decode_->model().kv_pool();
+    pool_region_ = decode_agent_
+                       ->RegisterMemory(pool.base(), static_cast<size_t>(pool.capacity_bytes()),
+                                        transport::MemoryKind::kHost)
+                       .value();
+    options.pool_region = pool_region_.remote;
+    options.page_bytes = pool.page_bytes();
+    options.new_sequence = [] { return decode_->NewSequence(); };
+    options.late_write_grace = late_write_grace;
+    return decode::KvReceiver::Create(decode_agent_.get(), options, metrics_.get()).value();
   }
 
-  // The engines outlive the test, the send arena does not: wait until no request is left in
-  // the prefill engine and no streamer holds a range of the arena. (The engine's counts alone
-  // are not enough: a request moving from the queue to the batch is briefly in neither count,
-  // and a cancelled one is counted until the loop reaps it.)
+  // The engines outlive the test, the agents do not: wait until no request is left in the
+  // prefill engine and no streamer holds pages for its puts. (The engine's counts alone are
+  // not enough: a request moving from the queue to the batch is briefly in neither count, and
+  // a cancelled one is counted until the loop reaps it.)
   void TearDown() override { ASSERT_TRUE(PrefillEngineIdle()); }
 
   bool PrefillEngineIdle() const {
     for (int i = 0; i < 1500; ++i) {
       const auto stats = prefill_->Stats();
-      if (stats.running == 0 && stats.waiting == 0 && send_arena_->bytes_in_use() == 0) {
+      // Pages return once the streamers holding them for their puts are gone.
+      if (stats.running == 0 && stats.waiting == 0 && stats.cache_bytes_in_use == 0) {
         return true;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -141,8 +154,8 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     v1::TransferDescriptor descriptor;
     EXPECT_TRUE(descriptor.ParseFromString(reserved.transfer_descriptor()));
     ASSIGN_OR_RETURN(auto streamer, prefill::LinkToReservation(
-                                        *engine, *prefill_agent_, *send_arena_, Link(*engine, 1),
-                                        descriptor, static_cast<int64_t>(prompt.size()), mode));
+                                        *engine, *prefill_agent_, Link(*engine, 1), descriptor,
+                                        static_cast<int64_t>(prompt.size()), mode));
     prefill::TransferOptions options;
     options.mode = mode;
     auto first = prefill::StreamPrefill(*engine, *prefill_agent_, streamer, Spec("p", prompt, 16),
@@ -154,8 +167,7 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
   }
 
   StatusOr<std::shared_ptr<serving::PrefilledState>> Take(const v1::ReserveResponse& reserved) {
-    return receiver_->Take(reserved.reservation_id(), decode_->NewSequence(),
-                           decode_->NewDrafterState().value());
+    return receiver_->Take(reserved.reservation_id(), decode_->NewDrafterState().value());
   }
 
   static serving::ServingEngine* prefill_;
@@ -164,8 +176,8 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
   prometheus::Registry registry_;
   std::unique_ptr<worker::KvTransferMetrics> metrics_;
   std::unique_ptr<transport::TransferAgent> prefill_agent_, decode_agent_;
-  std::unique_ptr<transport::RegisteredArena> send_arena_;
   std::unique_ptr<decode::KvReceiver> receiver_;
+  transport::LocalRegion pool_region_;
 };
 
 serving::ServingEngine* KvHandoffTest::prefill_ = nullptr;
@@ -203,7 +215,6 @@ TEST_P(KvHandoffTest, RestoredStateAndTokensEqualColocated) {
     EXPECT_EQ(rest.spec.accepted_tokens, colocated.spec.accepted_tokens) << length;
   }
   EXPECT_EQ(receiver_->Stats().active, 0);
-  EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
   EXPECT_EQ(decode_->Stats().cache_bytes_in_use, 0);
 }
 
@@ -251,18 +262,22 @@ TEST_P(KvHandoffRefusalTest, TornIncompleteAndRepeatedDeliveriesAreRefused) {
   ASSERT_TRUE(descriptor.ParseFromString(reserved.transfer_descriptor()));
   const auto layout = engine::StagingLayout::Compute(decode_->model().cache_layout(), 100, 16,
                                                      descriptor.drafter_state_bytes());
-  const auto region = transport::RemoteRegion::Deserialize(descriptor.region()).value();
+  // Into the first shipped row of group 3, where it lies in the decode worker's pool.
+  const auto pool = transport::RemoteRegion::Deserialize(descriptor.pool_region()).value();
+  const engine::StagedGroup& g = layout.groups[3];
+  const uint64_t row_at =
+      static_cast<uint64_t>(descriptor.page_tables(3).pages(0)) * descriptor.page_bytes() +
+      (g.first_row % g.rows_per_page) * g.row_bytes;
   const char garbage[4] = {1, 2, 3, 4};
   ASSERT_TRUE(prefill_agent_
-                  ->Write(descriptor.incarnation_id(), region,
-                          {{garbage, 4, descriptor.offset() + layout.groups[3].offset + 8}},
+                  ->Write(descriptor.incarnation_id(), pool, {{garbage, 4, row_at + 8}},
                           transport::Clock::now() + std::chrono::seconds(5))
                   .ok());
   st = Take(reserved).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(st.message().find("checksum"), std::string::npos) << st;
-  EXPECT_EQ(receiver_->Stats().active, 0);
-  EXPECT_EQ(decode_->Stats().cache_bytes_in_use, 0);
+  EXPECT_EQ(receiver_->Stats().active, 0);  // and the quarantine (no grace here) is over
+  EXPECT_EQ(decode_->model().kv_pool().pages_in_use(), 0);
 }
 
 TEST_P(KvHandoffRefusalTest, LinkIsRefusedBeforeAnythingIsComputed) {
@@ -272,16 +287,15 @@ TEST_P(KvHandoffRefusalTest, LinkIsRefusedBeforeAnythingIsComputed) {
   // A prefill worker without the drafter cannot feed a speculating decode worker.
   transport::LinkInfo no_drafter = Link(*prefill_, 1);
   no_drafter.drafter_state_bytes = 0;
-  auto refused = prefill::LinkToReservation(*prefill_, *prefill_agent_, *send_arena_, no_drafter,
-                                            descriptor, 50, prefill::StreamMode::kLayerwise);
+  auto refused = prefill::LinkToReservation(*prefill_, *prefill_agent_, no_drafter, descriptor, 50,
+                                            prefill::StreamMode::kLayerwise);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(refused.status().message().find("drafter"), std::string::npos) << refused.status();
   // The reservation was laid out for another prompt length.
-  refused = prefill::LinkToReservation(*prefill_, *prefill_agent_, *send_arena_, Link(*prefill_, 1),
-                                       descriptor, 51, prefill::StreamMode::kLayerwise);
+  refused = prefill::LinkToReservation(*prefill_, *prefill_agent_, Link(*prefill_, 1), descriptor,
+                                       51, prefill::StreamMode::kLayerwise);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
-  EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
-  EXPECT_TRUE(receiver_->Release(reserved.reservation_id()));
+  EXPECT_TRUE(receiver_->Release(reserved.reservation_id(), false));
 }
 
 TEST_P(KvHandoffRefusalTest, LeaseShorterThanThePrefillFailsBothSidesCleanly) {
@@ -297,7 +311,6 @@ TEST_P(KvHandoffRefusalTest, LeaseShorterThanThePrefillFailsBothSidesCleanly) {
   EXPECT_GE(receiver_->Stats().expired_total, 1);
   // The cancelled prefill lets go of its state and send buffer.
   ASSERT_TRUE(PrefillEngineIdle());
-  EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
   EXPECT_EQ(prefill_->Stats().cache_bytes_in_use, 0);
 }
 
@@ -306,12 +319,11 @@ TEST_P(KvHandoffRefusalTest, CancelledPrefillStopsStreamingAndFreesBothSides) {
   auto reserved = Reserve(900);
   // The client goes away once the first layers were shipped.
   auto first = Prefill(reserved, prompt, prefill::StreamMode::kLayerwise, prefill_,
-                       [this] { return send_arena_->bytes_in_use() > 0; });
+                       [] { return prefill_->Stats().cache_bytes_in_use > 0; });
   EXPECT_EQ(transport::ReasonOf(first.status()), transport::FailureReason::kCancelled)
       << first.status();
-  EXPECT_TRUE(receiver_->Release(reserved.reservation_id()));  // what the router does next
+  EXPECT_TRUE(receiver_->Release(reserved.reservation_id(), false));  // what the router does next
   ASSERT_TRUE(PrefillEngineIdle());
-  EXPECT_EQ(send_arena_->bytes_in_use(), 0u);
   EXPECT_EQ(prefill_->Stats().cache_bytes_in_use, 0);
   EXPECT_EQ(receiver_->Stats().active, 0);
 }
@@ -325,7 +337,7 @@ TEST_P(KvHandoffRefusalTest, ReservationLeasesTheDecodePoolUntilItEnds) {
   EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
   auto released = Reserve(100);
   EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased + one);
-  EXPECT_TRUE(receiver_->Release(released.reservation_id()));
+  EXPECT_TRUE(receiver_->Release(released.reservation_id(), false));
   EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
   Reserve(100, /*lease_ms=*/1);
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -361,6 +373,31 @@ TEST_P(KvHandoffRefusalTest, ReservationLeasesTheDecodePoolUntilItEnds) {
   EXPECT_NE(refused.status().message().find("--kv-cache-memory-bytes"), std::string::npos);
   EXPECT_EQ(receiver_->Stats().active, 0);
   hold.clear();
+  EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
+}
+
+// Pages of a reservation that was not taken may still receive a late write from a prefill
+// worker that has not yet given up: they and the lease return to the pool only after the grace.
+TEST_P(KvHandoffRefusalTest, PagesOfAnUntakenReservationAreQuarantined) {
+  receiver_ = MakeReceiver(std::chrono::milliseconds(300));
+  const engine::KvPool& pool = decode_->model().kv_pool();
+  const int64_t leased = decode_->Stats().cache_bytes_reserved;
+  const auto reserved = Reserve(100);
+  const int64_t pages = pool.pages_in_use();
+  EXPECT_GT(pages, 0);  // the rows' pages, prepared at Reserve
+  EXPECT_TRUE(receiver_->Release(reserved.reservation_id(), false));
+  EXPECT_EQ(receiver_->Stats().quarantined, 1);
+  EXPECT_EQ(pool.pages_in_use(), pages);
+  EXPECT_GT(decode_->Stats().cache_bytes_reserved, leased);
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  EXPECT_EQ(receiver_->Stats().quarantined, 0);
+  EXPECT_EQ(pool.pages_in_use(), 0);
+  EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
+  // Released after the prefill worker reported the transfer complete: nothing can land late.
+  const auto delivered = Reserve(100);
+  EXPECT_TRUE(receiver_->Release(delivered.reservation_id(), /*transfer_completed=*/true));
+  EXPECT_EQ(receiver_->Stats().quarantined, 0);
+  EXPECT_EQ(pool.pages_in_use(), 0);
   EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
 }
 

@@ -37,6 +37,7 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   model_options.tensor_parallel_size = options.tensor_parallel_size;
   model_options.threads = options.threads;
   ASSIGN_OR_RETURN(model_options.weights, engine::ParseWeightStorage(options.weights));
+  ASSIGN_OR_RETURN(model_options.kv_cache_dtype, engine::ParseKvCacheDtype(options.kv_cache_dtype));
   ASSIGN_OR_RETURN(auto model, engine::Model::Load(options.model_dir, model_options));
   result.load_seconds = SecondsSince(t0);
   result.prompt_tokens = static_cast<int64_t>(result.prompt_ids.size());

@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
                    "tensor-parallel ranks (threads), 1..8")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
+  golden_cmd->add_option("--kv-cache-dtype", golden.kv_cache_dtype, "auto | fp8")
+      ->check(CLI::IsMember({"auto", "fp8"}))
+      ->capture_default_str();
 
   pdspark::tools::GenerateOptions gen;
   std::string ids_text;
@@ -150,6 +153,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   gen_cmd->add_option("--weights", gen.weights, "native | fp32 (dequantised copies)")
       ->check(CLI::IsMember({"native", "fp32"}))
+      ->capture_default_str();
+  gen_cmd->add_option("--kv-cache-dtype", gen.kv_cache_dtype, "auto | fp8")
+      ->check(CLI::IsMember({"auto", "fp8"}))
       ->capture_default_str();
   gen_cmd->add_flag("--json", json, "print one JSON object");
 

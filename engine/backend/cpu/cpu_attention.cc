@@ -20,32 +20,60 @@ void CpuOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, in
                     const float* sink, float* out) {
   const int64_t hd = head_dim, rows = keys.num_rows();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  // A task is a block of one row's heads, small enough to spread a decode row over the threads.
-  const int64_t block = std::clamp<int64_t>(heads / 4, 1, 8);
+  const bool fp8 = keys.fp8.head_dim > 0;
+  // A task is a block of one row's heads: all of them when the rows alone keep every thread
+  // busy (a batch), fewer to spread a lone decode row over the threads.
+  const int64_t threads = pool_ ? pool_->size() : 1;
+  const int64_t blocks_per_row = std::clamp<int64_t>(
+      (4 * threads + rows - 1) / std::max<int64_t>(rows, 1), 1, std::max<int64_t>(heads, 1));
+  const int64_t block = heads > 0 ? (heads + blocks_per_row - 1) / blocks_per_row : 1;
   const int64_t blocks = heads > 0 ? (heads + block - 1) / block : 0;
   auto task = [&](int64_t t) {
-    const int64_t r = t / blocks, h0 = (t % blocks) * block;
-    const float* const* key = keys.rows.data() + keys.offsets[r];
+    const int64_t r = t / blocks, h0 = (t % blocks) * block, h1 = std::min(heads, h0 + block);
+    const void* const* key_rows = keys.rows.data() + keys.offsets[r];
     const int64_t n = keys.offsets[r + 1] - keys.offsets[r];
-    std::vector<float> s(n);
-    std::vector<double> acc(hd);
-    for (int64_t h = h0; h < std::min(heads, h0 + block); ++h) {
-      const float* qh = q + (r * heads + h) * hd;
+    // Key j as fp32: the cache row itself, or the FP8 row decoded once for the task.
+    std::vector<float> decoded(fp8 ? n * hd : 0);
+    for (int64_t j = 0; fp8 && j < n; ++j) {
+      keys.fp8.Decode(static_cast<const uint8_t*>(key_rows[j]), decoded.data() + j * hd);
+    }
+    auto key = [&](int64_t j) {
+      return fp8 ? decoded.data() + j * hd : static_cast<const float*>(key_rows[j]);
+    };
+    // Per head: the scores, then exp(score - max) and the denominator (sink included). Each
+    // head's arithmetic runs in key order whatever the blocking, so the results do not depend
+    // on the block size or on the cache's dtype (FP8 rows decode to the values stored).
+    std::vector<float> s((h1 - h0) * n);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* k = key(j);
+      for (int64_t h = h0; h < h1; ++h) {
+        s[(h - h0) * n + j] =
+            static_cast<float>(kc::DotDouble(q + (r * heads + h) * hd, k, hd)) * scale;
+      }
+    }
+    std::vector<double> denom(h1 - h0);
+    for (int64_t h = h0; h < h1; ++h) {
+      float* sh = s.data() + (h - h0) * n;
       float max_score = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n; ++j) max_score = std::max(max_score, sh[j]);
+      double sum = 0.0;
       for (int64_t j = 0; j < n; ++j) {
-        s[j] = static_cast<float>(kc::DotDouble(qh, key[j], hd)) * scale;
-        max_score = std::max(max_score, s[j]);
+        sh[j] = std::exp(sh[j] - max_score);
+        sum += sh[j];
       }
-      double denom = 0.0;
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = std::exp(s[j] - max_score);
-        denom += s[j];
+      denom[h - h0] = sum + std::exp(sink[h] - max_score);
+    }
+    std::vector<double> acc((h1 - h0) * hd, 0.0);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* k = key(j);
+      for (int64_t h = h0; h < h1; ++h) {
+        kc::AddScaledDouble(s[(h - h0) * n + j], k, hd, acc.data() + (h - h0) * hd);
       }
-      denom += std::exp(sink[h] - max_score);
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j < n; ++j) kc::AddScaledDouble(s[j], key[j], hd, acc.data());
+    }
+    for (int64_t h = h0; h < h1; ++h) {
       float* o = out + (r * heads + h) * hd;
-      for (int64_t c = 0; c < hd; ++c) o[c] = static_cast<float>(acc[c] / denom);
+      const double* a = acc.data() + (h - h0) * hd;
+      for (int64_t c = 0; c < hd; ++c) o[c] = static_cast<float>(a[c] / denom[h - h0]);
     }
   };
   if (pool_) {
@@ -64,7 +92,8 @@ void CpuOps::IndexerScores(const AttentionKeys& keys, const float* q, const floa
       for (int64_t j = keys.offsets[r]; j < keys.offsets[r + 1]; ++j) {
         double total = 0.0;
         for (int64_t h = 0; h < heads; ++h) {
-          const double dot = kc::DotDouble(qr + h * dim, keys.rows[j], dim);
+          const double dot =
+              kc::DotDouble(qr + h * dim, static_cast<const float*>(keys.rows[j]), dim);
           total += std::max(static_cast<float>(dot), 0.0f) * wr[h];
         }
         scores[j] = total;

@@ -28,7 +28,7 @@ std::vector<char> Pattern(size_t n, int seed) {
 // Writes two non-contiguous pieces of `source` into `sink`'s region and checks the bytes.
 void ExpectScatteredWrite(TransferAgent& source, TransferAgent& sink) {
   std::vector<char> target(1 << 20, 0);
-  auto region = sink.RegisterMemory(target.data(), target.size());
+  auto region = sink.RegisterMemory(target.data(), target.size(), MemoryKind::kHost);
   ASSERT_TRUE(region.ok()) << region.status();
   ASSERT_TRUE(source.Connect("sink", sink.LocalAddress()).ok());
   const auto a = Pattern(4096, 1), b = Pattern(300000, 2);
@@ -99,7 +99,7 @@ TEST_P(UcxAgentTest, WritesBetweenTwoAgentsOfOneProcess) {
   auto agent = UcxAgent::Create({transports, ""});
   if (!agent.ok()) _exit(10);
   std::vector<char> buffer(size, 0);
-  auto region = (*agent)->RegisterMemory(buffer.data(), buffer.size());
+  auto region = (*agent)->RegisterMemory(buffer.data(), buffer.size(), MemoryKind::kHost);
   if (!region.ok()) _exit(11);
   const std::string address = (*agent)->LocalAddress();
   const std::string descriptor = region->remote.Serialize();
@@ -233,10 +233,10 @@ TEST(UcxStallTest, StalledPeerFailsWithDeadlineExceeded) {
   EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
   // The endpoint was closed: the next write needs a new Connect.
-  EXPECT_FALSE(stopped.source
-                   ->Write("sink", stopped.sink.region, {{data.data(), 8, 0}},
-                           In(std::chrono::seconds(1)))
-                   .ok());
+  EXPECT_FALSE(
+      stopped.source
+          ->Write("sink", stopped.sink.region, {{data.data(), 8, 0}}, In(std::chrono::seconds(1)))
+          .ok());
 }
 
 TEST_P(UcxAgentTest, PostedWritesAndFlushCompleteIntoTheirTracker) {
@@ -244,7 +244,7 @@ TEST_P(UcxAgentTest, PostedWritesAndFlushCompleteIntoTheirTracker) {
   auto sink = UcxAgent::Create({GetParam(), ""});
   ASSERT_TRUE(source.ok() && sink.ok());
   std::vector<char> target(1 << 20, 0);
-  auto region = (*sink)->RegisterMemory(target.data(), target.size());
+  auto region = (*sink)->RegisterMemory(target.data(), target.size(), MemoryKind::kHost);
   ASSERT_TRUE(region.ok());
   ASSERT_TRUE((*source)->Connect("sink", (*sink)->LocalAddress()).ok());
   const auto data = Pattern(3 << 18, 5);
@@ -287,8 +287,8 @@ TEST(UcxStallTest, NoProgressFailsByTheStallTimerLongBeforeTheDeadline) {
   std::vector<WriteOp> ops;
   for (size_t off = 0; off < size; off += 4 << 20) ops.push_back({data.data() + off, 4 << 20, off});
   const auto start = Clock::now();
-  Status st = stopped.source->Write("sink", stopped.sink.region, ops,
-                                    In(std::chrono::seconds(60)), std::chrono::milliseconds(800));
+  Status st = stopped.source->Write("sink", stopped.sink.region, ops, In(std::chrono::seconds(60)),
+                                    std::chrono::milliseconds(800));
   EXPECT_EQ(ReasonOf(st), FailureReason::kStall) << st;
   EXPECT_NE(st.message().find("stalled"), std::string::npos) << st;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));

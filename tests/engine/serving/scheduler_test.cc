@@ -46,5 +46,32 @@ TEST(SchedulerTest, ABroughtLeaseGrowsWhenThePoolAllowsAndIsKeptMeanwhile) {
   EXPECT_EQ(scheduler.leased_bytes(), need);
 }
 
+// A prefill builds the DSpark context ring when the engine speculates, so its lease covers the
+// ring (it did not: the ring's pages were taken from the pool unleased).
+TEST(SchedulerTest, APrefillLeasesItsDSparkRing) {
+  auto model = LoadModel(/*block_rows=*/8, 256, /*kv_cache_bytes=*/8 << 20);
+  ServingOptions options;
+  const int64_t ring = 12345;
+  Scheduler plain(options, *model, 256, /*drafting=*/false, 0);
+  Scheduler drafting(options, *model, 256, /*drafting=*/true, ring);
+  RequestSpec spec = Spec("p", Prompt(40, 1), 1);
+  spec.prefill_only = true;
+  EXPECT_EQ(drafting.CacheReservation(spec), plain.CacheReservation(spec) + ring);
+}
+
+// A prefill whose rows a KV transfer ships from the pages keeps them past its window
+// (RequestSpec::keep_rows_from): its lease covers the wider windows.
+TEST(SchedulerTest, RowsKeptForATransferAreLeased) {
+  auto model = LoadModel(/*block_rows=*/8, /*max_rollback_tokens=*/8, 8 << 20);
+  ServingOptions options;
+  options.max_batch_tokens = 8;
+  Scheduler scheduler(options, *model, 256, /*drafting=*/false, 0);
+  RequestSpec spec = Spec("p", Prompt(200, 1), 1);
+  spec.prefill_only = true;
+  const int64_t windowed = scheduler.CacheReservation(spec);
+  spec.kept_extra_tokens = 64;
+  EXPECT_GT(scheduler.CacheReservation(spec), windowed);
+}
+
 }  // namespace
 }  // namespace pdspark::serving
