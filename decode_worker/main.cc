@@ -24,15 +24,17 @@ namespace {
 
 struct DecodeFlags {
   worker::WorkerFlags common;
-  std::string spec_method = "none";
+  std::string spec_method = "auto";
   std::string spec_tokens = "auto";
   int kv_staging_mb = 256;
 };
 
 void AddFlags(CLI::App& app, DecodeFlags& f) {
   worker::AddWorkerFlags(app, f.common);
-  app.add_option("--spec-method", f.spec_method, "speculative decoding: none | dspark")
-      ->check(CLI::IsMember({"none", "dspark"}))
+  app.add_option("--spec-method", f.spec_method,
+                 "speculative decoding: auto (dspark when the checkpoint has a DSpark drafter), "
+                 "dspark or none")
+      ->check(CLI::IsMember({"auto", "dspark", "none"}))
       ->capture_default_str();
   app.add_option("--spec-tokens", f.spec_tokens, "draft tokens per round: N or auto")
       ->capture_default_str();

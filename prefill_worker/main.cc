@@ -34,16 +34,7 @@ struct PrefillFlags {
 // requests never draft. "auto" loads it when the checkpoint has one.
 Status ApplyDrafter(const PrefillFlags& f, const engine::Model& model,
                     serving::ServingOptions& options) {
-  if (f.spec_method == "none") return absl::OkStatus();
-  Status st = serving::ApplySpecSettings("dspark", "1", f.common.model, model, options);
-  // auto tolerates a checkpoint without a drafter, not a broken one.
-  const bool no_drafter = absl::IsFailedPrecondition(st) || absl::IsNotFound(st);
-  if (no_drafter && f.spec_method == "auto") {
-    LOG_INFO("no DSpark drafter in the checkpoint ({}): shipping no drafter context",
-             st.ToString());
-    return serving::ApplySpecSettings("none", "0", f.common.model, model, options);
-  }
-  return st;
+  return serving::ApplySpecSettings(f.spec_method, "1", f.common.model, model, options);
 }
 
 int Run(const PrefillFlags& f, const sigset_t& signals) {

@@ -159,6 +159,13 @@ Status HttpServer::Start() {
         if (res.status == 413) {
           e.message = "the request body exceeds the size limit";
           e.code = "request_too_large";
+        } else if (res.status == 400) {
+          // httplib could not read the request: a malformed head, or a body shorter than its
+          // Content-Length (the client stopped sending or half-closed the connection).
+          e.message =
+              "the HTTP request could not be read: malformed, or its body ended before the "
+              "announced Content-Length";
+          e.code = "incomplete_request";
         } else if (res.status == 404) {
           e.message = "no such endpoint";
           e.type = "not_found_error";
@@ -175,6 +182,12 @@ Status HttpServer::Start() {
                 });
   server_->Get("/v1/models",
                [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
+  server_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleTokenize(req, res);
+  });
+  server_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleDetokenize(req, res);
+  });
   server_->Get("/health",
                [this](const httplib::Request&, httplib::Response& res) { HandleHealth(res); });
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -339,6 +352,75 @@ void HttpServer::HandleModels(httplib::Response& res) {
                 {"root", options_.model_path.empty() ? options_.model_name : options_.model_path},
                 {"max_model_len", handler_->options().max_model_len}};
   res.set_content(json({{"object", "list"}, {"data", json::array({model})}}).dump(), kJson);
+}
+
+void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+  // {"prompt": ...} tokenizes as a completion (BOS first unless add_special_tokens is false),
+  // {"messages": [...]} through the chat template, exactly as a request would be.
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object()) {
+    return SendError(
+        res, {400, "the body must be a JSON object", "invalid_request_error", "", "invalid_json"});
+  }
+  const ApiKind kind = body.contains("messages") ? ApiKind::kChat : ApiKind::kCompletion;
+  ParseLimits limits;
+  limits.max_body_bytes = options_.max_request_bytes;
+  ParseResult parsed = ParseOpenAiRequest(req.body, kind, limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
+  const OpenAiRequest& request = std::get<OpenAiRequest>(parsed);
+  if (auto e = CheckModel(request.model)) return SendError(res, *e);
+  const json& add_special =
+      body.contains("add_special_tokens") ? body["add_special_tokens"] : json(true);
+  if (!add_special.is_boolean()) {
+    return SendError(res, {400, "'add_special_tokens' must be a boolean", "invalid_request_error",
+                           "add_special_tokens", "invalid_type"});
+  }
+  auto ids = PromptIds(request);
+  if (auto* e = std::get_if<ApiError>(&ids)) return SendError(res, *e);
+  std::vector<uint32_t> tokens = std::get<std::vector<uint32_t>>(std::move(ids));
+  if (kind == ApiKind::kCompletion && request.prompt_text && !add_special.get<bool>()) {
+    // The text alone, without the BOS a completion request gets.
+    StatusOr<std::vector<uint32_t>> plain = handler_->codec().Encode(*request.prompt_text, true);
+    if (!plain.ok()) {
+      return SendError(res, {400, std::string(plain.status().message()), "invalid_request_error",
+                             "prompt", "invalid_value"});
+    }
+    tokens = *std::move(plain);
+  }
+  res.set_content(json({{"count", tokens.size()},
+                        {"max_model_len", handler_->options().max_model_len},
+                        {"tokens", tokens},
+                        {"token_strs", nullptr}})
+                      .dump(),
+                  kJson);
+}
+
+void HttpServer::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+  const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  const json* tokens = body.is_object() && body.contains("tokens") ? &body["tokens"] : nullptr;
+  if (tokens == nullptr || !tokens->is_array()) {
+    return SendError(res, {400, "'tokens' must be an array of token ids", "invalid_request_error",
+                           "tokens", "invalid_type"});
+  }
+  const json& model = body.contains("model") ? body["model"] : json("");
+  if (auto e = CheckModel(model.is_string() ? model.get<std::string>() : model.dump())) {
+    return SendError(res, *e);
+  }
+  const TextCodec& codec = handler_->codec();
+  auto detokenizer = codec.NewDetokenizer(/*skip_special_tokens=*/false);
+  std::string text;
+  for (const json& id : *tokens) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() >= static_cast<int64_t>(codec.vocab_size())) {
+      return SendError(res, {400,
+                             absl::StrCat("'tokens' holds ", id.dump(), ", not a token id in [0, ",
+                                          codec.vocab_size(), ")"),
+                             "invalid_request_error", "tokens", "invalid_value"});
+    }
+    text += detokenizer->Push(id.get<uint32_t>());
+  }
+  text += detokenizer->Flush();
+  res.set_content(json({{"prompt", text}}).dump(), kJson);
 }
 
 void HttpServer::HandleHealth(httplib::Response& res) {

@@ -55,6 +55,9 @@ class HttpServer {
   bool RefuseBeforeRouting(const httplib::Request& req, httplib::Response& res);
   void HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res);
   void HandleModels(httplib::Response& res);
+  // vLLM's /tokenize and /detokenize: what the router would feed the model, and back.
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
   void HandleHealth(httplib::Response& res);
   // Prompt ids from the parsed request (completion text / ids, or the chat template's text).
   std::variant<std::vector<uint32_t>, ApiError> PromptIds(const OpenAiRequest& request) const;

@@ -31,6 +31,8 @@ class TextCodec {
                                                  bool parse_special) const = 0;
   virtual std::unique_ptr<StreamDetokenizer> NewDetokenizer(bool skip_special_tokens) const = 0;
   virtual std::optional<uint32_t> bos_token_id() const = 0;
+  // Ids at or above this are not tokens (the tokenizer's vocabulary).
+  virtual uint32_t vocab_size() const = 0;
 };
 
 }  // namespace pdspark::router

@@ -20,6 +20,7 @@ class TokenizerTextCodec : public TextCodec {
   StatusOr<std::vector<uint32_t>> Encode(std::string_view text, bool parse_special) const override;
   std::unique_ptr<StreamDetokenizer> NewDetokenizer(bool skip_special_tokens) const override;
   std::optional<uint32_t> bos_token_id() const override;
+  uint32_t vocab_size() const override { return static_cast<uint32_t>(tokenizer_->vocab_size()); }
 
  private:
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;

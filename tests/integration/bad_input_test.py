@@ -142,6 +142,31 @@ class BadInputTest(unittest.TestCase):
         self.assert_still_serving()
         assert_nothing_held(self, ARGS.source_dir, self.workers)
 
+    def test_truncated_body_gets_an_error_response(self):
+        # The client announces more bytes than it sends and stops sending: once the read times
+        # out the router answers 400 with an OpenAI-style body saying so (it said "HTTP error
+        # 400"). A client that also half-closes its side still gets nothing: Debian's
+        # cpp-httplib 0.11 takes a half-closed socket for a dead one and writes no response
+        # (docs/api.md, known limits).
+        import socket
+        s = socket.create_connection(("127.0.0.1", self.router.http), timeout=60)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: router\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 200\r\n\r\n" + with_()[:20])
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        type(self).tried += 1
+        self.assertTrue(data.startswith(b"HTTP/1.1 400"), data[:300])
+        error = json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]
+        self.assertEqual(error["type"], "invalid_request_error", error)
+        self.assertEqual(error["code"], "incomplete_request", error)
+        self.assertIn("Content-Length", error["message"])
+        self.assert_still_serving()
+
     def test_unknown_fields_are_ignored_as_vllm_does(self):
         # docs/api.md: unknown fields are accepted and ignored (newer OpenAI clients send them).
         type(self).tried += 1

@@ -34,7 +34,9 @@ class DSparkClusterTest(unittest.TestCase):
                                           "--tensor-parallel-size", "8"])
         cls.prefill = c.start_worker("prefill", "prefill", [cls.r_spec],
                                      ["--tensor-parallel-size", "2"])
-        cls.decode_plain = c.start_worker("decode-plain", "decode", [cls.r_plain])
+        # Speculation is on by default with the bundled drafter: this one runs plainly.
+        cls.decode_plain = c.start_worker("decode-plain", "decode", [cls.r_plain],
+                                          ["--spec-method", "none"])
         c.wait_ready((lambda: health(cls.r_spec).get("decode_workers") == 1 and
                       health(cls.r_spec).get("prefill_workers") == 1, "spec cluster"),
                      (lambda: health(cls.r_plain).get("decode_workers") == 1, "plain cluster"))

@@ -594,6 +594,38 @@ TEST_F(RouterPlumbingTest, WorkersRegisterAgainAfterRouterRestart) {
   EXPECT_EQ(Post("/v1/completions", R"({"prompt": "x", "max_tokens": 2})")->status, 200);
 }
 
+// vLLM's /tokenize and /detokenize: the ids a request would be fed, and back to text.
+TEST_F(RouterPlumbingTest, TokenizeAndDetokenize) {
+  StartRouter();
+  auto res = Post("/tokenize", R"({"prompt": "hi"})");
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json tokenized = json::parse(res->body);
+  using testing::kBosId, testing::kByteOffset;
+  const json expected =
+      json::array({kBosId, uint32_t{'h'} + kByteOffset, uint32_t{'i'} + kByteOffset});
+  EXPECT_EQ(tokenized["tokens"], expected);
+  EXPECT_EQ(tokenized["count"], 3);
+  EXPECT_EQ(tokenized["max_model_len"], 128);
+  res = Post("/tokenize", R"({"prompt": "hi", "add_special_tokens": false})");
+  EXPECT_EQ(json::parse(res->body)["count"], 2) << res->body;
+  // Chat messages go through the chat template, as a chat request's would.
+  res = Post("/tokenize", R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_GT(json::parse(res->body)["count"].get<int>(), 3);
+
+  res = Post("/detokenize", json({{"tokens", expected}}).dump());
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["prompt"], "hi");
+  // Refused with OpenAI-style errors naming the field.
+  for (const char* bad : {R"({"tokens": [5, 100000]})", R"({"tokens": "hi"})", R"({})"}) {
+    res = Post("/detokenize", bad);
+    EXPECT_EQ(res->status, 400) << bad;
+    EXPECT_EQ(json::parse(res->body)["error"]["param"], "tokens") << bad;
+  }
+  EXPECT_EQ(Post("/tokenize", R"({"prompt": 3})")->status, 400);
+  EXPECT_EQ(Post("/tokenize", R"({"prompt": "x", "model": "other"})")->status, 404);
+}
+
 TEST_F(RouterPlumbingTest, ModelsAndMetrics) {
   StartRouter();
   AddWorker();

@@ -46,6 +46,7 @@ class ByteTextCodec : public TextCodec {
     return std::make_unique<Detok>();
   }
   std::optional<uint32_t> bos_token_id() const override { return kBosId; }
+  uint32_t vocab_size() const override { return 256 + kByteOffset; }
 
   static std::string Decode(const std::vector<uint32_t>& ids) {
     std::string s;

@@ -46,6 +46,7 @@ TEST(Generate, DSparkGivesThePlainGreedyTokensAndCountsItsRounds) {
   options.prompt_text = "ROMEO:";
   options.max_tokens = 24;
   options.stop_at_eos = false;
+  options.spec_method = "none";  // the default, auto, speculates with the bundled drafter
   auto plain = Generate(options);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_EQ(plain->spec.drafts, 0);

@@ -24,7 +24,7 @@ struct GenerateOptions {
   // Leave special tokens (BOS, EOS, chat markers) out of `text`, as the HTTP API does by default
   // (vLLM's skip_special_tokens); token_ids keep them.
   bool skip_special_tokens = true;
-  std::string spec_method = "none";     // none | dspark
+  std::string spec_method = "auto";     // auto | dspark | none
   std::string spec_tokens = "auto";     // N | auto
   int tensor_parallel_size = 1;         // ranks of the target model (threads of this process)
   int threads = 0;                      // compute threads of the model; 0 = every core allowed

@@ -30,7 +30,13 @@ struct Child {
   std::string log;
   int metrics_port = 0;
   std::string component;  // router | prefill | decode | prometheus
+  std::vector<std::string> argv;
+  // --restart-workers: when a dead child is started again, and how long the next wait is.
+  std::chrono::steady_clock::time_point restart_at;
+  std::chrono::milliseconds backoff{1000};
 };
+
+constexpr std::chrono::milliseconds kMaxBackoff{30000};
 
 // Starts `argv` with stdout and stderr appended to `log`; the child gets default signal
 // handling back (the launcher blocks SIGINT/SIGTERM for itself).
@@ -113,6 +119,34 @@ void StopAll(std::vector<Child>& children) {
   }
 }
 
+// Reaps dead children and restarts them when their back-off has passed; false when one died
+// and restarts are off.
+bool Supervise(std::vector<Child>& children, bool restart) {
+  const auto now = std::chrono::steady_clock::now();
+  for (Child& c : children) {
+    int status = 0;
+    if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
+      c.pid = -1;
+      if (!restart) {
+        std::fprintf(stderr, "launch: %s exited (status %d); stopping the cluster; see %s\n",
+                     c.name.c_str(), status, c.log.c_str());
+        return false;
+      }
+      std::fprintf(stderr, "launch: %s exited (status %d); restarting it in %lld ms; see %s\n",
+                   c.name.c_str(), status, static_cast<long long>(c.backoff.count()),
+                   c.log.c_str());
+      c.restart_at = now + c.backoff;
+      c.backoff = std::min(2 * c.backoff, kMaxBackoff);
+    }
+    if (c.pid <= 0 && now >= c.restart_at) {
+      c.pid = Spawn(c.argv, c.log);
+      std::fprintf(stderr, "launch: %s restarted (pid %d)\n", c.name.c_str(), c.pid);
+      if (c.pid <= 0) c.restart_at = now + c.backoff;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int Launch(const LaunchOptions& o) {
@@ -132,12 +166,13 @@ int Launch(const LaunchOptions& o) {
   std::vector<Child> children;
   auto start = [&](Child child, std::vector<std::string> argv) -> bool {
     child.log = run_dir + "/" + child.name + ".log";
-    child.pid = Spawn(argv, child.log);
+    child.argv = std::move(argv);
+    child.pid = Spawn(child.argv, child.log);
     if (child.pid <= 0) {
-      std::fprintf(stderr, "launch: cannot start %s\n", argv[0].c_str());
+      std::fprintf(stderr, "launch: cannot start %s\n", child.argv[0].c_str());
       return false;
     }
-    children.push_back(child);
+    children.push_back(std::move(child));
     return true;
   };
   const std::string router_grpc = "127.0.0.1:" + std::to_string(o.grpc_port);
@@ -218,25 +253,14 @@ int Launch(const LaunchOptions& o) {
   std::printf("Ctrl-C stops everything.\n");
   std::fflush(stdout);
 
-  // Run until a signal, or until a child dies (then stop the rest: a half cluster is a bug).
+  // Run until a signal. A child that dies is started again after a back-off (the router fails
+  // its requests over to the workers left meanwhile), or, without --restart-workers, the
+  // whole cluster stops.
   int exit_code = 0;
-  while (true) {
+  while (exit_code == 0) {
     timespec tick{0, 200 * 1000 * 1000};
     if (sigtimedwait(&signals, nullptr, &tick) > 0) break;
-    bool died = false;
-    for (Child& c : children) {
-      int status;
-      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
-        std::fprintf(stderr, "launch: %s exited (status %d); stopping the cluster; see %s\n",
-                     c.name.c_str(), status, c.log.c_str());
-        c.pid = -1;
-        died = true;
-      }
-    }
-    if (died) {
-      exit_code = 1;
-      break;
-    }
+    if (!Supervise(children, o.restart_workers)) exit_code = 1;
   }
   std::printf("stopping the cluster\n");
   StopAll(children);

@@ -139,7 +139,10 @@ int main(int argc, char** argv) {
       ->add_option("--skip-special-tokens", gen.skip_special_tokens,
                    "leave special tokens out of the text (as the HTTP API does)")
       ->capture_default_str();
-  gen_cmd->add_option("--spec-method", gen.spec_method, "speculative decoding: none | dspark")
+  gen_cmd
+      ->add_option("--spec-method", gen.spec_method,
+                   "speculative decoding: auto (dspark when the checkpoint has a drafter), "
+                   "dspark or none")
       ->capture_default_str();
   gen_cmd->add_option("--spec-tokens", gen.spec_tokens, "draft tokens per round: N | auto")
       ->capture_default_str();
@@ -170,7 +173,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   launch_cmd->add_option("--tensor-parallel-size", launch.tensor_parallel_size, "per worker")
       ->capture_default_str();
-  launch_cmd->add_option("--spec-method", launch.spec_method, "none | dspark")
+  launch_cmd->add_option("--spec-method", launch.spec_method, "auto | dspark | none")
       ->capture_default_str();
   launch_cmd->add_option("--spec-tokens", launch.spec_tokens, "N | auto")->capture_default_str();
   launch_cmd->add_option("--ucx-tls", launch.ucx_tls, "KV transfer transports")
@@ -179,6 +182,11 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--run-dir", launch.run_dir, "logs (default: a temp directory)");
   launch_cmd->add_option("--prometheus-port", launch.prometheus_port,
                          "also run Debian's prometheus scraping every process (0 = off)");
+  launch_cmd
+      ->add_option("--restart-workers", launch.restart_workers,
+                   "start a process that died again, with back-off (1 s doubling to 30 s); "
+                   "false: stop the whole cluster")
+      ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   if (golden_cmd->parsed()) return RunGoldenCheckCommand(golden);

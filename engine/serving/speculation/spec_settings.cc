@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "engine/dspark/drafter.h"
 
 namespace pdspark::serving {
@@ -13,9 +14,17 @@ Status ApplySpecSettings(const std::string& method, const std::string& tokens,
   options.spec_tokens = 0;
   options.spec_auto = false;
   if (method == "none") return absl::OkStatus();
+  if (method == "auto") {
+    const Status st = ApplySpecSettings("dspark", tokens, model_dir, model, options);
+    if (absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) {
+      LOG_INFO("no DSpark drafter in the checkpoint ({}): speculation off", st.ToString());
+      return ApplySpecSettings("none", tokens, model_dir, model, options);
+    }
+    return st;
+  }
   if (method != "dspark") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--spec-method ", method, ": expected none or dspark"));
+        absl::StrCat("--spec-method ", method, ": expected auto, dspark or none"));
   }
   const bool automatic = tokens == "auto";
   int64_t n = 0;

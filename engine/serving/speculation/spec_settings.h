@@ -1,5 +1,6 @@
-// `--spec-method none|dspark --spec-tokens N|auto` -> ServingOptions, shared by the decode
-// worker and `pdspark generate` so both accept and refuse exactly the same settings.
+// `--spec-method auto|dspark|none --spec-tokens N|auto` -> ServingOptions, shared by the
+// workers and `pdspark generate` so all accept and refuse exactly the same settings. auto (the
+// default) is dspark when the checkpoint carries a DSpark drafter and none when it has none.
 #pragma once
 
 #include <string>
@@ -11,7 +12,8 @@
 namespace pdspark::serving {
 
 // Loads the checkpoint's DSpark drafter when speculation is on and fills the spec fields of
-// `options`; leaves them off for "none". InvalidArgument names the bad flag value.
+// `options`; leaves them off for "none", and for "auto" on a checkpoint without a drafter (a
+// broken drafter is still an error). InvalidArgument names the bad flag value.
 Status ApplySpecSettings(const std::string& method, const std::string& tokens,
                          const std::string& model_dir, const engine::Model& model,
                          ServingOptions& options);
