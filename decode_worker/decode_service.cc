@@ -90,6 +90,8 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     }
     v1::WorkerGenerateResponse response;
     response.mutable_token_ids()->Assign(event->tokens.begin(), event->tokens.end());
+    serving::AppendLogprobs(event->logprobs, response.mutable_logprobs());
+    serving::AppendLogprobs(event->prompt_logprobs, response.mutable_prompt_logprobs());
     const bool last = event->outcome != serving::Outcome::kRunning;
     if (last) {
       response.set_finish_reason(serving::ToProto(event->finish_reason, event->outcome));

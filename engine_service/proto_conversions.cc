@@ -1,5 +1,7 @@
 #include "engine_service/proto_conversions.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace pdspark::serving {
@@ -15,7 +17,40 @@ sampling::SamplingParams FromProto(const v1::SamplingParams& proto) {
   params.min_tokens = static_cast<int32_t>(proto.min_tokens());
   params.stop_token_ids.assign(proto.stop_token_ids().begin(), proto.stop_token_ids().end());
   params.ignore_eos = proto.ignore_eos();
+  // Above kMaxLogprobs stays above, for Validate() to refuse (never wrapped into range).
+  auto count = [](uint32_t n) { return static_cast<int32_t>(std::min<uint32_t>(n, 1u << 20)); };
+  if (proto.has_logprobs()) params.logprobs = count(proto.logprobs());
+  if (proto.has_prompt_logprobs()) params.prompt_logprobs = count(proto.prompt_logprobs());
+  params.presence_penalty = proto.presence_penalty();
+  params.frequency_penalty = proto.frequency_penalty();
+  if (proto.has_repetition_penalty()) params.repetition_penalty = proto.repetition_penalty();
+  // Ids past int32 become negative and are refused by Validate(), never wrapped into range.
+  for (const auto& [id, bias] : proto.logit_bias()) {
+    params.logit_bias.emplace_back(static_cast<int32_t>(id), bias);
+  }
+  std::sort(params.logit_bias.begin(), params.logit_bias.end());  // map order is unspecified
+  for (const v1::TokenSequence& word : proto.bad_words()) {
+    params.bad_words.emplace_back(word.ids().begin(), word.ids().end());
+  }
   return params;
+}
+
+v1::TokenLogprob ToProto(const sampling::TokenLogprob& logprob) {
+  v1::TokenLogprob out;
+  out.set_token_id(static_cast<uint32_t>(logprob.token));
+  out.set_logprob(logprob.logprob);
+  out.set_rank(static_cast<uint32_t>(logprob.rank));
+  for (const sampling::TopLogprob& top : logprob.top) {
+    v1::TopLogprob* t = out.add_top();
+    t->set_token_id(static_cast<uint32_t>(top.token));
+    t->set_logprob(top.logprob);
+  }
+  return out;
+}
+
+void AppendLogprobs(const std::vector<sampling::TokenLogprob>& logprobs,
+                    google::protobuf::RepeatedPtrField<v1::TokenLogprob>* out) {
+  for (const sampling::TokenLogprob& logprob : logprobs) *out->Add() = ToProto(logprob);
 }
 
 v1::FinishReason ToProto(sampling::FinishReason reason, Outcome outcome) {

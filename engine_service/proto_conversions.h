@@ -3,7 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <vector>
 
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/serving/request.h"
 #include "engine/serving/serving_engine.h"
@@ -16,6 +18,9 @@ namespace pdspark::serving {
 sampling::SamplingParams FromProto(const v1::SamplingParams& proto);
 v1::FinishReason ToProto(sampling::FinishReason reason, Outcome outcome);
 v1::SpecCounters ToProto(const SpecStats& stats);
+v1::TokenLogprob ToProto(const sampling::TokenLogprob& logprob);
+void AppendLogprobs(const std::vector<sampling::TokenLogprob>& logprobs,
+                    google::protobuf::RepeatedPtrField<v1::TokenLogprob>* out);
 
 // The request's absolute deadline (Unix microseconds, 0 = none) on the steady clock.
 Clock::time_point DeadlineFromUnixMicros(int64_t unix_us);

@@ -124,11 +124,13 @@ StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngin
   return StateStreamer::Create(&agent, std::move(layout), std::move(target), mode);
 }
 
-StatusOr<int32_t> StreamPrefill(serving::ServingEngine& engine, transport::TransferAgent& agent,
-                                std::shared_ptr<StateStreamer> streamer, serving::RequestSpec spec,
-                                const v1::TransferDescriptor& descriptor,
-                                const TransferOptions& options,
-                                const std::function<bool()>& cancelled) {
+StatusOr<serving::RequestEvent> StreamPrefill(serving::ServingEngine& engine,
+                                              transport::TransferAgent& agent,
+                                              std::shared_ptr<StateStreamer> streamer,
+                                              serving::RequestSpec spec,
+                                              const v1::TransferDescriptor& descriptor,
+                                              const TransferOptions& options,
+                                              const std::function<bool()>& cancelled) {
   const std::string& peer = descriptor.incarnation_id();
   spec.prefill_only = true;
   spec.state_observer = streamer;
@@ -185,7 +187,7 @@ StatusOr<int32_t> StreamPrefill(serving::ServingEngine& engine, transport::Trans
   RETURN_IF_ERROR(transport::AwaitCompletion(
       agent, peer, streamer->tracker(),
       std::min(deadline, streamer->prefill_end() + options.tail_timeout), options.stall));
-  return event->tokens.front();
+  return *std::move(event);
 }
 
 void Abandon(transport::TransferAgent& agent, const std::string& peer_id,
@@ -247,7 +249,11 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                  std::chrono::duration<double>(now - done.first_post()).count(),
                  std::chrono::duration<double>(now - done.prefill_end()).count());
   v1::PrefillProgress completed = Progress(v1::PrefillProgress::STAGE_COMPLETED);
-  completed.set_first_token_id(static_cast<uint32_t>(*first));
+  completed.set_first_token_id(static_cast<uint32_t>(first->tokens.front()));
+  if (!first->logprobs.empty()) {
+    *completed.mutable_first_token_logprob() = serving::ToProto(first->logprobs.front());
+  }
+  serving::AppendLogprobs(first->prompt_logprobs, completed.mutable_prompt_logprobs());
   completed.set_layers_sent(static_cast<uint32_t>(engine_->model().config().num_hidden_layers));
   writer->Write(completed);
   return grpc::Status::OK;

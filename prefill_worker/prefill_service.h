@@ -42,13 +42,16 @@ StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngin
 
 // Runs `spec` as a prefill_only request on `engine` while `streamer` ships its state, posting
 // each layer's writes as they are queued; then posts the rest, the completion record and a
-// flush, and waits for it. Returns the first token. `cancelled` is polled (the client went
+// flush, and waits for it. Returns the request's final event: the first token (with its logprobs
+// and the prompt's when asked for). `cancelled` is polled (the client went
 // away); on failure the prefill is cancelled and the caller must Abandon the streamer.
-StatusOr<int32_t> StreamPrefill(serving::ServingEngine& engine, transport::TransferAgent& agent,
-                                std::shared_ptr<StateStreamer> streamer, serving::RequestSpec spec,
-                                const v1::TransferDescriptor& descriptor,
-                                const TransferOptions& options,
-                                const std::function<bool()>& cancelled);
+StatusOr<serving::RequestEvent> StreamPrefill(serving::ServingEngine& engine,
+                                              transport::TransferAgent& agent,
+                                              std::shared_ptr<StateStreamer> streamer,
+                                              serving::RequestSpec spec,
+                                              const v1::TransferDescriptor& descriptor,
+                                              const TransferOptions& options,
+                                              const std::function<bool()>& cancelled);
 
 // After a failure: no more writes, the posted ones drain (bounded by the stall timer), and the
 // pages they read are freed unless the transport still holds them.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/security/api_key.h"
+#include "router/sampling_tokens.h"
 
 namespace pdspark::router {
 namespace {
@@ -40,6 +41,9 @@ class GrpcObserver : public StreamObserver {
     response.set_request_id(request_id_);
     response.mutable_token_ids()->Assign(chunk.token_ids.begin(), chunk.token_ids.end());
     response.set_text(chunk.text);
+    response.mutable_logprobs()->Add(chunk.logprobs.begin(), chunk.logprobs.end());
+    response.mutable_prompt_logprobs()->Add(chunk.prompt_logprobs.begin(),
+                                            chunk.prompt_logprobs.end());
     return writer_->Write(response);
   }
   bool ClientGone() const override { return context_->IsCancelled(); }
@@ -128,12 +132,28 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
   s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
   if (auto error = CheckTokenIds(s.stop_token_ids, "sampling.stop_token_ids")) return *error;
   s.stop.assign(p.stop().begin(), p.stop().end());
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
+  for (const auto& [id, bias] : p.logit_bias()) s.logit_bias.emplace_back(id, bias);
+  for (const v1::TokenSequence& word : p.bad_words()) {
+    s.bad_words_ids.emplace_back(word.ids().begin(), word.ids().end());
+  }
   if (auto error = CheckSamplingLimits(s, ParseLimits{})) {
-    error->param = "sampling.stop";
+    error->param = "sampling." + error->param;
     return *error;
   }
+  if (auto error = ResolveSamplingTokens(handler_->codec(), &s, "sampling.")) return *error;
   if (p.has_seed()) s.seed = p.seed();
   s.ignore_eos = p.ignore_eos();
+  if ((p.has_logprobs() && p.logprobs() > kMaxLogprobs) ||
+      (p.has_prompt_logprobs() && p.prompt_logprobs() > kMaxLogprobs)) {
+    return ApiError{400,
+                    absl::StrCat("logprobs and prompt_logprobs must be at most ", kMaxLogprobs),
+                    "invalid_request_error", "sampling.logprobs", "invalid_value"};
+  }
+  if (p.has_logprobs()) s.logprobs = p.logprobs();
+  if (p.has_prompt_logprobs()) s.prompt_logprobs = p.prompt_logprobs();
   s.skip_special_tokens = request.skip_special_tokens();
   // max_tokens 0 means "until EOS or the end of the context".
   input.default_max_tokens_to_context = true;

@@ -10,7 +10,9 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "router/chat_template.h"
+#include "router/choice_builder.h"
 #include "router/connection_probe.h"
+#include "router/sampling_tokens.h"
 
 namespace pdspark::router {
 namespace {
@@ -33,32 +35,35 @@ void SendError(httplib::Response& res, const ApiError& error) {
   res.set_content(FormatErrorBody(error), kJson);
 }
 
-// Non-streaming: gathers the text; the probe notices a client that hung up meanwhile.
+// Non-streaming: gathers the choice; the probe notices a client that hung up meanwhile.
 class CollectingObserver : public StreamObserver {
  public:
-  explicit CollectingObserver(const ConnectionProbe* probe) : probe_(probe) {}
+  CollectingObserver(const ConnectionProbe* probe, ChoiceBuilder* choice)
+      : probe_(probe), choice_(choice) {}
   bool OnChunk(const TokenChunk& chunk) override {
-    text_ += chunk.text;
+    choice_->Add(chunk);
     return true;
   }
   bool ClientGone() const override { return probe_->Gone(); }
-  const std::string& text() const { return text_; }
 
  private:
   const ConnectionProbe* probe_;
-  std::string text_;
+  ChoiceBuilder* choice_;
 };
 
-// Streaming: one SSE event per chunk that carries text. A failed write means the client left.
+// Streaming: one SSE event per chunk that carries text or logprobs. A failed write means the
+// client left.
 class SseObserver : public StreamObserver {
  public:
-  SseObserver(ApiKind kind, const ResponseHeader& header, httplib::DataSink& sink,
-              const ConnectionProbe* probe)
-      : kind_(kind), header_(header), sink_(sink), probe_(probe) {}
+  SseObserver(ApiKind kind, const ResponseHeader& header, ChoiceBuilder choice,
+              httplib::DataSink& sink, const ConnectionProbe* probe)
+      : kind_(kind), header_(header), choice_(std::move(choice)), sink_(sink), probe_(probe) {}
 
   bool OnChunk(const TokenChunk& chunk) override {
-    if (chunk.text.empty()) return !gone_;
-    return Write(FormatStreamChunk(kind_, header_, chunk.text, ApiFinishReason::kNone, false));
+    const ChoicePart part = choice_.Add(chunk);
+    if (part.text.empty() && !part.logprobs) return !gone_;
+    return Write(FormatStreamChunk(kind_, header_, part.text, ApiFinishReason::kNone, false,
+                                   part.logprobs ? &*part.logprobs : nullptr));
   }
   bool Write(const std::string& event) {
     if (!gone_ && !sink_.write(event.data(), event.size())) gone_ = true;
@@ -72,6 +77,7 @@ class SseObserver : public StreamObserver {
  private:
   ApiKind kind_;
   const ResponseHeader& header_;
+  ChoiceBuilder choice_;
   httplib::DataSink& sink_;
   const ConnectionProbe* probe_;
   bool gone_ = false;
@@ -80,6 +86,7 @@ class SseObserver : public StreamObserver {
 struct StreamState {
   ApiKind kind;
   ResponseHeader header;
+  ChoiceOptions choice;
   bool include_usage = false;
   std::unique_ptr<AdmittedRequest> request;
   std::unique_ptr<ConnectionProbe> probe;
@@ -268,6 +275,25 @@ std::variant<std::vector<uint32_t>, ApiError> HttpServer::PromptIds(
   return *std::move(ids);
 }
 
+ChoiceOptions HttpServer::ChoiceOptionsFor(const OpenAiRequest& request,
+                                           const std::vector<uint32_t>& prompt_ids) const {
+  ChoiceOptions choice;
+  choice.echo = request.echo;
+  choice.logprobs = request.sampling.logprobs;
+  choice.prompt_logprobs = request.prompt_logprobs;
+  if (request.echo) {
+    choice.prompt_ids = prompt_ids;
+    if (request.prompt_text) {
+      choice.prompt_text = *request.prompt_text;
+    } else {
+      auto detokenizer = handler_->codec().NewDetokenizer(/*skip_special_tokens=*/false);
+      for (uint32_t id : prompt_ids) choice.prompt_text += detokenizer->Push(id);
+      choice.prompt_text += detokenizer->Flush();
+    }
+  }
+  return choice;
+}
+
 void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res) {
   ParseLimits limits;
   limits.max_body_bytes = options_.max_request_bytes;
@@ -289,9 +315,15 @@ void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req, httpl
     metrics_->RequestFinished("invalid", "");
     return SendError(res, *e);
   }
+  if (auto e = ResolveSamplingTokens(handler_->codec(), &request.sampling)) {
+    metrics_->Rejected("invalid");
+    metrics_->RequestFinished("invalid", "");
+    return SendError(res, *e);
+  }
   GenerateInput input;
   input.request_id = request.request_id;
   input.prompt_ids = std::move(std::get<std::vector<uint32_t>>(prompt));
+  ChoiceOptions choice = ChoiceOptionsFor(request, input.prompt_ids);
   input.sampling = request.sampling;
   input.default_max_tokens_to_context = kind == ApiKind::kChat;
   input.prompt_param = kind == ApiKind::kChat ? "messages" : "prompt";
@@ -304,6 +336,7 @@ void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req, httpl
       ResponseHeader{RandomId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"), UnixSeconds(),
                      request.model.empty() ? options_.model_name : request.model};
   state->include_usage = request.include_usage;
+  state->choice = std::move(choice);
   state->request = std::move(std::get<std::unique_ptr<AdmittedRequest>>(admitted));
   state->probe = std::make_unique<ConnectionProbe>(req.local_addr, req.local_port, req.remote_addr,
                                                    req.remote_port);
@@ -311,37 +344,40 @@ void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req, httpl
             req.local_addr, req.local_port, req.remote_addr, req.remote_port);
 
   if (!request.stream) {
-    CollectingObserver observer(state->probe.get());
+    ChoiceBuilder choice(std::move(state->choice), handler_->codec());
+    CollectingObserver observer(state->probe.get(), &choice);
     GenerateOutcome outcome = handler_->Run(*state->request, observer);
     if (outcome.error) return SendError(res, *outcome.error);
-    res.set_content(
-        FormatResponse(kind, state->header, observer.text(), outcome.finish, outcome.usage), kJson);
+    res.set_content(FormatResponse(kind, state->header, choice.text(), outcome.finish,
+                                   outcome.usage, choice.logprobs(), choice.prompt_logprobs()),
+                    kJson);
     return;
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream", [this, state](size_t, httplib::DataSink& sink) {
-        SseObserver observer(state->kind, state->header, sink, state->probe.get());
-        if (state->kind == ApiKind::kChat) {
-          observer.Write(FormatStreamChunk(state->kind, state->header, "", ApiFinishReason::kNone,
-                                           /*first=*/true));
-        }
-        GenerateOutcome outcome = handler_->Run(*state->request, observer);
-        if (outcome.error) {
-          observer.Write(FormatStreamError(*outcome.error));
-        } else {
-          observer.Write(FormatStreamChunk(state->kind, state->header, "", outcome.finish, false));
-          if (state->include_usage) {
-            observer.Write(FormatUsageChunk(state->kind, state->header, outcome.usage));
-          }
-        }
-        observer.Write(std::string(kSseDone));
-        state->request.reset();  // frees the admission slot before the connection closes
-        if (observer.gone()) return false;
-        sink.done();
-        return true;
-      });
+  res.set_chunked_content_provider("text/event-stream", [this, state](size_t,
+                                                                      httplib::DataSink& sink) {
+    SseObserver observer(state->kind, state->header,
+                         ChoiceBuilder(state->choice, handler_->codec()), sink, state->probe.get());
+    if (state->kind == ApiKind::kChat) {
+      observer.Write(FormatStreamChunk(state->kind, state->header, "", ApiFinishReason::kNone,
+                                       /*first=*/true));
+    }
+    GenerateOutcome outcome = handler_->Run(*state->request, observer);
+    if (outcome.error) {
+      observer.Write(FormatStreamError(*outcome.error));
+    } else {
+      observer.Write(FormatStreamChunk(state->kind, state->header, "", outcome.finish, false));
+      if (state->include_usage) {
+        observer.Write(FormatUsageChunk(state->kind, state->header, outcome.usage));
+      }
+    }
+    observer.Write(std::string(kSseDone));
+    state->request.reset();  // frees the admission slot before the connection closes
+    if (observer.gone()) return false;
+    sink.done();
+    return true;
+  });
 }
 
 void HttpServer::HandleModels(httplib::Response& res) {

@@ -8,6 +8,7 @@
 
 #include "common/base/status.h"
 #include "common/security/tls_options.h"
+#include "router/choice_builder.h"
 #include "router/openai_protocol.h"
 #include "router/rate_limiter.h"
 #include "router/request_handler.h"
@@ -60,6 +61,9 @@ class HttpServer {
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
   void HandleHealth(httplib::Response& res);
   // Prompt ids from the parsed request (completion text / ids, or the chat template's text).
+  // What the response's choice shows besides the text (echo, logprobs).
+  ChoiceOptions ChoiceOptionsFor(const OpenAiRequest& request,
+                                 const std::vector<uint32_t>& prompt_ids) const;
   std::variant<std::vector<uint32_t>, ApiError> PromptIds(const OpenAiRequest& request) const;
   std::optional<ApiError> CheckModel(const std::string& model) const;
 

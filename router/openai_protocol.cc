@@ -4,8 +4,10 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "router/openai_logprobs.h"
 
 namespace pdspark::router {
 namespace {
@@ -271,23 +273,10 @@ std::optional<ApiError> ParseStop(const FieldReader& fields, SamplingOptions* sa
 
 // Fields that change the result and that we cannot honour: refuse rather than ignore.
 std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kind) {
-  if (const json* v = fields.Find("logprobs")) {
-    bool wants = v->is_boolean() ? v->get<bool>() : true;
-    if (wants) {
-      return BadRequest("logprobs are not supported by this server", "logprobs",
-                        "unsupported_parameter");
-    }
-  }
-  if (const json* v = fields.Find("top_logprobs"); v != nullptr && !(v->is_number() && *v == 0)) {
-    return BadRequest("top_logprobs are not supported by this server", "top_logprobs",
+  if (const json* v = fields.Find("echo");
+      kind == ApiKind::kChat && v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return BadRequest("echo is not supported for chat completions", "echo",
                       "unsupported_parameter");
-  }
-  if (fields.Find("prompt_logprobs") != nullptr) {
-    return BadRequest("prompt_logprobs are not supported by this server", "prompt_logprobs",
-                      "unsupported_parameter");
-  }
-  if (const json* v = fields.Find("echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-    return BadRequest("echo is not supported by this server", "echo", "unsupported_parameter");
   }
   if (fields.Find("suffix") != nullptr) {
     return BadRequest("suffix is not supported by this server", "suffix", "unsupported_parameter");
@@ -295,21 +284,87 @@ std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kin
   if (const json* v = fields.Find("tools"); v != nullptr && !(v->is_array() && v->empty())) {
     return BadRequest("tools are not supported by this server", "tools", "unsupported_parameter");
   }
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    if (const json* v = fields.Find(name); v != nullptr && !(v->is_number() && *v == 0)) {
-      return BadRequest(absl::StrCat(name, " is not supported by this server (only 0)"), name,
-                        "unsupported_parameter");
-    }
-  }
-  if (const json* v = fields.Find("repetition_penalty");
-      v != nullptr && !(v->is_number() && *v == 1)) {
-    return BadRequest("repetition_penalty is not supported by this server (only 1)",
-                      "repetition_penalty", "unsupported_parameter");
-  }
   if (const json* v = fields.Find("best_of"); v != nullptr && !(v->is_number() && *v == 1)) {
     return BadRequest("best_of must be 1", "best_of", "unsupported_value");
   }
-  (void)kind;
+  return std::nullopt;
+}
+
+// Completions: `logprobs` is how many alternatives (an integer), `echo` puts the prompt first.
+// Chat: `logprobs` is a boolean and `top_logprobs` the count. Both: vLLM's `prompt_logprobs`,
+// which it does not stream.
+std::optional<ApiError> ParseLogprobs(const FieldReader& fields, ApiKind kind,
+                                      OpenAiRequest* request) {
+  SamplingOptions& s = request->sampling;
+  std::optional<int64_t> count;
+  if (kind == ApiKind::kCompletion) {
+    const json* v = fields.Find("logprobs");
+    if (v != nullptr && v->is_boolean()) {
+      if (v->get<bool>()) return WrongType("logprobs", "an integer");
+    } else {
+      RETURN_IF_API_ERROR(fields.Int("logprobs", 0, kMaxLogprobs, &count));
+    }
+    RETURN_IF_API_ERROR(fields.Bool("echo", &request->echo));
+  } else {
+    bool wanted = false;
+    RETURN_IF_API_ERROR(fields.Bool("logprobs", &wanted));
+    RETURN_IF_API_ERROR(fields.Int("top_logprobs", 0, kMaxLogprobs, &count));
+    if (count && *count > 0 && !wanted) {
+      return BadRequest("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+    }
+    if (wanted)
+      count = count.value_or(0);
+    else
+      count.reset();
+  }
+  if (count) s.logprobs = static_cast<uint32_t>(*count);
+  std::optional<int64_t> prompt;
+  RETURN_IF_API_ERROR(fields.Int("prompt_logprobs", 0, kMaxLogprobs, &prompt));
+  if (prompt && request->stream) {
+    return BadRequest("'prompt_logprobs' is not available when 'stream' is true",
+                      "prompt_logprobs");
+  }
+  if (prompt) request->prompt_logprobs = static_cast<uint32_t>(*prompt);
+  // The engine computes the prompt's logprobs for these and for an echoed prompt's.
+  std::optional<uint32_t> wire = request->prompt_logprobs;
+  if (request->echo && s.logprobs) wire = std::max(wire.value_or(0), *s.logprobs);
+  s.prompt_logprobs = wire;
+  return std::nullopt;
+}
+
+// presence/frequency/repetition penalties, OpenAI's logit_bias ({"<token id>": bias}) and vLLM's
+// bad_words (strings, tokenized by the front end).
+std::optional<ApiError> ParseLogitAdjustments(const FieldReader& fields, SamplingOptions* s) {
+  RETURN_IF_API_ERROR(fields.Number("presence_penalty", -2.0, 2.0, &s->presence_penalty));
+  RETURN_IF_API_ERROR(fields.Number("frequency_penalty", -2.0, 2.0, &s->frequency_penalty));
+  RETURN_IF_API_ERROR(fields.Number("repetition_penalty", 0.0, 1e6, &s->repetition_penalty));
+  if (s->repetition_penalty <= 0.0) {
+    return BadRequest("'repetition_penalty' must be > 0", "repetition_penalty");
+  }
+  if (const json* bias = fields.Find("logit_bias")) {
+    if (!bias->is_object()) return WrongType("logit_bias", "an object of token id: bias");
+    for (const auto& [key, value] : bias->items()) {
+      uint32_t id = 0;
+      if (!absl::SimpleAtoi(key, &id)) {
+        return BadRequest(absl::StrCat("'logit_bias' key '", key, "' is not a token id"),
+                          "logit_bias");
+      }
+      if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0)) {
+        return BadRequest(absl::StrCat("'logit_bias' of token ", key, " must be in [-100, 100]"),
+                          "logit_bias");
+      }
+      s->logit_bias.emplace_back(id, value.get<double>());
+    }
+  }
+  if (const json* words = fields.Find("bad_words")) {
+    if (!words->is_array()) return WrongType("bad_words", "a list of strings");
+    for (const json& w : *words) {
+      if (!w.is_string() || w.get<std::string>().empty()) {
+        return WrongType("bad_words", "a list of non-empty strings");
+      }
+      s->bad_words.push_back(w.get<std::string>());
+    }
+  }
   return std::nullopt;
 }
 
@@ -352,6 +407,7 @@ std::optional<ApiError> ParseSampling(const FieldReader& fields, ApiKind kind, S
     if (!ids->is_array()) return WrongType("stop_token_ids", "a list of token ids");
     RETURN_IF_API_ERROR(ParseTokenIds(*ids, "stop_token_ids", &s->stop_token_ids));
   }
+  RETURN_IF_API_ERROR(ParseLogitAdjustments(fields, s));
   RETURN_IF_API_ERROR(fields.Bool("ignore_eos", &s->ignore_eos));
   RETURN_IF_API_ERROR(fields.Bool("skip_special_tokens", &s->skip_special_tokens));
   RETURN_IF_API_ERROR(fields.Bool("include_stop_str_in_output", &s->include_stop_str_in_output));
@@ -408,6 +464,7 @@ std::optional<ApiError> ParseFields(const json& body, ApiKind kind, OpenAiReques
   RETURN_IF_API_ERROR(RejectUnsupported(fields, kind));
   RETURN_IF_API_ERROR(ParseSampling(fields, kind, &request->sampling));
   RETURN_IF_API_ERROR(ParseStreamOptions(fields, request));
+  RETURN_IF_API_ERROR(ParseLogprobs(fields, kind, request));
   return std::nullopt;
 }
 
@@ -470,6 +527,14 @@ std::optional<ApiError> CheckSamplingLimits(const SamplingOptions& sampling,
                                    sampling.stop.size()),
                       "stop");
   }
+  if (std::max(sampling.bad_words.size(), sampling.bad_words_ids.size()) > limits.max_bad_words) {
+    return BadRequest(absl::StrCat("at most ", limits.max_bad_words, " bad_words"), "bad_words");
+  }
+  if (sampling.logit_bias.size() > limits.max_logit_bias) {
+    return BadRequest(absl::StrCat("at most ", limits.max_logit_bias, " logit_bias entries, got ",
+                                   sampling.logit_bias.size()),
+                      "logit_bias");
+  }
   return std::nullopt;
 }
 
@@ -499,8 +564,12 @@ std::string_view FinishReasonName(ApiFinishReason reason) {
 }
 
 std::string FormatResponse(ApiKind kind, const ResponseHeader& header, std::string_view text,
-                           ApiFinishReason finish, const UsageCounts& usage) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(finish)}};
+                           ApiFinishReason finish, const UsageCounts& usage,
+                           const ApiLogprobs* logprobs,
+                           const std::vector<ApiTokenLogprob>* prompt_logprobs) {
+  json choice = {{"index", 0},
+                 {"logprobs", logprobs ? LogprobsJson(kind, *logprobs) : json(nullptr)},
+                 {"finish_reason", FinishJson(finish)}};
   json body;
   if (kind == ApiKind::kCompletion) {
     body = HeaderJson(header, "text_completion");
@@ -509,14 +578,23 @@ std::string FormatResponse(ApiKind kind, const ResponseHeader& header, std::stri
     body = HeaderJson(header, "chat.completion");
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   }
+  // vLLM shows prompt_logprobs in the choice for completions, beside the choices for chat.
+  if (prompt_logprobs != nullptr && kind == ApiKind::kCompletion) {
+    choice["prompt_logprobs"] = PromptLogprobsJson(*prompt_logprobs);
+  }
   body["choices"] = json::array({choice});
+  if (prompt_logprobs != nullptr && kind == ApiKind::kChat) {
+    body["prompt_logprobs"] = PromptLogprobsJson(*prompt_logprobs);
+  }
   body["usage"] = UsageJson(usage);
   return Dump(body);
 }
 
 std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header, std::string_view text,
-                              ApiFinishReason finish, bool first) {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", FinishJson(finish)}};
+                              ApiFinishReason finish, bool first, const ApiLogprobs* logprobs) {
+  json choice = {{"index", 0},
+                 {"logprobs", logprobs ? LogprobsJson(kind, *logprobs) : json(nullptr)},
+                 {"finish_reason", FinishJson(finish)}};
   json body;
   if (kind == ApiKind::kCompletion) {
     body = HeaderJson(header, "text_completion");

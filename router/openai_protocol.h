@@ -3,7 +3,7 @@
 // SSE chunks and error bodies the way OpenAI (and vLLM, whose extras we accept) do.
 //
 // Unknown fields are accepted and ignored, as vLLM does, so clients that send newer fields keep
-// working; fields we know but cannot honour (logprobs, n > 1, tools, ...) are rejected with a
+// working; fields we know but cannot honour (n > 1, tools, ...) are rejected with a
 // 400 naming the parameter, because silently ignoring them would return wrong results.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -49,7 +50,23 @@ struct SamplingOptions {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
+  // Log-probabilities the engine computes (v1.SamplingParams): of every generated token with
+  // this many alternatives (completions `logprobs`, chat `top_logprobs`), and of the prompt's
+  // tokens (vLLM's `prompt_logprobs`, and an echoed prompt's logprobs).
+  std::optional<uint32_t> logprobs;
+  std::optional<uint32_t> prompt_logprobs;
+  // Logit adjustments (vLLM's meaning; the engine applies them, DSpark included).
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  double repetition_penalty = 1.0;
+  std::vector<std::pair<uint32_t, double>> logit_bias;  // token id -> bias
+  std::vector<std::string> bad_words;  // HTTP: words the front end tokenizes into bad_words_ids
+  std::vector<std::vector<uint32_t>> bad_words_ids;
 };
+
+// The most alternatives `logprobs`, `top_logprobs` and `prompt_logprobs` may ask for (vLLM's
+// default --max-logprobs).
+inline constexpr uint32_t kMaxLogprobs = 20;
 
 struct OpenAiRequest {
   ApiKind kind = ApiKind::kCompletion;
@@ -65,6 +82,9 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string request_id;      // vLLM extra; empty -> generated
+  bool echo = false;           // completions: the prompt's text (and logprobs) come first
+  // vLLM extra, not streamed: the prompt's logprobs with this many alternatives.
+  std::optional<uint32_t> prompt_logprobs;
 };
 
 struct ParseLimits {
@@ -74,6 +94,9 @@ struct ParseLimits {
   int max_json_depth = 64;
   // Each stop string is matched against every text delta: bound the work one request can ask.
   size_t max_stop_strings = 32;
+  // The same bound for bad_words, and one for logit_bias entries (each costs every sampled row).
+  size_t max_bad_words = 32;
+  size_t max_logit_bias = 1024;
 };
 
 using ParseResult = std::variant<OpenAiRequest, ApiError>;
@@ -104,20 +127,48 @@ struct ResponseHeader {
   std::string model;
 };
 
-// The non-streaming response body.
+// One position's log-probability as the API shows it: the token's own text (U+FFFD for a
+// partial character, as vLLM), and the most likely tokens there.
+struct ApiTopLogprob {
+  uint32_t token_id = 0;
+  std::string token;
+  float logprob = 0;
+};
+struct ApiTokenLogprob {
+  uint32_t token_id = 0;
+  std::string token;
+  std::optional<float> logprob;  // none: an echoed prompt's first token
+  uint32_t rank = 1;
+  std::vector<ApiTopLogprob> top;
+};
+// A choice's (or a streamed delta's) logprobs; completions' text offsets count characters (code
+// points, as Python's len() in vLLM) from `text_offset`, the choice's characters before them.
+struct ApiLogprobs {
+  std::vector<ApiTokenLogprob> tokens;
+  size_t text_offset = 0;
+};
+
+// The non-streaming response body. `logprobs` null: `"logprobs": null`; `prompt_logprobs`
+// (vLLM's, prompt tokens 1..n-1) null: not shown.
 std::string FormatResponse(ApiKind kind, const ResponseHeader& header, std::string_view text,
-                           ApiFinishReason finish, const UsageCounts& usage);
+                           ApiFinishReason finish, const UsageCounts& usage,
+                           const ApiLogprobs* logprobs = nullptr,
+                           const std::vector<ApiTokenLogprob>* prompt_logprobs = nullptr);
 
 // One SSE event `data: {...}\n\n` carrying a text delta (and the finish reason on the last one).
 // For chat, `first` adds `"role":"assistant"` to the delta as OpenAI does on the first chunk.
 std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header, std::string_view text,
-                              ApiFinishReason finish, bool first);
+                              ApiFinishReason finish, bool first,
+                              const ApiLogprobs* logprobs = nullptr);
 
 // The `stream_options.include_usage` event: empty `choices` and the usage.
 std::string FormatUsageChunk(ApiKind kind, const ResponseHeader& header, const UsageCounts& usage);
 
 // An error in the middle of a stream, after the 200 headers went out.
 std::string FormatStreamError(const ApiError& error);
+
+// Characters (code points) of UTF-8 `text`: the unit of completions' text_offset.
+size_t CharacterCount(std::string_view text);
 
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 

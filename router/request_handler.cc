@@ -59,6 +59,16 @@ v1::SamplingParams ToProto(const SamplingOptions& s, uint32_t max_tokens) {
   for (const std::string& stop : s.stop) p.add_stop(stop);
   if (s.seed) p.set_seed(*s.seed);
   p.set_ignore_eos(s.ignore_eos);
+  if (s.logprobs) p.set_logprobs(*s.logprobs);
+  if (s.prompt_logprobs) p.set_prompt_logprobs(*s.prompt_logprobs);
+  p.set_presence_penalty(static_cast<float>(s.presence_penalty));
+  p.set_frequency_penalty(static_cast<float>(s.frequency_penalty));
+  if (s.repetition_penalty != 1.0)
+    p.set_repetition_penalty(static_cast<float>(s.repetition_penalty));
+  for (const auto& [id, bias] : s.logit_bias)
+    (*p.mutable_logit_bias())[id] = static_cast<float>(bias);
+  for (const auto& word : s.bad_words_ids)
+    p.add_bad_words()->mutable_ids()->Add(word.begin(), word.end());
   return p;
 }
 
@@ -430,6 +440,8 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   call.mutable_prompt_token_ids()->Assign(request.input_.prompt_ids.begin(),
                                           request.input_.prompt_ids.end());
   *call.mutable_sampling() = ToProto(request.input_.sampling, request.max_tokens_);
+  // The prompt logprobs went out with the first token.
+  if (!state.ids.empty()) call.mutable_sampling()->clear_prompt_logprobs();
   // Continue from the state the prefill worker pushed (the first token already went out), or
   // after a migration from the tokens the client has seen, which this worker prefills again.
   if (!reservation.empty()) call.set_reservation_id(reservation);
@@ -459,7 +471,8 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
       break;
     }
     bool stopped = false;
-    if (!Deliver(response.token_ids().data(), response.token_ids_size(), request, state, observer,
+    if (!Deliver(response.token_ids().data(), response.token_ids_size(),
+                 {&response.logprobs(), &response.prompt_logprobs()}, request, state, observer,
                  outcome, &stopped)) {
       live.Cancel();
       break;
@@ -522,13 +535,18 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   return false;
 }
 
-bool RequestHandler::Deliver(const uint32_t* ids, size_t n, AdmittedRequest& request,
-                             Attempt& state, StreamObserver& observer, GenerateOutcome& outcome,
-                             bool* stopped_here) {
+bool RequestHandler::Deliver(const uint32_t* ids, size_t n, const WorkerLogprobs& logprobs,
+                             AdmittedRequest& request, Attempt& state, StreamObserver& observer,
+                             GenerateOutcome& outcome, bool* stopped_here) {
   TokenChunk chunk;
+  if (logprobs.prompt != nullptr && !state.first_sent) {
+    chunk.prompt_logprobs.assign(logprobs.prompt->begin(), logprobs.prompt->end());
+  }
+  const bool with_logprobs = logprobs.tokens != nullptr && logprobs.tokens->size() == n;
   for (size_t i = 0; i < n; ++i) {
     const uint32_t id = ids[i];
     chunk.token_ids.push_back(id);
+    if (with_logprobs) chunk.logprobs.push_back((*logprobs.tokens)[i]);
     state.ids.push_back(id);
     ++state.generated;
     chunk.text += state.stops->Push(state.detokenizer->Push(id));
@@ -701,8 +719,11 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
 
   // 3. The first token goes to the client now; decode continues after it.
   const uint32_t first = progress.first_token_id();
+  google::protobuf::RepeatedPtrField<v1::TokenLogprob> first_logprob;
+  if (progress.has_first_token_logprob()) *first_logprob.Add() = progress.first_token_logprob();
   bool stopped = false;
-  if (!Deliver(&first, 1, request, state, observer, outcome, &stopped)) {
+  if (!Deliver(&first, 1, {&first_logprob, &progress.prompt_logprobs()}, request, state, observer,
+               outcome, &stopped)) {
     live.Cancel();
     outcome.finish = ApiFinishReason::kAbort;
   }

@@ -52,6 +52,10 @@ struct GenerateInput {
 struct TokenChunk {
   std::vector<uint32_t> token_ids;
   std::string text;
+  // sampling.logprobs set: one per token_ids entry.
+  std::vector<v1::TokenLogprob> logprobs;
+  // sampling.prompt_logprobs set, on the first chunk: prompt tokens 1..n-1.
+  std::vector<v1::TokenLogprob> prompt_logprobs;
 };
 
 // The front end's side of one request.
@@ -93,6 +97,12 @@ class AdmittedRequest {
   Assignment assignment_;
   std::unique_ptr<AdmissionController::Ticket> ticket_;
   std::function<void()> on_release_;  // unregisters the request id, updates the gauge
+};
+
+// The logprobs a worker sent with some tokens (WorkerGenerateResponse, PrefillProgress).
+struct WorkerLogprobs {
+  const google::protobuf::RepeatedPtrField<v1::TokenLogprob>* tokens = nullptr;
+  const google::protobuf::RepeatedPtrField<v1::TokenLogprob>* prompt = nullptr;
 };
 
 class RequestHandler {
@@ -179,8 +189,11 @@ class RequestHandler {
                   Attempt& state, GenerateOutcome& outcome);
   // Detokenizes, matches stop strings, enforces max_tokens and hands the chunk to the client;
   // false when the client is gone. `*stopped_here` is set when a stop string ended it.
-  bool Deliver(const uint32_t* ids, size_t n, AdmittedRequest& request, Attempt& state,
-               StreamObserver& observer, GenerateOutcome& outcome, bool* stopped_here);
+  // `logprobs`: one per id, or none when the request asks for none; `prompt_logprobs` go
+  // with the first chunk.
+  bool Deliver(const uint32_t* ids, size_t n, const WorkerLogprobs& logprobs,
+               AdmittedRequest& request, Attempt& state, StreamObserver& observer,
+               GenerateOutcome& outcome, bool* stopped_here);
   void SendCancel(const WorkerSnapshot& worker, const std::string& request_id);
   void SendPrefillCancel(const WorkerSnapshot& worker, const std::string& request_id);
   // `transfer_completed`: the prefill worker reported the state delivered (STAGE_COMPLETED).

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs every Debian package pdspark needs. Idempotent: prints nothing when all is present.
+# Installs every Debian package pdspark needs, and the openai npm client its API tests drive.
+# Idempotent: prints nothing when all is present.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
@@ -14,17 +16,30 @@ packages=(
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
   iproute2 curl
 )
+# Node.js and npm (for tests/integration/openai_client): Debian's, unless some are installed.
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "bootstrap: installing ${#missing[@]} Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "bootstrap: done"
+fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-echo "bootstrap: installing ${#missing[@]} Debian packages: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "bootstrap: done"
+# The pinned openai client, from its lock file. Only the API tests need it: without the npm
+# registry the system still builds and runs, and those tests say what is missing.
+client=tests/integration/openai_client
+if [ ! -f "$client/node_modules/.package-lock.json" ] ||
+   [ "$client/package-lock.json" -nt "$client/node_modules/.package-lock.json" ]; then
+  echo "bootstrap: npm ci in $client"
+  npm ci --prefix "$client" --no-fund --no-audit --loglevel=error >/dev/null ||
+    echo "bootstrap: npm ci failed; the openai client tests will fail until it succeeds" >&2
+fi

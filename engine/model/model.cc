@@ -46,6 +46,7 @@ BatchLayout MakeBatch(std::span<const StepInput> inputs) {
     seq.row_begin = batch.rows();
     seq.count = static_cast<int64_t>(in.tokens.size());
     seq.start_pos = in.sequence->num_tokens();
+    seq.all_logits = in.all_logits;
     for (int64_t i = 0; i < seq.count; ++i) {
       batch.token_ids.push_back(in.tokens[i]);
       batch.positions.push_back(seq.start_pos + i);
@@ -194,6 +195,14 @@ StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOp
   StepOutput out;
   for (const BatchSequence& seq : batch.sequences) out.row_offsets.push_back(seq.row_begin);
   out.row_offsets.push_back(batch.rows());
+  if (options.logits == LogitsMode::kAllTokens) {
+    out.logit_offsets = out.row_offsets;
+  } else if (options.logits == LogitsMode::kLastTokenPerSequence) {
+    out.logit_offsets.push_back(0);
+    for (const BatchSequence& seq : batch.sequences) {
+      out.logit_offsets.push_back(out.logit_offsets.back() + BatchLayout::LogitRows(seq));
+    }
+  }
   std::vector<Status> mismatches(tensor_parallel_size());
   RETURN_IF_ERROR(runner_->Run([&](int rank) {
     return RankStep(rank, batch, options, rank == 0 ? &out : nullptr, mismatches[rank]);
@@ -266,10 +275,10 @@ Status Model::Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode 
   if (mode == LogitsMode::kLastTokenPerSequence) {
     rows = 0;
     for (const BatchSequence& seq : batch.sequences) {
-      if (seq.count == 0) continue;
-      const float* src = streams.data() + (seq.row_begin + seq.count - 1) * d.hc * d.dim;
-      selected.insert(selected.end(), src, src + d.hc * d.dim);
-      ++rows;
+      const int64_t n = BatchLayout::LogitRows(seq);
+      const float* src = streams.data() + (seq.row_begin + seq.count - n) * d.hc * d.dim;
+      selected.insert(selected.end(), src, src + n * d.hc * d.dim);
+      rows += n;
     }
     head_in = &selected;
   }

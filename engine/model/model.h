@@ -76,6 +76,9 @@ struct ModelOptions {
 struct StepInput {
   SequenceState* sequence = nullptr;
   std::span<const int32_t> tokens;  // new tokens, appended at sequence->num_tokens()
+  // With LogitsMode::kLastTokenPerSequence: the logits of every new token of this input (a
+  // DSpark verify round, prompt logprobs), not of its last one only.
+  bool all_logits = false;
 };
 
 enum class LogitsMode { kAllTokens, kLastTokenPerSequence, kNone };
@@ -92,9 +95,12 @@ struct StepOptions {
 struct StepOutput {
   // Row offsets of each input sequence in the flat token order (size = inputs + 1).
   std::vector<int64_t> row_offsets;
-  // kAllTokens: [total_tokens, vocab]; kLastTokenPerSequence: [sequences with >= 1 new token,
-  // vocab] in input order.
+  // kAllTokens: [total_tokens, vocab]; kLastTokenPerSequence: per input with new tokens, its
+  // last row's (or with all_logits every row's), in input order.
   std::vector<float> logits;
+  // Input i's rows of `logits` are [logit_offsets[i], logit_offsets[i + 1]) (size = inputs + 1;
+  // empty with kNone).
+  std::vector<int64_t> logit_offsets;
   std::vector<float> features;  // [total_tokens, feature_layers, dim]
   std::vector<float> block_io;  // [layers + 1, total_tokens, hc, dim]
 };

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/base/status.h"
@@ -26,6 +27,17 @@ struct SamplingParams {
   int32_t min_tokens = 0;        // EOS and stop tokens are suppressed until this many exist.
   std::vector<int32_t> stop_token_ids;  // Generation ends after emitting any of these.
   bool ignore_eos = false;              // When true, EOS does not end generation.
+  // Log-probabilities to report (engine/sampling/logprobs.h): -1 none; n >= 0 the sampled
+  // token's and the n most likely tokens', at every generated position (`logprobs`) or every
+  // prompt position after the first (`prompt_logprobs`). At most kMaxLogprobs.
+  int32_t logprobs = -1;
+  int32_t prompt_logprobs = -1;
+  // Logit adjustments (engine/sampling/penalties.h), with vLLM's meaning and defaults.
+  float presence_penalty = 0.0f;                      // In [-2, 2].
+  float frequency_penalty = 0.0f;                     // In [-2, 2].
+  float repetition_penalty = 1.0f;                    // > 0; 1 disables.
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, bias in [-100, 100])
+  std::vector<std::vector<int32_t>> bad_words;        // token sequences never to complete
 
   bool greedy() const { return temperature < kGreedyTemperatureEpsilon; }
   bool top_k_enabled() const { return top_k > 0; }
@@ -34,6 +46,8 @@ struct SamplingParams {
 
   // Returns InvalidArgument naming the first offending field, e.g. "top_p must be in (0, 1]".
   Status Validate() const;
+  // InvalidArgument when logit_bias or bad_words names a token at or above `vocab_size`.
+  Status CheckTokenIds(int64_t vocab_size) const;
 };
 
 }  // namespace pdspark::sampling

@@ -31,6 +31,8 @@ struct ActiveRequest {
   Clock::time_point submitted = Clock::now();
   CacheLease lease;  // of the KV pool, from admission to the final event
   SpecStats spec_stats;
+  // Prompt logprobs computed so far (sampling.prompt_logprobs), sent with the first token.
+  std::vector<sampling::TokenLogprob> prompt_logprobs;
   // DSpark: the drafter context of the first drafter_state->num_positions() tokens, and this
   // round's drafts with the distributions they were drawn from (empty rows when greedy).
   std::unique_ptr<dspark::DrafterState> drafter_state;

@@ -62,13 +62,20 @@ StatusOr<std::shared_ptr<PrefilledState>> ModelRunner::Restore(
   return prefilled;
 }
 
+bool ModelRunner::WantsAllLogits(const ActiveRequest& request) {
+  const int64_t prompt = static_cast<int64_t>(request.spec.prompt.size());
+  // Position p's row gives prompt token p + 1's logprob: rows up to position prompt - 2.
+  const bool prompt_logprobs = request.spec.sampling.prompt_logprobs >= 0 &&
+                               !request.spec.prefilled && request.fed() < prompt - 1;
+  return !request.draft.empty() || prompt_logprobs;
+}
+
 StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned,
-                                      std::span<const engine::StepInput> inputs) {
+                                      std::span<engine::StepInput> inputs) {
   StepResult result;
-  for (const ActiveRequest* r : planned) result.all_rows = result.all_rows || !r->draft.empty();
+  for (size_t i = 0; i < planned.size(); ++i) inputs[i].all_logits = WantsAllLogits(*planned[i]);
   engine::StepOptions options;
-  options.logits =
-      result.all_rows ? engine::LogitsMode::kAllTokens : engine::LogitsMode::kLastTokenPerSequence;
+  options.logits = engine::LogitsMode::kLastTokenPerSequence;
   // Every fed position's drafter context comes from this step's target features.
   options.features = drafter_ != nullptr;
   // Prefill workers ship each layer's new cache rows as soon as the layer is done.

@@ -1,9 +1,9 @@
 // The serving engine's model runner (vLLM v1's split): the model and the per-request state it
 // keeps in the KV pool — a request's sequence state and DSpark context ring, made fresh, adopted
 // from a KV transfer or restored from bytes — and one planned step on the backend: the step
-// options the batch needs (every row's logits when a request verifies drafts, else each
-// request's last row; the drafter's features when speculating; the prefill worker's per-layer
-// observers) and the time the target took.
+// options the batch needs (every row's logits of a request that verifies drafts or wants prompt
+// logprobs, else its last row; the drafter's features when speculating; the prefill worker's
+// per-layer observers) and the time the target took.
 #pragma once
 
 #include <cstdint>
@@ -22,13 +22,16 @@ namespace pdspark::serving {
 
 struct StepResult {
   engine::StepOutput output;
-  bool all_rows = false;  // logits of every row (a request verifies), else one per request
-  double seconds = 0;     // the target's forward, on the backend's clock
+  double seconds = 0;  // the target's forward, on the backend's clock
 
-  // The row of logits that samples request i's next token in a plain step.
+  // Request i's rows of logits: one per fed token when it verifies drafts or wants prompt
+  // logprobs (ModelRunner::WantsAllLogits), else its last row only.
+  const float* Rows(size_t i, int64_t vocab) const {
+    return output.logits.data() + output.logit_offsets[i] * vocab;
+  }
+  // The row of logits that samples request i's next token in a plain step: its last one.
   const float* SampleRow(size_t i, int64_t vocab) const {
-    const int64_t row = all_rows ? output.row_offsets[i + 1] - 1 : static_cast<int64_t>(i);
-    return output.logits.data() + row * vocab;
+    return output.logits.data() + (output.logit_offsets[i + 1] - 1) * vocab;
   }
 };
 
@@ -46,8 +49,13 @@ class ModelRunner {
   StatusOr<std::shared_ptr<PrefilledState>> Restore(std::string_view state,
                                                     std::string_view drafter_state) const;
 
+  // Whether a planned request needs the logits of every token it feeds: it verifies drafts, or
+  // its prompt logprobs are still being computed.
+  static bool WantsAllLogits(const ActiveRequest& request);
+
+  // Sets each input's all_logits (WantsAllLogits) and runs the step.
   StatusOr<StepResult> Run(const std::vector<ActiveRequest*>& planned,
-                           std::span<const engine::StepInput> inputs);
+                           std::span<engine::StepInput> inputs);
 
  private:
   engine::Model& model_;

@@ -2,6 +2,7 @@
 
 #include <span>
 
+#include "engine/sampling/penalties.h"
 #include "engine/sampling/speculative_acceptance.h"
 
 namespace pdspark::serving {
@@ -10,10 +11,12 @@ Emission OutputProcessor::Sample(ActiveRequest& request, const float* logits_row
   std::vector<float> logits(logits_row, logits_row + vocab_);
   sampling::SuppressStopTokens(request.spec.sampling, eos_ids_,
                                static_cast<int32_t>(request.generated), logits);
+  Adjust(request, 0, logits);
   Emission out;
   out.tokens.push_back(request.sampler->SampleFromLogits(logits));
   out.reason = sampling::ApplyStopConditions(request.spec.sampling, eos_ids_,
                                              static_cast<int32_t>(request.generated), &out.tokens);
+  AddLogprobs(request, logits_row, &out);
   return out;
 }
 
@@ -27,6 +30,7 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
     std::span<float> row(target.data() + k * vocab_, vocab_);
     sampling::SuppressStopTokens(r.spec.sampling, eos_ids_, static_cast<int32_t>(r.generated + k),
                                  row);
+    Adjust(r, k, row);
     if (!r.sampler->greedy())
       r.sampler->ProcessLogits(std::vector<float>(row.begin(), row.end()), row);
   }
@@ -50,7 +54,42 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
   RETURN_IF_ERROR(st_target);
   RETURN_IF_ERROR(st_drafter);
   out.tokens = std::move(result.tokens);
+  AddLogprobs(r, logits, &out);
   return out;
+}
+
+void OutputProcessor::Adjust(const ActiveRequest& request, int64_t drafts,
+                             std::span<float> row) const {
+  const sampling::SamplingParams& params = request.spec.sampling;
+  if (!sampling::HasLogitAdjustments(params)) return;
+  // The row's context: the generated tokens, and in a verify round the drafts before it.
+  std::vector<int32_t> output(request.tokens.begin() + request.spec.prompt.size(),
+                              request.tokens.end());
+  output.insert(output.end(), request.draft.begin(), request.draft.begin() + drafts);
+  sampling::ApplyLogitAdjustments(params, request.spec.prompt, output, row);
+}
+
+void OutputProcessor::AddLogprobs(const ActiveRequest& request, const float* rows,
+                                  Emission* out) const {
+  const int32_t top = request.spec.sampling.logprobs;
+  if (top < 0) return;
+  for (size_t k = 0; k < out->tokens.size(); ++k) {
+    out->logprobs.push_back(sampling::ComputeTokenLogprob(
+        std::span<const float>(rows + k * vocab_, vocab_), out->tokens[k], top));
+  }
+}
+
+void OutputProcessor::AddPromptLogprobs(ActiveRequest& request, const float* rows,
+                                        int64_t first_position, int64_t count) const {
+  const int32_t top = request.spec.sampling.prompt_logprobs;
+  if (top < 0 || request.spec.prefilled) return;
+  const std::vector<int32_t>& prompt = request.spec.prompt;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t next = first_position + i + 1;  // the token position i's row predicts
+    if (next >= static_cast<int64_t>(prompt.size())) break;
+    request.prompt_logprobs.push_back(sampling::ComputeTokenLogprob(
+        std::span<const float>(rows + i * vocab_, vocab_), prompt[next], top));
+  }
 }
 
 }  // namespace pdspark::serving

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/base/status.h"
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/stop_conditions.h"
 #include "engine/serving/active_request.h"
 #include "engine/serving/speculation/spec_policy.h"
@@ -17,6 +19,7 @@ namespace pdspark::serving {
 
 struct Emission {
   std::vector<int32_t> tokens;
+  std::vector<sampling::TokenLogprob> logprobs;  // one per token when the request asks
   sampling::FinishReason reason = sampling::FinishReason::kNone;
   // A verify round: drafts verified and accepted (gamma = 0 for a plain step).
   int64_t gamma = 0, accepted = 0;
@@ -32,8 +35,18 @@ class OutputProcessor {
   // A verify round: rows p_0..p_gamma of [anchor, d_1..d_gamma]. Counts the round in the
   // request's SpecStats and clears its drafts.
   StatusOr<Emission> Verify(ActiveRequest& request, const float* logits) const;
+  // A step fed `count` tokens from position `first_position` with one row of logits each: the
+  // logprobs of the prompt tokens they predict, kept for the first token's event.
+  void AddPromptLogprobs(ActiveRequest& request, const float* rows, int64_t first_position,
+                         int64_t count) const;
 
  private:
+  // The request's penalties, logit bias and bad words on the row that follows its generated
+  // tokens and the first `drafts` drafts of this round.
+  void Adjust(const ActiveRequest& request, int64_t drafts, std::span<float> row) const;
+  // The request's logprobs of out->tokens, token k from row k (none when it asks for none).
+  void AddLogprobs(const ActiveRequest& request, const float* rows, Emission* out) const;
+
   const int64_t vocab_;
   const std::vector<int32_t> eos_ids_;
   SpecPolicy* spec_;

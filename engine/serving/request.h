@@ -10,6 +10,7 @@
 
 #include "engine/cache/sequence_state.h"
 #include "engine/dspark/drafter_state.h"
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/sampling/stop_conditions.h"
 #include "engine/serving/cache_ledger.h"
@@ -99,6 +100,11 @@ struct SpecStats {
 // One report to the request's sink: new tokens, and on the last report how it ended.
 struct RequestEvent {
   std::vector<int32_t> tokens;
+  // With sampling.logprobs >= 0: one per token of `tokens`.
+  std::vector<sampling::TokenLogprob> logprobs;
+  // With sampling.prompt_logprobs >= 0, on the event of the first token: prompt tokens 1..n-1
+  // (the first has none). Empty when the prompt was prefilled elsewhere.
+  std::vector<sampling::TokenLogprob> prompt_logprobs;
   Outcome outcome = Outcome::kRunning;
   sampling::FinishReason finish_reason = sampling::FinishReason::kNone;
   std::string error;

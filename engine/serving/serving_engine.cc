@@ -59,6 +59,7 @@ Status ServingEngine::Submit(RequestSpec spec, RequestSink sink) {
   RETURN_IF_ERROR(spec.sampling.Validate());
   if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt must not be empty");
   const int64_t vocab = model_->config().vocab_size;
+  RETURN_IF_ERROR(spec.sampling.CheckTokenIds(vocab));
   for (int32_t id : spec.prompt) {
     if (id < 0 || id >= vocab) {
       return absl::InvalidArgumentError(
@@ -256,10 +257,13 @@ void ServingEngine::RunStep() {
       if (r.pending_context->MustFlush()) spec_.CatchUpRing(r);
     }
     if (!r.draft.empty()) {
-      AfterVerify(r, output.logits.data() + begin * vocab);
-    } else {
-      AfterStep(r, step->SampleRow(i, vocab));
+      AfterVerify(r, step->Rows(i, vocab));
+      continue;
     }
+    if (output.logit_offsets[i + 1] - output.logit_offsets[i] == end - begin) {
+      output_.AddPromptLogprobs(r, step->Rows(i, vocab), r.fed() - (end - begin), end - begin);
+    }
+    AfterStep(r, step->SampleRow(i, vocab));
   }
   if (decode_step) {
     double committed = 0;
@@ -276,18 +280,20 @@ void ServingEngine::RunStep() {
 
 void ServingEngine::AfterStep(ActiveRequest& request, const float* logits) {
   if (request.pending() > 0) return;  // prefill chunk that did not reach the end yet
-  Emission out = output_.Sample(request, logits);
-  Emit(request, std::move(out.tokens), out.reason);
+  Emit(request, output_.Sample(request, logits));
 }
 
-void ServingEngine::Emit(ActiveRequest& request, std::vector<int32_t> emitted,
-                         sampling::FinishReason reason) {
+void ServingEngine::Emit(ActiveRequest& request, Emission emission) {
+  const std::vector<int32_t>& emitted = emission.tokens;
+  sampling::FinishReason reason = emission.reason;
   const int64_t context = static_cast<int64_t>(request.tokens.size() + emitted.size());
   if (reason == sampling::FinishReason::kNone && context >= max_model_len_) {
     reason = sampling::FinishReason::kLength;
   }
   RequestEvent event;
   event.tokens = emitted;
+  event.logprobs = std::move(emission.logprobs);
+  event.prompt_logprobs = std::move(request.prompt_logprobs);
   if (request.spec.prefill_only) {
     if (request.drafter_state) spec_.CatchUpRing(request);
     if (request.spec.state_observer) {
@@ -341,7 +347,7 @@ void ServingEngine::AfterVerify(ActiveRequest& request, const float* logits) {
       stats_.spec_temperatures = std::move(*temperatures);
     }
   }
-  Emit(request, std::move(out->tokens), out->reason);
+  Emit(request, *std::move(out));
 }
 
 void ServingEngine::MarkDone(ActiveRequest& request) {

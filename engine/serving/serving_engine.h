@@ -109,7 +109,7 @@ class ServingEngine {
   void RunStep();
   void AfterStep(ActiveRequest& request, const float* logits);
   void AfterVerify(ActiveRequest& request, const float* logits);
-  void Emit(ActiveRequest& request, std::vector<int32_t> emitted, sampling::FinishReason reason);
+  void Emit(ActiveRequest& request, Emission emission);
   void Finish(ActiveRequest& request, Outcome outcome, sampling::FinishReason reason,
               std::string error);
   void MarkDone(ActiveRequest& request);

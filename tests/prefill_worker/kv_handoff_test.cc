@@ -162,8 +162,9 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
                                         descriptor, options, cancelled);
     if (!first.ok()) {
       prefill::Abandon(*prefill_agent_, descriptor.incarnation_id(), streamer, options.stall);
+      return first.status();
     }
-    return first;
+    return first->tokens.front();
   }
 
   StatusOr<std::shared_ptr<serving::PrefilledState>> Take(const v1::ReserveResponse& reserved) {

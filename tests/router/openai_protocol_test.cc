@@ -1,5 +1,7 @@
 #include "router/openai_protocol.h"
 
+#include <algorithm>
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -168,11 +170,37 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"include_usage_type", kC,
                 R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})", 400,
                 "stream_options.include_usage"},
-        BadCase{"logprobs", kC, R"({"prompt": "x", "logprobs": 5})", 400, "logprobs"},
-        BadCase{"chat_logprobs", kChat,
-                R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", 400,
+        BadCase{"logprobs_too_many", kC, R"({"prompt": "x", "logprobs": 21})", 400, "logprobs"},
+        BadCase{"logprobs_true", kC, R"({"prompt": "x", "logprobs": true})", 400, "logprobs"},
+        BadCase{"chat_logprobs_number", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 3})", 400,
                 "logprobs"},
-        BadCase{"echo", kC, R"({"prompt": "x", "echo": true})", 400, "echo"},
+        BadCase{"chat_top_logprobs_alone", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400,
+                "top_logprobs"},
+        BadCase{"chat_top_logprobs_too_many", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
+                    "top_logprobs": 21})",
+                400, "top_logprobs"},
+        BadCase{"prompt_logprobs_streamed", kC,
+                R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})", 400, "prompt_logprobs"},
+        BadCase{"presence_penalty_big", kC, R"({"prompt": "x", "presence_penalty": 2.5})", 400,
+                "presence_penalty"},
+        BadCase{"frequency_penalty_string", kC, R"({"prompt": "x", "frequency_penalty": "1"})", 400,
+                "frequency_penalty"},
+        BadCase{"repetition_penalty_zero", kC, R"({"prompt": "x", "repetition_penalty": 0})", 400,
+                "repetition_penalty"},
+        BadCase{"logit_bias_list", kC, R"({"prompt": "x", "logit_bias": [1]})", 400, "logit_bias"},
+        BadCase{"logit_bias_key", kC, R"({"prompt": "x", "logit_bias": {"a": 1}})", 400,
+                "logit_bias"},
+        BadCase{"logit_bias_value", kC, R"({"prompt": "x", "logit_bias": {"5": 101}})", 400,
+                "logit_bias"},
+        BadCase{"bad_words_string", kC, R"({"prompt": "x", "bad_words": "no"})", 400, "bad_words"},
+        BadCase{"bad_words_empty_word", kC, R"({"prompt": "x", "bad_words": [""]})", 400,
+                "bad_words"},
+        BadCase{"echo_string", kC, R"({"prompt": "x", "echo": "yes"})", 400, "echo"},
+        BadCase{"chat_echo", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", 400, "echo"},
         BadCase{"model_number", kC, R"({"prompt": "x", "model": 3})", 400, "model"},
         BadCase{"missing_messages", kChat, R"({"model": "m"})", 400, "messages"},
         BadCase{"messages_empty", kChat, R"({"messages": []})", 400, "messages"},
@@ -195,6 +223,97 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 ResponseHeader Header() { return ResponseHeader{"cmpl-1", 1700000000, "tiny"}; }
+
+TEST(OpenAiProtocolTest, ParsesLogprobsFields) {
+  const OpenAiRequest c = MustParse(R"({"prompt": "x", "logprobs": 2, "echo": true})");
+  EXPECT_EQ(c.sampling.logprobs, 2u);
+  EXPECT_TRUE(c.echo);
+  // An echoed prompt's logprobs come from the engine's prompt logprobs.
+  EXPECT_EQ(c.sampling.prompt_logprobs, 2u);
+  EXPECT_FALSE(c.prompt_logprobs.has_value());
+
+  const OpenAiRequest h = MustParse(
+      R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 4,
+          "prompt_logprobs": 1})",
+      ApiKind::kChat);
+  EXPECT_EQ(h.sampling.logprobs, 4u);
+  EXPECT_EQ(h.prompt_logprobs, 1u);
+  EXPECT_EQ(h.sampling.prompt_logprobs, 1u);
+
+  const OpenAiRequest plain = MustParse(R"({"prompt": "x", "logprobs": false, "echo": false})");
+  EXPECT_FALSE(plain.sampling.logprobs.has_value());
+  EXPECT_FALSE(plain.sampling.prompt_logprobs.has_value());
+  const OpenAiRequest chat_off = MustParse(
+      R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 0})",
+      ApiKind::kChat);
+  EXPECT_FALSE(chat_off.sampling.logprobs.has_value());
+}
+
+TEST(OpenAiProtocolTest, ParsesLogitAdjustments) {
+  const OpenAiRequest r = MustParse(
+      R"({"prompt": "x", "presence_penalty": -1.5, "frequency_penalty": 0.5,
+          "repetition_penalty": 1.1, "logit_bias": {"12": -100, "7": 2.5},
+          "bad_words": ["foo", " bar"]})");
+  EXPECT_DOUBLE_EQ(r.sampling.presence_penalty, -1.5);
+  EXPECT_DOUBLE_EQ(r.sampling.frequency_penalty, 0.5);
+  EXPECT_DOUBLE_EQ(r.sampling.repetition_penalty, 1.1);
+  std::vector<std::pair<uint32_t, double>> bias = r.sampling.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<uint32_t, double>>{{7, 2.5}, {12, -100}}));
+  EXPECT_EQ(r.sampling.bad_words, (std::vector<std::string>{"foo", " bar"}));
+  const OpenAiRequest defaults = MustParse(R"({"prompt": "x"})");
+  EXPECT_DOUBLE_EQ(defaults.sampling.repetition_penalty, 1.0);
+  EXPECT_TRUE(defaults.sampling.logit_bias.empty());
+}
+
+ApiLogprobs TwoTokens() {
+  ApiLogprobs logprobs;
+  logprobs.text_offset = 5;
+  logprobs.tokens.push_back({7, "He", std::nullopt, 1, {}});
+  logprobs.tokens.push_back({9, "llo", -0.5f, 2, {{4, "y", -0.25f}, {9, "llo", -0.5f}}});
+  return logprobs;
+}
+
+TEST(OpenAiProtocolTest, FormatsCompletionLogprobsAsOpenAi) {
+  const ApiLogprobs logprobs = TwoTokens();
+  const std::vector<ApiTokenLogprob> prompt{{9, "llo", -1.5f, 3, {{4, "y", -0.25f}}}};
+  json j =
+      json::parse(FormatResponse(ApiKind::kCompletion, Header(), "xxxxxHello",
+                                 ApiFinishReason::kLength, UsageCounts{3, 2}, &logprobs, &prompt));
+  const json& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"He", "llo"}));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(lp["token_logprobs"][1].get<float>(), -0.5f);
+  EXPECT_EQ(lp["text_offset"], json({5, 7}));
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(lp["top_logprobs"][1]["y"].get<float>(), -0.25f);
+  EXPECT_FLOAT_EQ(lp["top_logprobs"][1]["llo"].get<float>(), -0.5f);
+  const json& pl = j["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), 2u);
+  EXPECT_TRUE(pl[0].is_null());
+  EXPECT_EQ(pl[1]["9"]["rank"], 3);
+  EXPECT_EQ(pl[1]["9"]["decoded_token"], "llo");
+  EXPECT_EQ(pl[1]["4"]["rank"], 1);
+}
+
+TEST(OpenAiProtocolTest, FormatsChatLogprobsAsOpenAi) {
+  ApiLogprobs logprobs = TwoTokens();
+  logprobs.tokens[0].logprob = -std::numeric_limits<float>::infinity();
+  const std::string event = FormatStreamChunk(ApiKind::kChat, Header(), "Hello",
+                                              ApiFinishReason::kNone, false, &logprobs);
+  json j = json::parse(event.substr(6, event.size() - 8));  // "data: {...}\n\n"
+  const json& content = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0]["token"], "He");
+  EXPECT_EQ(content[0]["logprob"], -9999.0);  // JSON has no -inf
+  EXPECT_EQ(content[0]["bytes"], json({72, 101}));
+  EXPECT_EQ(content[1]["top_logprobs"][0]["token"], "y");
+  EXPECT_FLOAT_EQ(content[1]["top_logprobs"][0]["logprob"].get<float>(), -0.25f);
+  json none = json::parse(
+      FormatResponse(ApiKind::kChat, Header(), "yo", ApiFinishReason::kStop, UsageCounts{1, 1}));
+  EXPECT_TRUE(none["choices"][0]["logprobs"].is_null());
+  EXPECT_FALSE(none.contains("prompt_logprobs"));
+}
 
 TEST(OpenAiProtocolTest, FormatsCompletionResponse) {
   json j = json::parse(FormatResponse(ApiKind::kCompletion, Header(), "hi",

@@ -53,6 +53,11 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   spec.sampling.seed = options.seed;
   spec.sampling.max_tokens = static_cast<int32_t>(options.max_tokens);
   spec.sampling.ignore_eos = !options.stop_at_eos;
+  spec.sampling.logprobs = options.logprobs;
+  spec.sampling.prompt_logprobs = options.prompt_logprobs;
+  spec.sampling.presence_penalty = options.presence_penalty;
+  spec.sampling.frequency_penalty = options.frequency_penalty;
+  spec.sampling.repetition_penalty = options.repetition_penalty;
   std::mutex mu;
   std::condition_variable cv;
   serving::RequestEvent final_event;
@@ -64,6 +69,9 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
     if (result.token_ids.empty() && !e.tokens.empty())
       first_token_at = std::chrono::steady_clock::now();
     result.token_ids.insert(result.token_ids.end(), e.tokens.begin(), e.tokens.end());
+    result.logprobs.insert(result.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    result.prompt_logprobs.insert(result.prompt_logprobs.end(), e.prompt_logprobs.begin(),
+                                  e.prompt_logprobs.end());
     if (e.outcome == serving::Outcome::kRunning) return;
     final_event = e;
     done = true;

@@ -30,6 +30,12 @@ struct GenerateOptions {
   int threads = 0;                      // compute threads of the model; 0 = every core allowed
   std::string weights = "native";       // native | fp32
   std::string kv_cache_dtype = "auto";  // auto | fp8
+  // -1: none; n: each generated (prompt) token's logprob and the n most likely tokens'.
+  int logprobs = -1;
+  int prompt_logprobs = -1;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
 };
 
 struct GenerateResult {
@@ -41,7 +47,9 @@ struct GenerateResult {
   double prefill_seconds = 0;
   double decode_seconds = 0;
   int64_t prompt_tokens = 0;
-  serving::SpecStats spec;  // DSpark counters (all zero without speculation)
+  serving::SpecStats spec;                       // DSpark counters (all zero without speculation)
+  std::vector<sampling::TokenLogprob> logprobs;  // one per token_ids entry, when asked
+  std::vector<sampling::TokenLogprob> prompt_logprobs;  // prompt tokens 1..n-1, when asked
 };
 
 StatusOr<GenerateResult> Generate(const GenerateOptions& options);

@@ -43,6 +43,18 @@ int RunGoldenCheckCommand(const pdspark::tools::GoldenCheckOptions& options) {
   return all_passed ? 0 : 1;
 }
 
+nlohmann::json LogprobsJson(const std::vector<pdspark::sampling::TokenLogprob>& logprobs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& t : logprobs) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& alt : t.top)
+      top.push_back({{"token_id", alt.token}, {"logprob", alt.logprob}});
+    out.push_back(
+        {{"token_id", t.token}, {"logprob", t.logprob}, {"rank", t.rank}, {"top", std::move(top)}});
+  }
+  return out;
+}
+
 int RunGenerateCommand(pdspark::tools::GenerateOptions options, const std::string& ids_text,
                        bool json) {
   for (absl::string_view piece : absl::StrSplit(ids_text, ',', absl::SkipWhitespace())) {
@@ -77,6 +89,8 @@ int RunGenerateCommand(pdspark::tools::GenerateOptions options, const std::strin
     j["acceptance_length"] =
         spec.drafts > 0 ? 1.0 + static_cast<double>(spec.accepted_tokens) / spec.drafts : 0.0;
     j["tensor_parallel_size"] = options.tensor_parallel_size;
+    if (options.logprobs >= 0) j["logprobs"] = LogprobsJson(result->logprobs);
+    if (options.prompt_logprobs >= 0) j["prompt_logprobs"] = LogprobsJson(result->prompt_logprobs);
     j["timing"] = {{"load_s", result->load_seconds},
                    {"prefill_s", result->prefill_seconds},
                    {"decode_s", result->decode_seconds},
@@ -157,6 +171,19 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--weights", gen.weights, "native | fp32 (dequantised copies)")
       ->check(CLI::IsMember({"native", "fp32"}))
       ->capture_default_str();
+  gen_cmd
+      ->add_option("--logprobs", gen.logprobs,
+                   "with --json: each generated token's logprob and the N most likely (-1: none)")
+      ->check(CLI::Range(-1, 20))
+      ->capture_default_str();
+  gen_cmd
+      ->add_option("--prompt-logprobs", gen.prompt_logprobs,
+                   "with --json: each prompt token's logprob and the N most likely (-1: none)")
+      ->check(CLI::Range(-1, 20))
+      ->capture_default_str();
+  gen_cmd->add_option("--presence-penalty", gen.presence_penalty, "as the OpenAI API, [-2, 2]");
+  gen_cmd->add_option("--frequency-penalty", gen.frequency_penalty, "as the OpenAI API, [-2, 2]");
+  gen_cmd->add_option("--repetition-penalty", gen.repetition_penalty, "as vLLM, > 0 (1: off)");
   gen_cmd->add_option("--kv-cache-dtype", gen.kv_cache_dtype, "auto | fp8")
       ->check(CLI::IsMember({"auto", "fp8"}))
       ->capture_default_str();

@@ -86,6 +86,18 @@ TEST(SamplingParamsTest, RejectsBadMaxTokensAndStopIds) {
   ExpectInvalid(params, "stop_token_ids must be >= 0");
 }
 
+TEST(SamplingParamsTest, LogprobsAreBounded) {
+  SamplingParams params;
+  params.logprobs = 0;
+  params.prompt_logprobs = 20;
+  EXPECT_TRUE(params.Validate().ok());
+  params.logprobs = 21;
+  ExpectInvalid(params, "logprobs must be in [0, 20]");
+  params.logprobs = -1;
+  params.prompt_logprobs = -2;
+  ExpectInvalid(params, "prompt_logprobs must be in [0, 20]");
+}
+
 TEST(SamplingParamsTest, MinTokensMustNotExceedMaxTokens) {
   SamplingParams params;
   params.max_tokens = 8;

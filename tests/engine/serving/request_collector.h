@@ -17,6 +17,9 @@ class RequestCollector {
     return [this](const RequestEvent& e) {
       std::lock_guard lock(mu_);
       tokens_.insert(tokens_.end(), e.tokens.begin(), e.tokens.end());
+      logprobs_.insert(logprobs_.end(), e.logprobs.begin(), e.logprobs.end());
+      prompt_logprobs_.insert(prompt_logprobs_.end(), e.prompt_logprobs.begin(),
+                              e.prompt_logprobs.end());
       if (e.outcome != Outcome::kRunning) {
         final_ = e;
         done_ = true;
@@ -33,6 +36,14 @@ class RequestCollector {
     std::lock_guard lock(mu_);
     return tokens_;
   }
+  std::vector<sampling::TokenLogprob> logprobs() {
+    std::lock_guard lock(mu_);
+    return logprobs_;
+  }
+  std::vector<sampling::TokenLogprob> prompt_logprobs() {
+    std::lock_guard lock(mu_);
+    return prompt_logprobs_;
+  }
 
  private:
   std::mutex mu_;
@@ -40,6 +51,8 @@ class RequestCollector {
   bool done_ = false;
   RequestEvent final_;
   std::vector<int32_t> tokens_;
+  std::vector<sampling::TokenLogprob> logprobs_;
+  std::vector<sampling::TokenLogprob> prompt_logprobs_;
 };
 
 }  // namespace pdspark::serving

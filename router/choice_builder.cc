@@ -1,0 +1,74 @@
+#include "router/choice_builder.h"
+
+#include <algorithm>
+
+namespace pdspark::router {
+namespace {
+
+// A token's own text, as vLLM shows it (one token alone: a partial character is U+FFFD).
+std::string TokenText(const TextCodec& codec, uint32_t id) {
+  auto detokenizer = codec.NewDetokenizer(/*skip_special_tokens=*/false);
+  std::string text = detokenizer->Push(id);
+  return text + detokenizer->Flush();
+}
+
+}  // namespace
+
+ChoiceBuilder::ChoiceBuilder(ChoiceOptions options, const TextCodec& codec)
+    : options_(std::move(options)), codec_(codec) {
+  if (options_.logprobs) logprobs_.emplace();
+}
+
+ApiTokenLogprob ChoiceBuilder::ToApi(const v1::TokenLogprob& logprob, uint32_t max_top) const {
+  ApiTokenLogprob out;
+  out.token_id = logprob.token_id();
+  out.token = TokenText(codec_, logprob.token_id());
+  out.logprob = logprob.logprob();
+  out.rank = logprob.rank();
+  const int top = std::min<int>(logprob.top_size(), static_cast<int>(max_top));
+  for (int i = 0; i < top; ++i) {
+    const v1::TopLogprob& alt = logprob.top(i);
+    out.top.push_back({alt.token_id(), TokenText(codec_, alt.token_id()), alt.logprob()});
+  }
+  return out;
+}
+
+void ChoiceBuilder::AddPromptPositions(const TokenChunk& chunk, ApiLogprobs* part) const {
+  if (options_.prompt_ids.empty()) return;
+  ApiTokenLogprob first;
+  first.token_id = options_.prompt_ids.front();
+  first.token = TokenText(codec_, first.token_id);
+  part->tokens.push_back(std::move(first));
+  for (const v1::TokenLogprob& p : chunk.prompt_logprobs) {
+    part->tokens.push_back(ToApi(p, *options_.logprobs));
+  }
+}
+
+ChoicePart ChoiceBuilder::Add(const TokenChunk& chunk) {
+  ChoicePart part;
+  const bool first = !started_;
+  started_ = true;
+  if (first && options_.echo) part.text = options_.prompt_text;
+  part.text += chunk.text;
+  if (logprobs_) {
+    part.logprobs.emplace();
+    part.logprobs->text_offset = text_characters_;
+    if (first && options_.echo) AddPromptPositions(chunk, &*part.logprobs);
+    for (const v1::TokenLogprob& t : chunk.logprobs) {
+      part.logprobs->tokens.push_back(ToApi(t, *options_.logprobs));
+    }
+    logprobs_->tokens.insert(logprobs_->tokens.end(), part.logprobs->tokens.begin(),
+                             part.logprobs->tokens.end());
+  }
+  if (first && options_.prompt_logprobs) {
+    prompt_logprobs_.emplace();
+    for (const v1::TokenLogprob& p : chunk.prompt_logprobs) {
+      prompt_logprobs_->push_back(ToApi(p, *options_.prompt_logprobs));
+    }
+  }
+  text_ += part.text;
+  text_characters_ += CharacterCount(part.text);
+  return part;
+}
+
+}  // namespace pdspark::router

@@ -1,0 +1,58 @@
+// One choice of an OpenAI response, built from the request's chunks as they come: its text (the
+// prompt's first when `echo`) and its logprobs in the API's shape, each token shown as its own
+// text. A streaming front end sends each Add()'s part; a non-streaming one the whole choice.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "router/openai_protocol.h"
+#include "router/request_handler.h"
+#include "router/text_codec.h"
+
+namespace pdspark::router {
+
+struct ChoiceOptions {
+  bool echo = false;
+  std::optional<uint32_t> logprobs;         // alternatives per generated token; none: no logprobs
+  std::optional<uint32_t> prompt_logprobs;  // vLLM's prompt_logprobs; none: not shown
+  std::vector<uint32_t> prompt_ids;
+  std::string prompt_text;  // what `echo` shows
+};
+
+// What one chunk adds to the choice.
+struct ChoicePart {
+  std::string text;
+  std::optional<ApiLogprobs> logprobs;
+};
+
+class ChoiceBuilder {
+ public:
+  ChoiceBuilder(ChoiceOptions options, const TextCodec& codec);
+
+  ChoicePart Add(const TokenChunk& chunk);
+
+  const std::string& text() const { return text_; }
+  // Null when the request asked for none.
+  const ApiLogprobs* logprobs() const { return logprobs_ ? &*logprobs_ : nullptr; }
+  const std::vector<ApiTokenLogprob>* prompt_logprobs() const {
+    return prompt_logprobs_ ? &*prompt_logprobs_ : nullptr;
+  }
+
+ private:
+  ApiTokenLogprob ToApi(const v1::TokenLogprob& logprob, uint32_t max_top) const;
+  // The echoed prompt's logprobs: none for its first token, then the engine's.
+  void AddPromptPositions(const TokenChunk& chunk, ApiLogprobs* part) const;
+
+  const ChoiceOptions options_;
+  const TextCodec& codec_;
+  bool started_ = false;
+  std::string text_;
+  size_t text_characters_ = 0;  // completions' text_offset unit
+  std::optional<ApiLogprobs> logprobs_;
+  std::optional<std::vector<ApiTokenLogprob>> prompt_logprobs_;
+};
+
+}  // namespace pdspark::router

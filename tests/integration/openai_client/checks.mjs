@@ -1,0 +1,55 @@
+// Calls a pdspark router through the unmodified official `openai` npm client and prints what
+// came back, as one JSON object on stdout; tests/integration/openai_client_test.py judges it.
+//   node checks.mjs BASE_URL PROMPT_IDS_JSON
+import OpenAI from "openai";
+
+const [baseURL, promptIds] = process.argv.slice(2);
+const prompt = JSON.parse(promptIds);
+const client = new OpenAI({ baseURL, apiKey: "not-checked", maxRetries: 0 });
+const out = {};
+
+// Completions with the 3 most likely tokens at every position (vLLM's ignore_eos passes through
+// the client's body untouched).
+const completion = await client.completions.create({
+  model: "m", prompt, max_tokens: 12, temperature: 0, logprobs: 3, ignore_eos: true,
+});
+out.completion = { text: completion.choices[0].text, logprobs: completion.choices[0].logprobs };
+
+// What evaluation harnesses send for a loglikelihood: the prompt echoed with its logprobs.
+const echoed = await client.completions.create({
+  model: "m", prompt, max_tokens: 1, temperature: 0, logprobs: 1, echo: true,
+});
+out.echo = { text: echoed.choices[0].text, logprobs: echoed.choices[0].logprobs };
+
+// Chat, whole and streamed.
+const chat = {
+  model: "m", messages: [{ role: "user", content: "Who are you?" }], max_tokens: 12,
+  temperature: 0, logprobs: true, top_logprobs: 2, ignore_eos: true,
+};
+const whole = await client.chat.completions.create(chat);
+out.chat = { content: whole.choices[0].message.content, logprobs: whole.choices[0].logprobs.content };
+const stream = await client.chat.completions.create({ ...chat, stream: true });
+const streamed = { content: "", logprobs: [] };
+for await (const chunk of stream) {
+  const choice = chunk.choices[0];
+  if (!choice) continue;
+  streamed.content += choice.delta?.content ?? "";
+  if (choice.logprobs?.content) streamed.logprobs.push(...choice.logprobs.content);
+}
+out.chat_stream = streamed;
+
+// Penalties (vLLM's repetition_penalty passes through the body), greedy and on a fixed seed.
+const penalised = {
+  model: "m", prompt, max_tokens: 24, ignore_eos: true, frequency_penalty: 1.0,
+  presence_penalty: 0.5, repetition_penalty: 1.2,
+};
+const text = async (body) => (await client.completions.create(body)).choices[0].text;
+out.penalties = {
+  greedy: await text({ ...penalised, temperature: 0 }),
+  sampled: await text({ ...penalised, temperature: 0.8, seed: 7 }),
+  unpenalised_sampled: await text({
+    model: "m", prompt, max_tokens: 24, ignore_eos: true, temperature: 0.8, seed: 7,
+  }),
+};
+
+console.log(JSON.stringify(out));

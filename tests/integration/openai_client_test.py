@@ -1,0 +1,130 @@
+"""The unmodified official `openai` npm client against a real local cluster on the bundled tiny
+model (tests/integration/openai_client/checks.mjs makes the calls): logprobs equal `pdspark
+generate`'s for the same greedy run, through a plain colocated decode worker and through a
+disaggregated cluster with DSpark on; an echoed prompt's logprobs equal generate's prompt
+logprobs; chat logprobs are the same whole and streamed, with and without DSpark; penalties give
+generate's text, greedy (DSpark too) and on a fixed seed."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+from cluster import Cluster, health
+
+ARGS = None
+PROMPT = [0, 45, 311, 20, 117, 66, 8, 290, 13, 71, 5, 202]
+MAX_TOKENS = 12
+
+
+def generate(extra):
+    out = subprocess.run([os.path.join(ARGS.bin_dir, "pdspark"), "generate", "--model",
+                          ARGS.model_dir, "--prompt-ids", ",".join(map(str, PROMPT)), "--json",
+                          *extra], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def client_checks(router):
+    client_dir = os.path.join(ARGS.source_dir, "tests", "integration", "openai_client")
+    if not os.path.isdir(os.path.join(client_dir, "node_modules", "openai")):
+        raise AssertionError("the openai npm client is not installed in %s: run "
+                             "scripts/bootstrap.sh (it runs `npm ci` there)" % client_dir)
+    out = subprocess.run(["node", os.path.join(client_dir, "checks.mjs"),
+                          "http://127.0.0.1:%d/v1" % router.http, json.dumps(PROMPT)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+class OpenAiClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        c = cls.cluster = Cluster(ARGS.bin_dir, ARGS.model_dir)
+        r_spec = c.start_router("router-spec", ["--disagg-min-prompt-tokens", "1"])
+        r_plain = c.start_router("router-plain")
+        c.start_worker("decode-spec", "decode", [r_spec],
+                       ["--spec-method", "dspark", "--spec-tokens", "4"])
+        c.start_worker("prefill", "prefill", [r_spec])
+        c.start_worker("decode-plain", "decode", [r_plain], ["--spec-method", "none"])
+        c.wait_ready((lambda: health(r_spec).get("decode_workers") == 1 and
+                      health(r_spec).get("prefill_workers") == 1, "spec cluster"),
+                     (lambda: health(r_plain).get("decode_workers") == 1, "plain cluster"))
+        cls.plain = client_checks(r_plain)
+        cls.spec = client_checks(r_spec)
+        cls.reference = generate(["--max-tokens", str(MAX_TOKENS), "--ignore-eos", "--logprobs",
+                                  "3", "--prompt-logprobs", "1", "--spec-method", "none"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop_all()
+
+    def test_completion_logprobs_equal_generate(self):
+        expected = [t["logprob"] for t in self.reference["logprobs"]]
+        self.assertEqual(len(expected), MAX_TOKENS)
+        for name, run in (("plain", self.plain), ("dspark", self.spec)):
+            lp = run["completion"]["logprobs"]
+            self.assertEqual(lp["token_logprobs"], expected, name)
+            self.assertEqual("".join(lp["tokens"]), run["completion"]["text"], name)
+            self.assertEqual(lp["text_offset"][0], 0, name)
+            for i, top in enumerate(lp["top_logprobs"]):
+                # The 3 most likely and the chosen one (the most likely here: greedy), keyed by
+                # text: tokens that read alike share a key, the more likely one's.
+                reference_top = [t["logprob"] for t in self.reference["logprobs"][i]["top"]]
+                self.assertEqual(max(top.values()), expected[i], name)
+                self.assertEqual(top[lp["tokens"][i]], expected[i], name)
+                self.assertLessEqual(set(top.values()), set(reference_top), name)
+
+    def test_echoed_prompt_logprobs_equal_generate(self):
+        prompt_expected = [t["logprob"] for t in self.reference["prompt_logprobs"]]
+        self.assertEqual(len(prompt_expected), len(PROMPT) - 1)
+        for name, run in (("plain", self.plain), ("dspark", self.spec)):
+            lp = run["echo"]["logprobs"]
+            self.assertEqual(len(lp["tokens"]), len(PROMPT) + 1, name)
+            self.assertIsNone(lp["token_logprobs"][0], name)
+            self.assertIsNone(lp["top_logprobs"][0], name)
+            self.assertEqual(lp["token_logprobs"][1:len(PROMPT)], prompt_expected, name)
+            self.assertEqual(lp["token_logprobs"][-1], self.reference["logprobs"][0]["logprob"])
+            # The choice's text is the prompt's and the token's; offsets count characters.
+            self.assertEqual("".join(lp["tokens"]), run["echo"]["text"], name)
+            lengths = [b - a for a, b in zip(lp["text_offset"], lp["text_offset"][1:])]
+            self.assertEqual(lengths, [len(t) for t in lp["tokens"][:-1]], name)
+
+    def test_chat_logprobs_same_whole_streamed_and_with_dspark(self):
+        whole = self.plain["chat"]
+        self.assertEqual(len(whole["logprobs"]), MAX_TOKENS)
+        for t in whole["logprobs"]:
+            self.assertEqual(len(t["top_logprobs"]), 2)
+            self.assertEqual(t["top_logprobs"][0]["logprob"], t["logprob"])  # greedy
+            self.assertEqual(bytes(t["bytes"]).decode("utf-8"), t["token"])
+        for name, run in (("plain stream", self.plain["chat_stream"]),
+                          ("dspark", self.spec["chat"]), ("dspark stream", self.spec["chat_stream"])):
+            self.assertEqual(run, whole, name)
+
+    def test_penalties_change_output_as_generate_does(self):
+        penalties = ["--max-tokens", "24", "--ignore-eos", "--spec-method", "none",
+                     "--frequency-penalty", "1.0", "--presence-penalty", "0.5",
+                     "--repetition-penalty", "1.2"]
+        greedy = generate(penalties)["text"]
+        sampled = generate(penalties + ["--temperature", "0.8", "--seed", "7"])["text"]
+        self.assertEqual(self.plain["penalties"]["greedy"], greedy)
+        # DSpark's acceptance sees the penalised target rows: the same greedy text.
+        self.assertEqual(self.spec["penalties"]["greedy"], greedy)
+        self.assertEqual(self.plain["penalties"]["sampled"], sampled)
+        self.assertNotEqual(sampled, self.plain["penalties"]["unpenalised_sampled"])
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--source-dir", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
