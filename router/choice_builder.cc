@@ -17,6 +17,10 @@ std::string TokenText(const TextCodec& codec, uint32_t id) {
 ChoiceBuilder::ChoiceBuilder(ChoiceOptions options, const TextCodec& codec)
     : options_(std::move(options)), codec_(codec) {
   if (options_.logprobs) logprobs_.emplace();
+  if (options_.reasoning) {
+    parser_.emplace(/*thinking=*/true);
+    reasoning_.emplace();
+  }
 }
 
 ApiTokenLogprob ChoiceBuilder::ToApi(const v1::TokenLogprob& logprob, uint32_t max_top) const {
@@ -49,7 +53,15 @@ ChoicePart ChoiceBuilder::Add(const TokenChunk& chunk) {
   const bool first = !started_;
   started_ = true;
   if (first && options_.echo) part.text = options_.prompt_text;
-  part.text += chunk.text;
+  if (parser_) {
+    ReasoningParser::Delta split = parser_->Push(chunk.text);
+    part.text += split.content;
+    part.reasoning = std::move(split.reasoning);
+    *reasoning_ += part.reasoning;
+  } else {
+    part.text += chunk.text;
+  }
+  for (const v1::TokenLogprob& t : chunk.logprobs) cumulative_logprob_ += t.logprob();
   if (logprobs_) {
     part.logprobs.emplace();
     part.logprobs->text_offset = text_characters_;
@@ -68,6 +80,18 @@ ChoicePart ChoiceBuilder::Add(const TokenChunk& chunk) {
   }
   text_ += part.text;
   text_characters_ += CharacterCount(part.text);
+  return part;
+}
+
+ChoicePart ChoiceBuilder::Finish() {
+  ChoicePart part;
+  if (!parser_) return part;
+  ReasoningParser::Delta rest = parser_->Flush();
+  part.text = std::move(rest.content);
+  part.reasoning = std::move(rest.reasoning);
+  text_ += part.text;
+  text_characters_ += CharacterCount(part.text);
+  *reasoning_ += part.reasoning;
   return part;
 }
 

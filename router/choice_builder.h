@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "router/openai_protocol.h"
+#include "router/reasoning_parser.h"
 #include "router/request_handler.h"
 #include "router/text_codec.h"
 
@@ -20,11 +21,14 @@ struct ChoiceOptions {
   std::optional<uint32_t> prompt_logprobs;  // vLLM's prompt_logprobs; none: not shown
   std::vector<uint32_t> prompt_ids;
   std::string prompt_text;  // what `echo` shows
+  // Chat in thinking mode with a reasoning parser: the text splits into reasoning and content.
+  bool reasoning = false;
 };
 
 // What one chunk adds to the choice.
 struct ChoicePart {
   std::string text;
+  std::string reasoning;
   std::optional<ApiLogprobs> logprobs;
 };
 
@@ -33,13 +37,20 @@ class ChoiceBuilder {
   ChoiceBuilder(ChoiceOptions options, const TextCodec& codec);
 
   ChoicePart Add(const TokenChunk& chunk);
+  // The end of the output: text the reasoning parser held back.
+  ChoicePart Finish();
 
+  // The content (all the text without a reasoning parser), and the reasoning when parsed.
   const std::string& text() const { return text_; }
+  const std::optional<std::string>& reasoning() const { return reasoning_; }
+
   // Null when the request asked for none.
   const ApiLogprobs* logprobs() const { return logprobs_ ? &*logprobs_ : nullptr; }
   const std::vector<ApiTokenLogprob>* prompt_logprobs() const {
     return prompt_logprobs_ ? &*prompt_logprobs_ : nullptr;
   }
+  // The sum of the generated tokens' logprobs the chunks carried (best_of ranks by it).
+  double cumulative_logprob() const { return cumulative_logprob_; }
 
  private:
   ApiTokenLogprob ToApi(const v1::TokenLogprob& logprob, uint32_t max_top) const;
@@ -49,8 +60,11 @@ class ChoiceBuilder {
   const ChoiceOptions options_;
   const TextCodec& codec_;
   bool started_ = false;
+  std::optional<ReasoningParser> parser_;
   std::string text_;
+  std::optional<std::string> reasoning_;
   size_t text_characters_ = 0;  // completions' text_offset unit
+  double cumulative_logprob_ = 0;
   std::optional<ApiLogprobs> logprobs_;
   std::optional<std::vector<ApiTokenLogprob>> prompt_logprobs_;
 };

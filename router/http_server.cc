@@ -9,9 +9,8 @@
 #include "common/security/api_key.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
-#include "router/chat_template.h"
-#include "router/choice_builder.h"
 #include "router/connection_probe.h"
+#include "router/openai_generation.h"
 #include "router/sampling_tokens.h"
 
 namespace pdspark::router {
@@ -34,63 +33,6 @@ void SendError(httplib::Response& res, const ApiError& error) {
   if (error.http_status == 429) res.set_header("Retry-After", "1");
   res.set_content(FormatErrorBody(error), kJson);
 }
-
-// Non-streaming: gathers the choice; the probe notices a client that hung up meanwhile.
-class CollectingObserver : public StreamObserver {
- public:
-  CollectingObserver(const ConnectionProbe* probe, ChoiceBuilder* choice)
-      : probe_(probe), choice_(choice) {}
-  bool OnChunk(const TokenChunk& chunk) override {
-    choice_->Add(chunk);
-    return true;
-  }
-  bool ClientGone() const override { return probe_->Gone(); }
-
- private:
-  const ConnectionProbe* probe_;
-  ChoiceBuilder* choice_;
-};
-
-// Streaming: one SSE event per chunk that carries text or logprobs. A failed write means the
-// client left.
-class SseObserver : public StreamObserver {
- public:
-  SseObserver(ApiKind kind, const ResponseHeader& header, ChoiceBuilder choice,
-              httplib::DataSink& sink, const ConnectionProbe* probe)
-      : kind_(kind), header_(header), choice_(std::move(choice)), sink_(sink), probe_(probe) {}
-
-  bool OnChunk(const TokenChunk& chunk) override {
-    const ChoicePart part = choice_.Add(chunk);
-    if (part.text.empty() && !part.logprobs) return !gone_;
-    return Write(FormatStreamChunk(kind_, header_, part.text, ApiFinishReason::kNone, false,
-                                   part.logprobs ? &*part.logprobs : nullptr));
-  }
-  bool Write(const std::string& event) {
-    if (!gone_ && !sink_.write(event.data(), event.size())) gone_ = true;
-    return !gone_;
-  }
-  bool gone() const { return gone_; }
-  // Between tokens (a long prefill) only the probe can tell; polled from another thread, so
-  // it must not touch the sink.
-  bool ClientGone() const override { return probe_->Gone(); }
-
- private:
-  ApiKind kind_;
-  const ResponseHeader& header_;
-  ChoiceBuilder choice_;
-  httplib::DataSink& sink_;
-  const ConnectionProbe* probe_;
-  bool gone_ = false;
-};
-
-struct StreamState {
-  ApiKind kind;
-  ResponseHeader header;
-  ChoiceOptions choice;
-  bool include_usage = false;
-  std::unique_ptr<AdmittedRequest> request;
-  std::unique_ptr<ConnectionProbe> probe;
-};
 
 std::unique_ptr<httplib::Server> MakeServer(const security::TlsOptions& tls) {
   if (tls.cert_file.empty()) return std::make_unique<httplib::Server>();
@@ -243,141 +185,52 @@ std::optional<ApiError> HttpServer::CheckModel(const std::string& model) const {
                   "model", "model_not_found"};
 }
 
-std::variant<std::vector<uint32_t>, ApiError> HttpServer::PromptIds(
-    const OpenAiRequest& request) const {
-  const TextCodec& codec = handler_->codec();
-  if (request.kind == ApiKind::kCompletion) {
-    if (request.prompt_token_ids) return *request.prompt_token_ids;
-    // As vLLM: BOS first, special-token strings in the text are parsed.
-    StatusOr<std::vector<uint32_t>> ids = codec.Encode(*request.prompt_text, true);
-    if (!ids.ok()) {
-      return ApiError{400, std::string(ids.status().message()), "invalid_request_error", "prompt",
-                      "invalid_value"};
-    }
-    if (auto bos = codec.bos_token_id(); bos && (ids->empty() || ids->front() != *bos)) {
-      ids->insert(ids->begin(), *bos);
-    }
-    return *std::move(ids);
-  }
-  ChatTemplateOptions options;
-  options.thinking = request.thinking;
-  options.add_generation_prompt = request.add_generation_prompt;
-  StatusOr<std::string> text = EncodeDeepSeekV4Chat(request.messages, options);
-  if (!text.ok()) {
-    return ApiError{400, std::string(text.status().message()), "invalid_request_error", "messages",
-                    "invalid_value"};
-  }
-  StatusOr<std::vector<uint32_t>> ids = codec.Encode(*text, true);
-  if (!ids.ok()) {
-    return ApiError{400, std::string(ids.status().message()), "invalid_request_error", "messages",
-                    "invalid_value"};
-  }
-  return *std::move(ids);
-}
-
-ChoiceOptions HttpServer::ChoiceOptionsFor(const OpenAiRequest& request,
-                                           const std::vector<uint32_t>& prompt_ids) const {
-  ChoiceOptions choice;
-  choice.echo = request.echo;
-  choice.logprobs = request.sampling.logprobs;
-  choice.prompt_logprobs = request.prompt_logprobs;
-  if (request.echo) {
-    choice.prompt_ids = prompt_ids;
-    if (request.prompt_text) {
-      choice.prompt_text = *request.prompt_text;
-    } else {
-      auto detokenizer = handler_->codec().NewDetokenizer(/*skip_special_tokens=*/false);
-      for (uint32_t id : prompt_ids) choice.prompt_text += detokenizer->Push(id);
-      choice.prompt_text += detokenizer->Flush();
-    }
-  }
-  return choice;
-}
-
 void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res) {
+  auto refuse = [&](const ApiError& e) {
+    metrics_->Rejected("invalid");
+    metrics_->RequestFinished("invalid", "");
+    SendError(res, e);
+  };
   ParseLimits limits;
   limits.max_body_bytes = options_.max_request_bytes;
   ParseResult parsed = ParseOpenAiRequest(req.body, kind, limits);
-  if (auto* e = std::get_if<ApiError>(&parsed)) {
-    metrics_->Rejected("invalid");
-    metrics_->RequestFinished("invalid", "");
-    return SendError(res, *e);
-  }
+  if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e);
   OpenAiRequest& request = std::get<OpenAiRequest>(parsed);
-  if (auto e = CheckModel(request.model)) {
-    metrics_->Rejected("invalid");
-    metrics_->RequestFinished("invalid", "");
-    return SendError(res, *e);
-  }
-  auto prompt = PromptIds(request);
-  if (auto* e = std::get_if<ApiError>(&prompt)) {
-    metrics_->Rejected("invalid");
-    metrics_->RequestFinished("invalid", "");
-    return SendError(res, *e);
-  }
-  if (auto e = ResolveSamplingTokens(handler_->codec(), &request.sampling)) {
-    metrics_->Rejected("invalid");
-    metrics_->RequestFinished("invalid", "");
-    return SendError(res, *e);
-  }
-  GenerateInput input;
-  input.request_id = request.request_id;
-  input.prompt_ids = std::move(std::get<std::vector<uint32_t>>(prompt));
-  ChoiceOptions choice = ChoiceOptionsFor(request, input.prompt_ids);
-  input.sampling = request.sampling;
-  input.default_max_tokens_to_context = kind == ApiKind::kChat;
-  input.prompt_param = kind == ApiKind::kChat ? "messages" : "prompt";
-  auto admitted = handler_->Admit(std::move(input));
-  if (auto* e = std::get_if<ApiError>(&admitted)) return SendError(res, *e);
+  if (auto e = CheckModel(request.model)) return refuse(*e);
+  auto prompts = PromptIds(request, handler_->codec());
+  if (auto* e = std::get_if<ApiError>(&prompts)) return refuse(*e);
+  if (auto e = ResolveSamplingTokens(handler_->codec(), &request.sampling)) return refuse(*e);
 
-  auto state = std::make_shared<StreamState>();
-  state->kind = kind;
-  state->header =
-      ResponseHeader{RandomId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"), UnixSeconds(),
-                     request.model.empty() ? options_.model_name : request.model};
-  state->include_usage = request.include_usage;
-  state->choice = std::move(choice);
-  state->request = std::move(std::get<std::unique_ptr<AdmittedRequest>>(admitted));
-  state->probe = std::make_unique<ConnectionProbe>(req.local_addr, req.local_port, req.remote_addr,
-                                                   req.remote_port);
-  LOG_DEBUG("connection probe found={} local={}:{} remote={}:{}", state->probe->found(),
-            req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  ResponseHeader header{RandomId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"), UnixSeconds(),
+                        request.model.empty() ? options_.model_name : request.model};
+  auto admitted = OpenAiGeneration::Admit(*handler_, request,
+                                          std::get<std::vector<std::vector<uint32_t>>>(prompts),
+                                          header, options_.reasoning_parser == "deepseek_v4");
+  if (auto* e = std::get_if<ApiError>(&admitted)) return SendError(res, *e);
+  std::shared_ptr<OpenAiGeneration> generation =
+      std::get<std::unique_ptr<OpenAiGeneration>>(std::move(admitted));
+  auto probe = std::make_shared<ConnectionProbe>(req.local_addr, req.local_port, req.remote_addr,
+                                                 req.remote_port);
+  LOG_DEBUG("connection probe found={} local={}:{} remote={}:{}", probe->found(), req.local_addr,
+            req.local_port, req.remote_addr, req.remote_port);
 
   if (!request.stream) {
-    ChoiceBuilder choice(std::move(state->choice), handler_->codec());
-    CollectingObserver observer(state->probe.get(), &choice);
-    GenerateOutcome outcome = handler_->Run(*state->request, observer);
-    if (outcome.error) return SendError(res, *outcome.error);
-    res.set_content(FormatResponse(kind, state->header, choice.text(), outcome.finish,
-                                   outcome.usage, choice.logprobs(), choice.prompt_logprobs()),
-                    kJson);
+    auto body = generation->Collect(probe.get());
+    if (auto* e = std::get_if<ApiError>(&body)) return SendError(res, *e);
+    res.set_content(std::get<std::string>(body), kJson);
     return;
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider("text/event-stream", [this, state](size_t,
-                                                                      httplib::DataSink& sink) {
-    SseObserver observer(state->kind, state->header,
-                         ChoiceBuilder(state->choice, handler_->codec()), sink, state->probe.get());
-    if (state->kind == ApiKind::kChat) {
-      observer.Write(FormatStreamChunk(state->kind, state->header, "", ApiFinishReason::kNone,
-                                       /*first=*/true));
-    }
-    GenerateOutcome outcome = handler_->Run(*state->request, observer);
-    if (outcome.error) {
-      observer.Write(FormatStreamError(*outcome.error));
-    } else {
-      observer.Write(FormatStreamChunk(state->kind, state->header, "", outcome.finish, false));
-      if (state->include_usage) {
-        observer.Write(FormatUsageChunk(state->kind, state->header, outcome.usage));
-      }
-    }
-    observer.Write(std::string(kSseDone));
-    state->request.reset();  // frees the admission slot before the connection closes
-    if (observer.gone()) return false;
-    sink.done();
-    return true;
-  });
+  res.set_chunked_content_provider(
+      "text/event-stream", [generation, probe](size_t, httplib::DataSink& sink) {
+        const bool stayed = generation->Stream(probe.get(), [&sink](const std::string& event) {
+          return sink.write(event.data(), event.size());
+        });
+        if (!stayed) return false;
+        sink.done();
+        return true;
+      });
 }
 
 void HttpServer::HandleModels(httplib::Response& res) {
@@ -411,12 +264,17 @@ void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& 
     return SendError(res, {400, "'add_special_tokens' must be a boolean", "invalid_request_error",
                            "add_special_tokens", "invalid_type"});
   }
-  auto ids = PromptIds(request);
+  if (request.prompts.size() > 1) {
+    return SendError(res, {400, "/tokenize takes one prompt", "invalid_request_error", "prompt",
+                           "invalid_value"});
+  }
+  auto ids = PromptIds(request, handler_->codec());
   if (auto* e = std::get_if<ApiError>(&ids)) return SendError(res, *e);
-  std::vector<uint32_t> tokens = std::get<std::vector<uint32_t>>(std::move(ids));
-  if (kind == ApiKind::kCompletion && request.prompt_text && !add_special.get<bool>()) {
+  std::vector<uint32_t> tokens = std::get<std::vector<std::vector<uint32_t>>>(ids).front();
+  if (kind == ApiKind::kCompletion && request.prompts[0].text && !add_special.get<bool>()) {
     // The text alone, without the BOS a completion request gets.
-    StatusOr<std::vector<uint32_t>> plain = handler_->codec().Encode(*request.prompt_text, true);
+    StatusOr<std::vector<uint32_t>> plain =
+        handler_->codec().Encode(*request.prompts[0].text, true);
     if (!plain.ok()) {
       return SendError(res, {400, std::string(plain.status().message()), "invalid_request_error",
                              "prompt", "invalid_value"});

@@ -8,7 +8,6 @@
 
 #include "common/base/status.h"
 #include "common/security/tls_options.h"
-#include "router/choice_builder.h"
 #include "router/openai_protocol.h"
 #include "router/rate_limiter.h"
 #include "router/request_handler.h"
@@ -40,6 +39,9 @@ class HttpServer {
     // tls.require_client_cert.
     security::TlsOptions tls;
     RateLimiter* rate_limiter = nullptr;  // generation requests only; null: no limit
+    // "deepseek_v4": chat in thinking mode answers reasoning_content apart from content
+    // (vLLM's --reasoning-parser); empty: all of it is content.
+    std::string reasoning_parser;
   };
 
   HttpServer(Options options, RequestHandler* handler, WorkerRegistry* registry,
@@ -60,11 +62,6 @@ class HttpServer {
   void HandleTokenize(const httplib::Request& req, httplib::Response& res);
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
   void HandleHealth(httplib::Response& res);
-  // Prompt ids from the parsed request (completion text / ids, or the chat template's text).
-  // What the response's choice shows besides the text (echo, logprobs).
-  ChoiceOptions ChoiceOptionsFor(const OpenAiRequest& request,
-                                 const std::vector<uint32_t>& prompt_ids) const;
-  std::variant<std::vector<uint32_t>, ApiError> PromptIds(const OpenAiRequest& request) const;
   std::optional<ApiError> CheckModel(const std::string& model) const;
 
   Options options_;

@@ -107,6 +107,9 @@ int main(int argc, char** argv) {
                  "(0 = off; a worker that misses 3 heartbeats is given up on anyway)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--reasoning-parser", options.reasoning_parser,
+                 "deepseek_v4: chat in thinking mode answers reasoning_content apart from content")
+      ->check(CLI::IsMember({"", "deepseek_v4"}));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   // Security: docs/reliability.md "Security".

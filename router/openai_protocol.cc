@@ -140,44 +140,37 @@ std::optional<ApiError> ParseTokenIds(const json& array, const std::string& para
   return std::nullopt;
 }
 
-// `prompt`: a string, a list of token ids, or a batch of exactly one of either.
+// One prompt of a batch: a string or a list of token ids.
+std::optional<ApiError> ParseOnePrompt(const json& prompt, CompletionPrompt* out) {
+  if (prompt.is_string()) {
+    out->text = prompt.get<std::string>();
+    if (out->text->empty()) return BadRequest("'prompt' must not be empty", "prompt");
+    return std::nullopt;
+  }
+  if (!prompt.is_array()) {
+    return WrongType("prompt", "a string, a list of token ids, or a list of those");
+  }
+  RETURN_IF_API_ERROR(ParseTokenIds(prompt, "prompt", &out->token_ids));
+  if (out->token_ids.empty()) return BadRequest("'prompt' must not be empty", "prompt");
+  return std::nullopt;
+}
+
+// `prompt`: a string, a list of token ids, or a batch (a list of either).
 std::optional<ApiError> ParsePrompt(const FieldReader& fields, OpenAiRequest* request) {
   const json* prompt = fields.Find("prompt");
   if (prompt == nullptr) {
     return BadRequest("'prompt' is required", "prompt", "missing_required_parameter");
   }
-  if (prompt->is_string()) {
-    request->prompt_text = prompt->get<std::string>();
-  } else if (prompt->is_array()) {
-    if (prompt->empty()) return BadRequest("'prompt' must not be empty", "prompt");
-    const json& first = prompt->front();
-    if (first.is_number()) {
-      std::vector<uint32_t> ids;
-      RETURN_IF_API_ERROR(ParseTokenIds(*prompt, "prompt", &ids));
-      request->prompt_token_ids = std::move(ids);
-    } else if (first.is_string() || first.is_array()) {
-      if (prompt->size() != 1) {
-        return BadRequest(
-            absl::StrCat("batched prompts are not supported: send one prompt per request (got ",
-                         prompt->size(), ")"),
-            "prompt", "unsupported_value");
-      }
-      if (first.is_string()) {
-        request->prompt_text = first.get<std::string>();
-      } else {
-        std::vector<uint32_t> ids;
-        RETURN_IF_API_ERROR(ParseTokenIds(first, "prompt", &ids));
-        request->prompt_token_ids = std::move(ids);
-      }
-    } else {
-      return WrongType("prompt", "a string, a list of token ids, or a list of one of those");
+  const bool batch = prompt->is_array() && !prompt->empty() &&
+                     (prompt->front().is_string() || prompt->front().is_array());
+  if (!batch) {
+    if (prompt->is_array() && prompt->empty()) {
+      return BadRequest("'prompt' must not be empty", "prompt");
     }
-  } else {
-    return WrongType("prompt", "a string, a list of token ids, or a list of one of those");
+    return ParseOnePrompt(*prompt, &request->prompts.emplace_back());
   }
-  if ((request->prompt_text && request->prompt_text->empty()) ||
-      (request->prompt_token_ids && request->prompt_token_ids->empty())) {
-    return BadRequest("'prompt' must not be empty", "prompt");
+  for (const json& one : *prompt) {
+    RETURN_IF_API_ERROR(ParseOnePrompt(one, &request->prompts.emplace_back()));
   }
   return std::nullopt;
 }
@@ -278,14 +271,40 @@ std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kin
     return BadRequest("echo is not supported for chat completions", "echo",
                       "unsupported_parameter");
   }
-  if (fields.Find("suffix") != nullptr) {
-    return BadRequest("suffix is not supported by this server", "suffix", "unsupported_parameter");
-  }
-  if (const json* v = fields.Find("tools"); v != nullptr && !(v->is_array() && v->empty())) {
-    return BadRequest("tools are not supported by this server", "tools", "unsupported_parameter");
-  }
-  if (const json* v = fields.Find("best_of"); v != nullptr && !(v->is_number() && *v == 1)) {
-    return BadRequest("best_of must be 1", "best_of", "unsupported_value");
+  // Each: a field and the values that ask for nothing (null is always harmless). docs/api.md
+  // lists why each one is refused.
+  struct Refused {
+    const char* name;
+    bool (*harmless)(const json&);
+  };
+  static constexpr Refused kRefused[] = {
+      {"suffix", [](const json& v) { return v.is_string() && v.get<std::string>().empty(); }},
+      {"tools", [](const json& v) { return v.is_array() && v.empty(); }},
+      {"tool_choice",
+       [](const json& v) { return v.is_string() && v.get<std::string>() == "none"; }},
+      {"response_format",
+       [](const json& v) { return v.is_object() && v.value("type", "") == "text"; }},
+      {"guided_json", [](const json&) { return false; }},
+      {"guided_regex", [](const json&) { return false; }},
+      {"guided_choice", [](const json&) { return false; }},
+      {"guided_grammar", [](const json&) { return false; }},
+      {"structured_outputs", [](const json&) { return false; }},
+      {"use_beam_search", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
+      {"allowed_token_ids", [](const json&) { return false; }},
+      {"truncate_prompt_tokens", [](const json&) { return false; }},
+      {"continue_final_message", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
+      {"return_tokens_as_token_ids",
+       [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
+      {"logits_processors", [](const json& v) { return v.is_array() && v.empty(); }},
+      {"prompt_embeds", [](const json&) { return false; }},
+      {"chat_template", [](const json&) { return false; }},
+      {"documents", [](const json& v) { return v.is_array() && v.empty(); }},
+  };
+  for (const Refused& r : kRefused) {
+    if (const json* v = fields.Find(r.name); v != nullptr && !r.harmless(*v)) {
+      return BadRequest(absl::StrCat("'", r.name, "' is not supported by this server"), r.name,
+                        "unsupported_parameter");
+    }
   }
   return std::nullopt;
 }
@@ -398,10 +417,6 @@ std::optional<ApiError> ParseSampling(const FieldReader& fields, ApiKind kind, S
                                  std::numeric_limits<int64_t>::max(), &seed));
   if (seed) s->seed = static_cast<uint64_t>(*seed);
 
-  std::optional<int64_t> n;
-  RETURN_IF_API_ERROR(fields.Int("n", 1, 1 << 20, &n));
-  if (n && *n != 1) return BadRequest("only n=1 is supported", "n", "unsupported_value");
-
   RETURN_IF_API_ERROR(ParseStop(fields, s));
   if (const json* ids = fields.Find("stop_token_ids")) {
     if (!ids->is_array()) return WrongType("stop_token_ids", "a list of token ids");
@@ -411,6 +426,26 @@ std::optional<ApiError> ParseSampling(const FieldReader& fields, ApiKind kind, S
   RETURN_IF_API_ERROR(fields.Bool("ignore_eos", &s->ignore_eos));
   RETURN_IF_API_ERROR(fields.Bool("skip_special_tokens", &s->skip_special_tokens));
   RETURN_IF_API_ERROR(fields.Bool("include_stop_str_in_output", &s->include_stop_str_in_output));
+  return std::nullopt;
+}
+
+// `n` choices per prompt, picked from `best_of` samples (default n).
+std::optional<ApiError> ParseChoices(const FieldReader& fields, OpenAiRequest* request) {
+  const int64_t most = static_cast<int64_t>(ParseLimits{}.max_samples);
+  std::optional<int64_t> n, best_of;
+  RETURN_IF_API_ERROR(fields.Int("n", 1, most, &n));
+  RETURN_IF_API_ERROR(fields.Int("best_of", 1, most, &best_of));
+  request->n = static_cast<uint32_t>(n.value_or(1));
+  request->best_of = static_cast<uint32_t>(best_of.value_or(request->n));
+  if (request->best_of < request->n) {
+    return BadRequest(
+        absl::StrCat("'best_of' (", request->best_of, ") must be >= 'n' (", request->n, ")"),
+        "best_of");
+  }
+  if (request->best_of > request->n && request->stream) {
+    return BadRequest("'best_of' > 'n' cannot be streamed: the best are known at the end",
+                      "best_of", "unsupported_value");
+  }
   return std::nullopt;
 }
 
@@ -465,6 +500,7 @@ std::optional<ApiError> ParseFields(const json& body, ApiKind kind, OpenAiReques
   RETURN_IF_API_ERROR(ParseSampling(fields, kind, &request->sampling));
   RETURN_IF_API_ERROR(ParseStreamOptions(fields, request));
   RETURN_IF_API_ERROR(ParseLogprobs(fields, kind, request));
+  RETURN_IF_API_ERROR(ParseChoices(fields, request));
   return std::nullopt;
 }
 
@@ -517,6 +553,12 @@ ParseResult ParseOpenAiRequest(std::string_view body, ApiKind kind, const ParseL
   OpenAiRequest request;
   if (auto error = ParseFields(parsed, kind, &request)) return *error;
   if (auto error = CheckSamplingLimits(request.sampling, limits)) return *error;
+  const size_t samples = std::max<size_t>(request.prompts.size(), 1) * request.best_of;
+  if (samples > limits.max_samples) {
+    return BadRequest(absl::StrCat("prompts x best_of is ", samples, ", more than the ",
+                                   limits.max_samples, " samples one request may ask for"),
+                      request.best_of > 1 ? "best_of" : "prompt");
+  }
   return request;
 }
 
@@ -563,51 +605,65 @@ std::string_view FinishReasonName(ApiFinishReason reason) {
   return "";
 }
 
-std::string FormatResponse(ApiKind kind, const ResponseHeader& header, std::string_view text,
-                           ApiFinishReason finish, const UsageCounts& usage,
-                           const ApiLogprobs* logprobs,
-                           const std::vector<ApiTokenLogprob>* prompt_logprobs) {
-  json choice = {{"index", 0},
-                 {"logprobs", logprobs ? LogprobsJson(kind, *logprobs) : json(nullptr)},
-                 {"finish_reason", FinishJson(finish)}};
-  json body;
-  if (kind == ApiKind::kCompletion) {
-    body = HeaderJson(header, "text_completion");
-    choice["text"] = text;
-  } else {
-    body = HeaderJson(header, "chat.completion");
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
+std::string FormatResponse(ApiKind kind, const ResponseHeader& header,
+                           const std::vector<ApiChoice>& choices, const UsageCounts& usage) {
+  json body =
+      HeaderJson(header, kind == ApiKind::kCompletion ? "text_completion" : "chat.completion");
+  body["choices"] = json::array();
+  for (const ApiChoice& c : choices) {
+    json choice = {{"index", c.index},
+                   {"logprobs", c.logprobs ? LogprobsJson(kind, *c.logprobs) : json(nullptr)},
+                   {"finish_reason", FinishJson(c.finish)}};
+    if (kind == ApiKind::kCompletion) {
+      choice["text"] = c.text;
+      if (c.prompt_logprobs) choice["prompt_logprobs"] = PromptLogprobsJson(*c.prompt_logprobs);
+    } else {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (c.reasoning) choice["message"]["reasoning_content"] = *c.reasoning;
+    }
+    body["choices"].push_back(std::move(choice));
   }
-  // vLLM shows prompt_logprobs in the choice for completions, beside the choices for chat.
-  if (prompt_logprobs != nullptr && kind == ApiKind::kCompletion) {
-    choice["prompt_logprobs"] = PromptLogprobsJson(*prompt_logprobs);
-  }
-  body["choices"] = json::array({choice});
-  if (prompt_logprobs != nullptr && kind == ApiKind::kChat) {
-    body["prompt_logprobs"] = PromptLogprobsJson(*prompt_logprobs);
+  // vLLM shows chat's prompt_logprobs beside the choices: they share the one prompt.
+  if (kind == ApiKind::kChat && !choices.empty() && choices.front().prompt_logprobs) {
+    body["prompt_logprobs"] = PromptLogprobsJson(*choices.front().prompt_logprobs);
   }
   body["usage"] = UsageJson(usage);
   return Dump(body);
 }
 
-std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header, std::string_view text,
-                              ApiFinishReason finish, bool first, const ApiLogprobs* logprobs) {
-  json choice = {{"index", 0},
-                 {"logprobs", logprobs ? LogprobsJson(kind, *logprobs) : json(nullptr)},
-                 {"finish_reason", FinishJson(finish)}};
+std::string FormatResponse(ApiKind kind, const ResponseHeader& header, std::string_view text,
+                           ApiFinishReason finish, const UsageCounts& usage) {
+  ApiChoice choice;
+  choice.text = text;
+  choice.finish = finish;
+  return FormatResponse(kind, header, std::vector<ApiChoice>{choice}, usage);
+}
+
+std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header,
+                              const StreamDelta& delta) {
+  json choice = {{"index", delta.index},
+                 {"logprobs", delta.logprobs ? LogprobsJson(kind, *delta.logprobs) : json(nullptr)},
+                 {"finish_reason", FinishJson(delta.finish)}};
   json body;
   if (kind == ApiKind::kCompletion) {
     body = HeaderJson(header, "text_completion");
-    choice["text"] = text;
+    choice["text"] = delta.text;
   } else {
     body = HeaderJson(header, "chat.completion.chunk");
-    json delta = json::object();
-    if (first) delta["role"] = "assistant";
-    if (!text.empty() || first) delta["content"] = text;
-    choice["delta"] = delta;
+    json d = json::object();
+    if (delta.first) d["role"] = "assistant";
+    if (!delta.reasoning.empty()) d["reasoning_content"] = delta.reasoning;
+    if (!delta.text.empty() || (delta.first && delta.reasoning.empty())) d["content"] = delta.text;
+    choice["delta"] = d;
   }
   body["choices"] = json::array({choice});
   return Sse(body);
+}
+
+std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header, std::string_view text,
+                              ApiFinishReason finish, bool first) {
+  return FormatStreamChunk(kind, header,
+                           StreamDelta{.text = text, .first = first, .finish = finish});
 }
 
 std::string FormatUsageChunk(ApiKind kind, const ResponseHeader& header, const UsageCounts& usage) {

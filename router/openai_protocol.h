@@ -68,12 +68,17 @@ struct SamplingOptions {
 // default --max-logprobs).
 inline constexpr uint32_t kMaxLogprobs = 20;
 
+// A completions prompt: text (BOS prepended, special-token strings parsed, as vLLM), or ids.
+struct CompletionPrompt {
+  std::optional<std::string> text;
+  std::vector<uint32_t> token_ids;  // when `text` is unset
+};
+
 struct OpenAiRequest {
   ApiKind kind = ApiKind::kCompletion;
   std::string model;
-  // Completions: exactly one of these.
-  std::optional<std::string> prompt_text;
-  std::optional<std::vector<uint32_t>> prompt_token_ids;
+  // Completions: one prompt, or a batch answered with n choices per prompt in prompt order.
+  std::vector<CompletionPrompt> prompts;
   // Chat.
   std::vector<ChatMessage> messages;
   bool thinking = false;  // chat_template_kwargs.thinking / enable_thinking
@@ -82,7 +87,12 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string request_id;      // vLLM extra; empty -> generated
-  bool echo = false;           // completions: the prompt's text (and logprobs) come first
+  // Choices per prompt, and the samples drawn per prompt to pick them from: the n with the
+  // highest cumulative logprob (best_of > n, not streamed). Sample i of a seeded request uses
+  // seed + i (vLLM's parallel sampling).
+  uint32_t n = 1;
+  uint32_t best_of = 1;
+  bool echo = false;  // completions: the prompt's text (and logprobs) come first
   // vLLM extra, not streamed: the prompt's logprobs with this many alternatives.
   std::optional<uint32_t> prompt_logprobs;
 };
@@ -97,6 +107,8 @@ struct ParseLimits {
   // The same bound for bad_words, and one for logit_bias entries (each costs every sampled row).
   size_t max_bad_words = 32;
   size_t max_logit_bias = 1024;
+  // Samples one request may ask for: prompts x best_of (each one a request to the workers).
+  size_t max_samples = 128;
 };
 
 using ParseResult = std::variant<OpenAiRequest, ApiError>;
@@ -148,18 +160,40 @@ struct ApiLogprobs {
   size_t text_offset = 0;
 };
 
-// The non-streaming response body. `logprobs` null: `"logprobs": null`; `prompt_logprobs`
-// (vLLM's, prompt tokens 1..n-1) null: not shown.
-std::string FormatResponse(ApiKind kind, const ResponseHeader& header, std::string_view text,
-                           ApiFinishReason finish, const UsageCounts& usage,
-                           const ApiLogprobs* logprobs = nullptr,
-                           const std::vector<ApiTokenLogprob>* prompt_logprobs = nullptr);
+// One choice of a non-streaming response.
+struct ApiChoice {
+  uint32_t index = 0;
+  std::string text;
+  std::optional<std::string> reasoning;  // chat with a reasoning parser: reasoning_content
+  ApiFinishReason finish = ApiFinishReason::kNone;
+  std::optional<ApiLogprobs> logprobs;  // none: "logprobs": null
+  // vLLM's prompt_logprobs (prompt tokens 1..n-1): in the choice for completions, beside the
+  // choices for chat (the first choice's); none: not shown.
+  std::optional<std::vector<ApiTokenLogprob>> prompt_logprobs;
+};
 
-// One SSE event `data: {...}\n\n` carrying a text delta (and the finish reason on the last one).
-// For chat, `first` adds `"role":"assistant"` to the delta as OpenAI does on the first chunk.
+// The non-streaming response body.
+std::string FormatResponse(ApiKind kind, const ResponseHeader& header,
+                           const std::vector<ApiChoice>& choices, const UsageCounts& usage);
+// One choice with text and finish reason only.
+std::string FormatResponse(ApiKind kind, const ResponseHeader& header, std::string_view text,
+                           ApiFinishReason finish, const UsageCounts& usage);
+
+// What one SSE event says of one choice.
+struct StreamDelta {
+  uint32_t index = 0;
+  std::string_view text;
+  std::string_view reasoning;  // chat with a reasoning parser: delta.reasoning_content
+  const ApiLogprobs* logprobs = nullptr;
+  // Chat: a choice's first event carries `"role":"assistant"`, as OpenAI's does.
+  bool first = false;
+  ApiFinishReason finish = ApiFinishReason::kNone;  // set on a choice's last event
+};
+// One SSE event `data: {...}\n\n`.
+std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header, const StreamDelta& delta);
+// Choice 0's text delta.
 std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header, std::string_view text,
-                              ApiFinishReason finish, bool first,
-                              const ApiLogprobs* logprobs = nullptr);
+                              ApiFinishReason finish, bool first);
 
 // The `stream_options.include_usage` event: empty `choices` and the usage.
 std::string FormatUsageChunk(ApiKind kind, const ResponseHeader& header, const UsageCounts& usage);

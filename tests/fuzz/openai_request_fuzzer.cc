@@ -58,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const OpenAiRequest& request = std::get<OpenAiRequest>(parsed);
   Require(request.kind == kind);
   Require(request.sampling.stop.size() <= limits.max_stop_strings);
-  std::string text = request.prompt_text.value_or("");
+  std::string text = request.prompts.empty() ? "" : request.prompts[0].text.value_or("");
   if (kind == ApiKind::kChat) {
     ChatTemplateOptions options;
     options.thinking = request.thinking;

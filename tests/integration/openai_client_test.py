@@ -3,7 +3,8 @@ model (tests/integration/openai_client/checks.mjs makes the calls): logprobs equ
 generate`'s for the same greedy run, through a plain colocated decode worker and through a
 disaggregated cluster with DSpark on; an echoed prompt's logprobs equal generate's prompt
 logprobs; chat logprobs are the same whole and streamed, with and without DSpark; penalties give
-generate's text, greedy (DSpark too) and on a fixed seed."""
+generate's text, greedy (DSpark too) and on a fixed seed; n samples are generate's with seed + i,
+best_of keeps the most likely, a batch of prompts answers prompt-major."""
 
 import argparse
 import json
@@ -19,9 +20,9 @@ PROMPT = [0, 45, 311, 20, 117, 66, 8, 290, 13, 71, 5, 202]
 MAX_TOKENS = 12
 
 
-def generate(extra):
+def generate(extra, prompt=PROMPT):
     out = subprocess.run([os.path.join(ARGS.bin_dir, "pdspark"), "generate", "--model",
-                          ARGS.model_dir, "--prompt-ids", ",".join(map(str, PROMPT)), "--json",
+                          ARGS.model_dir, "--prompt-ids", ",".join(map(str, prompt)), "--json",
                           *extra], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -114,6 +115,41 @@ class OpenAiClientTest(unittest.TestCase):
         self.assertEqual(self.spec["penalties"]["greedy"], greedy)
         self.assertEqual(self.plain["penalties"]["sampled"], sampled)
         self.assertNotEqual(sampled, self.plain["penalties"]["unpenalised_sampled"])
+
+    # n, best_of and batches of prompts.
+
+    def sampled(self, seed, prompt=PROMPT, logprobs=False):
+        extra = ["--max-tokens", "10", "--ignore-eos", "--spec-method", "none", "--temperature",
+                 "0.9", "--seed", str(seed)] + (["--logprobs", "0"] if logprobs else [])
+        return generate(extra, prompt)
+
+    def test_n_samples_use_seed_plus_index(self):
+        got = self.plain["n"]
+        self.assertEqual([c["index"] for c in got], [0, 1, 2])
+        self.assertEqual([c["text"] for c in got],
+                         [self.sampled(11 + i)["text"] for i in range(3)])
+        self.assertEqual(len(set(c["text"] for c in got)), 3, "seeds should give different text")
+
+    def test_best_of_keeps_the_most_likely_sample(self):
+        runs = [self.sampled(11 + i, logprobs=True) for i in range(3)]
+        best = max(runs, key=lambda r: sum(t["logprob"] for t in r["logprobs"]))
+        self.assertEqual(self.plain["best_of"], [{"index": 0, "text": best["text"]}])
+
+    def test_a_batch_answers_prompt_major(self):
+        batch = self.plain["batch"]
+        short = PROMPT[:5]
+        expected = [self.sampled(11)["text"], self.sampled(12)["text"],
+                    self.sampled(11, short)["text"], self.sampled(12, short)["text"]]
+        self.assertEqual([c["index"] for c in batch["choices"]], [0, 1, 2, 3])
+        self.assertEqual([c["text"] for c in batch["choices"]], expected)
+        self.assertEqual(batch["usage"]["prompt_tokens"], len(PROMPT) + len(short))
+        self.assertEqual(batch["usage"]["completion_tokens"], 4 * 10)
+
+    def test_chat_n_streams_each_choice_under_its_index(self):
+        for run in (self.plain, self.spec):
+            chat = run["chat_n"]
+            self.assertEqual(chat["streamed"], chat["whole"])
+            self.assertNotEqual(chat["whole"][0], chat["whole"][1])
 
 
 def main():

@@ -29,8 +29,8 @@ TEST(OpenAiProtocolTest, ParsesCompletionWithAllSamplingFields) {
     "n": 1, "logprobs": null, "some_future_field": {"x": 1}, "request_id": "abc"})");
   EXPECT_EQ(r.kind, ApiKind::kCompletion);
   EXPECT_EQ(r.model, "m");
-  ASSERT_TRUE(r.prompt_text.has_value());
-  EXPECT_EQ(*r.prompt_text, "hello");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "hello");
   EXPECT_EQ(r.sampling.max_tokens, 7u);
   EXPECT_DOUBLE_EQ(r.sampling.temperature, 0.5);
   EXPECT_DOUBLE_EQ(r.sampling.top_p, 0.9);
@@ -57,10 +57,22 @@ TEST(OpenAiProtocolTest, DefaultsMatchOpenAi) {
 }
 
 TEST(OpenAiProtocolTest, PromptForms) {
-  EXPECT_EQ(MustParse(R"({"prompt": [1, 2, 3]})").prompt_token_ids,
+  EXPECT_EQ(MustParse(R"({"prompt": [1, 2, 3]})").prompts.at(0).token_ids,
             (std::vector<uint32_t>{1, 2, 3}));
-  EXPECT_EQ(MustParse(R"({"prompt": ["one"]})").prompt_text, "one");
-  EXPECT_EQ(MustParse(R"({"prompt": [[5, 6]]})").prompt_token_ids, (std::vector<uint32_t>{5, 6}));
+  EXPECT_EQ(MustParse(R"({"prompt": ["one"]})").prompts.at(0).text, "one");
+  EXPECT_EQ(MustParse(R"({"prompt": [[5, 6]]})").prompts.at(0).token_ids,
+            (std::vector<uint32_t>{5, 6}));
+  // A batch: every prompt, in order, text and ids alike.
+  const OpenAiRequest batch = MustParse(R"({"prompt": ["a", [7, 8], "b"], "n": 2})");
+  ASSERT_EQ(batch.prompts.size(), 3u);
+  EXPECT_EQ(batch.prompts[0].text, "a");
+  EXPECT_FALSE(batch.prompts[1].text.has_value());
+  EXPECT_EQ(batch.prompts[1].token_ids, (std::vector<uint32_t>{7, 8}));
+  EXPECT_EQ(batch.prompts[2].text, "b");
+  EXPECT_EQ(batch.n, 2u);
+  EXPECT_EQ(batch.best_of, 2u);  // best_of defaults to n
+  const OpenAiRequest best = MustParse(R"({"prompt": "a", "n": 2, "best_of": 5})");
+  EXPECT_EQ(best.best_of, 5u);
   EXPECT_EQ(MustParse(R"({"prompt": "s", "stop": "x"})").sampling.stop,
             std::vector<std::string>{"x"});
 }
@@ -139,7 +151,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"missing_prompt", kC, R"({"model": "m"})", 400, "prompt"},
         BadCase{"prompt_number", kC, R"({"prompt": 5})", 400, "prompt"},
         BadCase{"prompt_empty", kC, R"({"prompt": ""})", 400, "prompt"},
-        BadCase{"prompt_batch", kC, R"({"prompt": ["a", "b"]})", 400, "prompt"},
+        BadCase{"prompt_batch_empty_one", kC, R"({"prompt": ["a", ""]})", 400, "prompt"},
+        BadCase{"prompt_batch_number", kC, R"({"prompt": ["a", 5]})", 400, "prompt"},
+        BadCase{"prompt_batch_too_big", kC, R"({"prompt": ["a", "b", "c"], "best_of": 50})", 400,
+                "best_of"},
         BadCase{"prompt_negative_id", kC, R"({"prompt": [1, -2]})", 400, "prompt"},
         BadCase{"max_tokens_zero", kC, R"({"prompt": "x", "max_tokens": 0})", 400, "max_tokens"},
         BadCase{"max_tokens_string", kC, R"({"prompt": "x", "max_tokens": "5"})", 400,
@@ -155,7 +170,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"top_k_bad", kC, R"({"prompt": "x", "top_k": -5})", 400, "top_k"},
         BadCase{"min_p_bad", kC, R"({"prompt": "x", "min_p": 2})", 400, "min_p"},
         BadCase{"seed_string", kC, R"({"prompt": "x", "seed": "1"})", 400, "seed"},
-        BadCase{"n_two", kC, R"({"prompt": "x", "n": 2})", 400, "n"},
+        BadCase{"n_zero", kC, R"({"prompt": "x", "n": 0})", 400, "n"},
+        BadCase{"n_too_many", kC, R"({"prompt": "x", "n": 129})", 400, "n"},
+        BadCase{"best_of_below_n", kC, R"({"prompt": "x", "n": 3, "best_of": 2})", 400, "best_of"},
+        BadCase{"best_of_streamed", kC, R"({"prompt": "x", "best_of": 2, "stream": true})", 400,
+                "best_of"},
         BadCase{"stop_number", kC, R"({"prompt": "x", "stop": 3})", 400, "stop"},
         BadCase{"stop_list_mixed", kC, R"({"prompt": "x", "stop": ["a", 1]})", 400, "stop"},
         BadCase{"too_many_stops", kC, TooManyStops(), 400, "stop"},
@@ -198,6 +217,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"bad_words_string", kC, R"({"prompt": "x", "bad_words": "no"})", 400, "bad_words"},
         BadCase{"bad_words_empty_word", kC, R"({"prompt": "x", "bad_words": [""]})", 400,
                 "bad_words"},
+        BadCase{"response_format_json", kC,
+                R"({"prompt": "x", "response_format": {"type": "json_object"}})", 400,
+                "response_format"},
+        BadCase{"guided_json", kC, R"({"prompt": "x", "guided_json": {}})", 400, "guided_json"},
+        BadCase{"beam_search", kC, R"({"prompt": "x", "use_beam_search": true})", 400,
+                "use_beam_search"},
+        BadCase{"tool_choice_auto", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", 400,
+                "tool_choice"},
         BadCase{"echo_string", kC, R"({"prompt": "x", "echo": "yes"})", 400, "echo"},
         BadCase{"chat_echo", kChat,
                 R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", 400, "echo"},
@@ -249,6 +277,15 @@ TEST(OpenAiProtocolTest, ParsesLogprobsFields) {
   EXPECT_FALSE(chat_off.sampling.logprobs.has_value());
 }
 
+// Refused fields are accepted with the values that ask for nothing (what clients send by default).
+TEST(OpenAiProtocolTest, RefusedFieldsAcceptTheirHarmlessValues) {
+  MustParse(R"({"prompt": "x", "response_format": {"type": "text"}, "use_beam_search": false,
+                "suffix": "", "logits_processors": [], "guided_json": null})");
+  MustParse(R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "none",
+                "continue_final_message": false, "echo": false})",
+            ApiKind::kChat);
+}
+
 TEST(OpenAiProtocolTest, ParsesLogitAdjustments) {
   const OpenAiRequest r = MustParse(
       R"({"prompt": "x", "presence_penalty": -1.5, "frequency_penalty": 0.5,
@@ -277,10 +314,20 @@ ApiLogprobs TwoTokens() {
 TEST(OpenAiProtocolTest, FormatsCompletionLogprobsAsOpenAi) {
   const ApiLogprobs logprobs = TwoTokens();
   const std::vector<ApiTokenLogprob> prompt{{9, "llo", -1.5f, 3, {{4, "y", -0.25f}}}};
+  ApiChoice choice;
+  choice.index = 1;
+  choice.text = "xxxxxHello";
+  choice.finish = ApiFinishReason::kLength;
+  choice.logprobs = logprobs;
+  choice.prompt_logprobs = prompt;
   json j =
-      json::parse(FormatResponse(ApiKind::kCompletion, Header(), "xxxxxHello",
-                                 ApiFinishReason::kLength, UsageCounts{3, 2}, &logprobs, &prompt));
-  const json& lp = j["choices"][0]["logprobs"];
+      json::parse(FormatResponse(ApiKind::kCompletion, Header(),
+                                 std::vector<ApiChoice>{ApiChoice{}, choice}, UsageCounts{3, 2}));
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_FALSE(j["choices"][0].contains("prompt_logprobs"));
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  const json& lp = j["choices"][1]["logprobs"];
   EXPECT_EQ(lp["tokens"], json({"He", "llo"}));
   EXPECT_TRUE(lp["token_logprobs"][0].is_null());
   EXPECT_FLOAT_EQ(lp["token_logprobs"][1].get<float>(), -0.5f);
@@ -288,7 +335,7 @@ TEST(OpenAiProtocolTest, FormatsCompletionLogprobsAsOpenAi) {
   EXPECT_TRUE(lp["top_logprobs"][0].is_null());
   EXPECT_FLOAT_EQ(lp["top_logprobs"][1]["y"].get<float>(), -0.25f);
   EXPECT_FLOAT_EQ(lp["top_logprobs"][1]["llo"].get<float>(), -0.5f);
-  const json& pl = j["choices"][0]["prompt_logprobs"];
+  const json& pl = j["choices"][1]["prompt_logprobs"];
   ASSERT_EQ(pl.size(), 2u);
   EXPECT_TRUE(pl[0].is_null());
   EXPECT_EQ(pl[1]["9"]["rank"], 3);
@@ -299,9 +346,13 @@ TEST(OpenAiProtocolTest, FormatsCompletionLogprobsAsOpenAi) {
 TEST(OpenAiProtocolTest, FormatsChatLogprobsAsOpenAi) {
   ApiLogprobs logprobs = TwoTokens();
   logprobs.tokens[0].logprob = -std::numeric_limits<float>::infinity();
-  const std::string event = FormatStreamChunk(ApiKind::kChat, Header(), "Hello",
-                                              ApiFinishReason::kNone, false, &logprobs);
+  const std::string event = FormatStreamChunk(
+      ApiKind::kChat, Header(),
+      StreamDelta{.index = 2, .text = "Hello", .reasoning = "hm", .logprobs = &logprobs});
   json j = json::parse(event.substr(6, event.size() - 8));  // "data: {...}\n\n"
+  EXPECT_EQ(j["choices"][0]["index"], 2);
+  EXPECT_EQ(j["choices"][0]["delta"]["reasoning_content"], "hm");
+  EXPECT_EQ(j["choices"][0]["delta"]["content"], "Hello");
   const json& content = j["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 2u);
   EXPECT_EQ(content[0]["token"], "He");

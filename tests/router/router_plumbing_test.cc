@@ -133,6 +133,50 @@ TEST_F(RouterPlumbingTest, NonStreamingChat) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
 }
 
+// --reasoning-parser deepseek_v4: in thinking mode the text up to </think> is reasoning_content,
+// whole and streamed; without thinking it all stays content.
+TEST_F(RouterPlumbingTest, ReasoningParserSplitsThinkingOutput) {
+  StartRouter(16, 256, SchedulingPolicy::kRoundRobin,
+              [](RouterOptions& o) { o.reasoning_parser = "deepseek_v4"; });
+  AddWorker(milliseconds(0), "Two and two.</think>Four.");
+  const std::string thinking =
+      R"({"messages": [{"role": "user", "content": "2+2?"}], "max_tokens": 26,
+          "chat_template_kwargs": {"thinking": true}})";
+  auto res = Post("/v1/chat/completions", thinking);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json message = json::parse(res->body)["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "Two and two.");
+  EXPECT_EQ(message["content"], "Four.");
+
+  std::string body = thinking;
+  body.insert(1, R"("stream": true, "n": 2, )");
+  std::string reasoning[2], content[2];
+  const std::vector<std::string> events = PostSse("/v1/chat/completions", body);
+  ASSERT_FALSE(events.empty()) << body;
+  for (const std::string& event : events) {
+    if (event == "[DONE]") continue;
+    const json parsed = json::parse(event);
+    for (const json& choice : parsed["choices"]) {
+      const int index = choice["index"].get<int>();
+      const json& delta = choice["delta"];
+      if (delta.contains("reasoning_content")) {
+        reasoning[index] += delta["reasoning_content"].get<std::string>();
+      }
+      if (delta.contains("content")) content[index] += delta["content"].get<std::string>();
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(reasoning[i], "Two and two.") << i;
+    EXPECT_EQ(content[i], "Four.") << i;
+  }
+
+  auto plain = Post("/v1/chat/completions",
+                    R"({"messages": [{"role": "user", "content": "2+2?"}], "max_tokens": 26})");
+  json plain_message = json::parse(plain->body)["choices"][0]["message"];
+  EXPECT_EQ(plain_message["content"], "Two and two.</think>Four.");
+  EXPECT_FALSE(plain_message.contains("reasoning_content"));
+}
+
 TEST_F(RouterPlumbingTest, StopStringEndsAndCancelsDownstream) {
   StartRouter();
   ScriptedDecodeWorker* worker = AddWorker(milliseconds(5));
@@ -159,7 +203,8 @@ TEST_F(RouterPlumbingTest, BadRequestsGetOpenAiErrors) {
   std::vector<Case> cases = {
       {"/v1/completions", R"({"prompt": )", 400, "invalid_json"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": -3})", 400, "invalid_value"},
-      {"/v1/completions", R"({"prompt": "x", "n": 3})", 400, "unsupported_value"},
+      {"/v1/completions", R"({"prompt": "x", "response_format": {"type": "json_schema"}})", 400,
+       "unsupported_parameter"},
       {"/v1/completions", R"({"prompt": "0123456789abcdefghij"})", 400, "context_length_exceeded"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": 15})", 400, "context_length_exceeded"},
       {"/v1/completions", R"({"prompt": "x", "model": "other"})", 404, "model_not_found"},

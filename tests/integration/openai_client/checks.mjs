@@ -52,4 +52,23 @@ out.penalties = {
   }),
 };
 
+// Several choices: n on a seed, best_of, a batch of prompts, and n streamed in chat.
+const sampled = { model: "m", max_tokens: 10, ignore_eos: true, temperature: 0.9, seed: 11 };
+const choices = (r) => r.choices.map((c) => ({ index: c.index, text: c.text }));
+out.n = choices(await client.completions.create({ ...sampled, prompt, n: 3 }));
+out.best_of = choices(await client.completions.create({ ...sampled, prompt, n: 1, best_of: 3 }));
+const batch = await client.completions.create({
+  ...sampled, prompt: [prompt, prompt.slice(0, 5)], n: 2,
+});
+out.batch = { choices: choices(batch), usage: batch.usage };
+const chatN = { ...chat, n: 2, temperature: 0.9, seed: 3, logprobs: false, top_logprobs: 0 };
+const chatWhole = await client.chat.completions.create(chatN);
+const chatStreamed = ["", ""];
+for await (const chunk of await client.chat.completions.create({ ...chatN, stream: true })) {
+  for (const c of chunk.choices) chatStreamed[c.index] += c.delta?.content ?? "";
+}
+out.chat_n = {
+  whole: chatWhole.choices.map((c) => c.message.content), streamed: chatStreamed,
+};
+
 console.log(JSON.stringify(out));
