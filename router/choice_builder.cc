@@ -21,6 +21,34 @@ ChoiceBuilder::ChoiceBuilder(ChoiceOptions options, const TextCodec& codec)
     parser_.emplace(/*thinking=*/true);
     reasoning_.emplace();
   }
+  if (options_.tool_calls) tool_parser_.emplace();
+}
+
+void ChoiceBuilder::SplitContent(std::string_view text, bool flush, ChoicePart* part) {
+  std::string content(text);
+  if (parser_) {
+    ReasoningParser::Delta split = flush ? parser_->Flush() : parser_->Push(text);
+    content = std::move(split.content);
+    part->reasoning = std::move(split.reasoning);
+    *reasoning_ += part->reasoning;
+  }
+  if (tool_parser_) {
+    ToolCallParser::Delta calls = tool_parser_->Push(content);
+    if (flush) {
+      ToolCallParser::Delta rest = tool_parser_->Flush();
+      calls.content += rest.content;
+      calls.calls.insert(calls.calls.end(), rest.calls.begin(), rest.calls.end());
+    }
+    content = std::move(calls.content);
+    for (const ToolCallDelta& piece : calls.calls) {
+      if (!piece.id.empty())
+        tool_calls_.push_back(piece);
+      else
+        tool_calls_[piece.index].arguments += piece.arguments;
+    }
+    part->tool_calls = std::move(calls.calls);
+  }
+  part->text += content;
 }
 
 ApiTokenLogprob ChoiceBuilder::ToApi(const v1::TokenLogprob& logprob, uint32_t max_top) const {
@@ -53,14 +81,7 @@ ChoicePart ChoiceBuilder::Add(const TokenChunk& chunk) {
   const bool first = !started_;
   started_ = true;
   if (first && options_.echo) part.text = options_.prompt_text;
-  if (parser_) {
-    ReasoningParser::Delta split = parser_->Push(chunk.text);
-    part.text += split.content;
-    part.reasoning = std::move(split.reasoning);
-    *reasoning_ += part.reasoning;
-  } else {
-    part.text += chunk.text;
-  }
+  SplitContent(chunk.text, /*flush=*/false, &part);
   for (const v1::TokenLogprob& t : chunk.logprobs) cumulative_logprob_ += t.logprob();
   if (logprobs_) {
     part.logprobs.emplace();
@@ -85,13 +106,9 @@ ChoicePart ChoiceBuilder::Add(const TokenChunk& chunk) {
 
 ChoicePart ChoiceBuilder::Finish() {
   ChoicePart part;
-  if (!parser_) return part;
-  ReasoningParser::Delta rest = parser_->Flush();
-  part.text = std::move(rest.content);
-  part.reasoning = std::move(rest.reasoning);
+  SplitContent("", /*flush=*/true, &part);
   text_ += part.text;
   text_characters_ += CharacterCount(part.text);
-  *reasoning_ += part.reasoning;
   return part;
 }
 

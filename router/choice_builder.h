@@ -12,6 +12,7 @@
 #include "router/reasoning_parser.h"
 #include "router/request_handler.h"
 #include "router/text_codec.h"
+#include "router/tool_call_parser.h"
 
 namespace pdspark::router {
 
@@ -23,12 +24,15 @@ struct ChoiceOptions {
   std::string prompt_text;  // what `echo` shows
   // Chat in thinking mode with a reasoning parser: the text splits into reasoning and content.
   bool reasoning = false;
+  // Chat with tools and a tool-call parser: DSML calls become tool_calls.
+  bool tool_calls = false;
 };
 
 // What one chunk adds to the choice.
 struct ChoicePart {
   std::string text;
   std::string reasoning;
+  std::vector<ToolCallDelta> tool_calls;
   std::optional<ApiLogprobs> logprobs;
 };
 
@@ -43,6 +47,8 @@ class ChoiceBuilder {
   // The content (all the text without a reasoning parser), and the reasoning when parsed.
   const std::string& text() const { return text_; }
   const std::optional<std::string>& reasoning() const { return reasoning_; }
+  // Whole calls, their argument pieces joined.
+  const std::vector<ToolCallDelta>& tool_calls() const { return tool_calls_; }
 
   // Null when the request asked for none.
   const ApiLogprobs* logprobs() const { return logprobs_ ? &*logprobs_ : nullptr; }
@@ -54,6 +60,9 @@ class ChoiceBuilder {
 
  private:
   ApiTokenLogprob ToApi(const v1::TokenLogprob& logprob, uint32_t max_top) const;
+  // The content the parsers make of `text` (the reasoning parser's content, then the tool-call
+  // parser's), into `part`; `flush` at the end of the output.
+  void SplitContent(std::string_view text, bool flush, ChoicePart* part);
   // The echoed prompt's logprobs: none for its first token, then the engine's.
   void AddPromptPositions(const TokenChunk& chunk, ApiLogprobs* part) const;
 
@@ -61,6 +70,8 @@ class ChoiceBuilder {
   const TextCodec& codec_;
   bool started_ = false;
   std::optional<ReasoningParser> parser_;
+  std::optional<ToolCallParser> tool_parser_;
+  std::vector<ToolCallDelta> tool_calls_;
   std::string text_;
   std::optional<std::string> reasoning_;
   size_t text_characters_ = 0;  // completions' text_offset unit

@@ -177,6 +177,11 @@ void HttpServer::Stop() {
   }
 }
 
+OpenAiGeneration::Parsers HttpServer::Parsers() const {
+  return OpenAiGeneration::Parsers{.reasoning = options_.reasoning_parser == "deepseek_v4",
+                                   .tool_calls = options_.tool_call_parser == "deepseek_v4"};
+}
+
 std::optional<ApiError> HttpServer::CheckModel(const std::string& model) const {
   if (model.empty() || model == options_.model_name || model == options_.model_path) {
     return std::nullopt;
@@ -197,15 +202,21 @@ void HttpServer::HandleGenerate(ApiKind kind, const httplib::Request& req, httpl
   if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e);
   OpenAiRequest& request = std::get<OpenAiRequest>(parsed);
   if (auto e = CheckModel(request.model)) return refuse(*e);
+  if (!request.tools.empty() && request.tool_choice == ToolChoice::kAuto &&
+      !(options_.enable_auto_tool_choice && options_.tool_call_parser == "deepseek_v4")) {
+    return refuse(ApiError{400,
+                           "\"auto\" tool choice requires --enable-auto-tool-choice and "
+                           "--tool-call-parser deepseek_v4 on the router",
+                           "invalid_request_error", "tool_choice", "unsupported_value"});
+  }
   auto prompts = PromptIds(request, handler_->codec());
   if (auto* e = std::get_if<ApiError>(&prompts)) return refuse(*e);
   if (auto e = ResolveSamplingTokens(handler_->codec(), &request.sampling)) return refuse(*e);
 
   ResponseHeader header{RandomId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"), UnixSeconds(),
                         request.model.empty() ? options_.model_name : request.model};
-  auto admitted = OpenAiGeneration::Admit(*handler_, request,
-                                          std::get<std::vector<std::vector<uint32_t>>>(prompts),
-                                          header, options_.reasoning_parser == "deepseek_v4");
+  auto admitted = OpenAiGeneration::Admit(
+      *handler_, request, std::get<std::vector<std::vector<uint32_t>>>(prompts), header, Parsers());
   if (auto* e = std::get_if<ApiError>(&admitted)) return SendError(res, *e);
   std::shared_ptr<OpenAiGeneration> generation =
       std::get<std::unique_ptr<OpenAiGeneration>>(std::move(admitted));

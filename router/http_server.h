@@ -8,6 +8,7 @@
 
 #include "common/base/status.h"
 #include "common/security/tls_options.h"
+#include "router/openai_generation.h"
 #include "router/openai_protocol.h"
 #include "router/rate_limiter.h"
 #include "router/request_handler.h"
@@ -42,6 +43,10 @@ class HttpServer {
     // "deepseek_v4": chat in thinking mode answers reasoning_content apart from content
     // (vLLM's --reasoning-parser); empty: all of it is content.
     std::string reasoning_parser;
+    // "deepseek_v4" with enable_auto_tool_choice: chat with tools answers tool_calls (vLLM's
+    // --tool-call-parser, --enable-auto-tool-choice).
+    std::string tool_call_parser;
+    bool enable_auto_tool_choice = false;
   };
 
   HttpServer(Options options, RequestHandler* handler, WorkerRegistry* registry,
@@ -62,6 +67,7 @@ class HttpServer {
   void HandleTokenize(const httplib::Request& req, httplib::Response& res);
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
   void HandleHealth(httplib::Response& res);
+  OpenAiGeneration::Parsers Parsers() const;
   std::optional<ApiError> CheckModel(const std::string& model) const;
 
   Options options_;

@@ -110,6 +110,12 @@ int main(int argc, char** argv) {
   app.add_option("--reasoning-parser", options.reasoning_parser,
                  "deepseek_v4: chat in thinking mode answers reasoning_content apart from content")
       ->check(CLI::IsMember({"", "deepseek_v4"}));
+  app.add_option("--tool-call-parser", options.tool_call_parser,
+                 "deepseek_v4: chat with tools answers the model's DSML calls as tool_calls")
+      ->check(CLI::IsMember({"", "deepseek_v4"}));
+  app.add_flag("--enable-auto-tool-choice", options.enable_auto_tool_choice,
+               "let tool_choice \"auto\" (the default with tools) through; needs "
+               "--tool-call-parser");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   // Security: docs/reliability.md "Security".

@@ -31,6 +31,13 @@ class CollectingObserver : public StreamObserver {
   ChoiceBuilder* choice_;
 };
 
+// A turn that ended by calling tools finishes with "tool_calls", as OpenAI's.
+ApiFinishReason FinishOf(const ChoiceBuilder& choice, ApiFinishReason finish) {
+  return finish == ApiFinishReason::kStop && !choice.tool_calls().empty()
+             ? ApiFinishReason::kToolCalls
+             : finish;
+}
+
 // The stream all samples write into, one event at a time.
 class SharedStream {
  public:
@@ -64,23 +71,26 @@ class SseObserver : public StreamObserver {
         probe_(probe) {}
 
   bool OnChunk(const TokenChunk& chunk) override { return Send(choice_.Add(chunk)); }
-  // The end of the output: what the reasoning parser held back, then the finish reason.
+  // The end of the output: what the parsers held back, then the finish reason.
   void Finish(ApiFinishReason finish) {
     Send(choice_.Finish());
-    stream_.Write(
-        FormatStreamChunk(kind_, header_, StreamDelta{.index = index_, .finish = finish}));
+    stream_.Write(FormatStreamChunk(
+        kind_, header_, StreamDelta{.index = index_, .finish = FinishOf(choice_, finish)}));
   }
   // Between tokens (a long prefill) only the probe can tell.
   bool ClientGone() const override { return probe_->Gone(); }
 
  private:
   bool Send(const ChoicePart& part) {
-    if (part.text.empty() && part.reasoning.empty() && !part.logprobs) return !stream_.gone();
+    if (part.text.empty() && part.reasoning.empty() && part.tool_calls.empty() && !part.logprobs) {
+      return !stream_.gone();
+    }
     return stream_.Write(
         FormatStreamChunk(kind_, header_,
                           StreamDelta{.index = index_,
                                       .text = part.text,
                                       .reasoning = part.reasoning,
+                                      .tool_calls = &part.tool_calls,
                                       .logprobs = part.logprobs ? &*part.logprobs : nullptr}));
   }
 
@@ -134,6 +144,7 @@ std::variant<std::vector<std::vector<uint32_t>>, ApiError> PromptIds(const OpenA
   ChatTemplateOptions options;
   options.thinking = request.thinking;
   options.add_generation_prompt = request.add_generation_prompt;
+  options.tools = request.tools;
   StatusOr<std::string> text = EncodeDeepSeekV4Chat(request.messages, options);
   if (!text.ok()) return InvalidPrompt(text.status(), "messages");
   StatusOr<std::vector<uint32_t>> ids = codec.Encode(*text, true);
@@ -144,8 +155,7 @@ std::variant<std::vector<std::vector<uint32_t>>, ApiError> PromptIds(const OpenA
 
 std::variant<std::unique_ptr<OpenAiGeneration>, ApiError> OpenAiGeneration::Admit(
     RequestHandler& handler, const OpenAiRequest& request,
-    const std::vector<std::vector<uint32_t>>& prompt_ids, ResponseHeader header,
-    bool reasoning_parser) {
+    const std::vector<std::vector<uint32_t>>& prompt_ids, ResponseHeader header, Parsers parsers) {
   std::unique_ptr<OpenAiGeneration> generation(
       new OpenAiGeneration(handler, request, std::move(header)));
   for (size_t p = 0; p < prompt_ids.size(); ++p) {
@@ -154,7 +164,10 @@ std::variant<std::unique_ptr<OpenAiGeneration>, ApiError> OpenAiGeneration::Admi
     choice.echo = request.echo;
     choice.logprobs = request.sampling.logprobs;
     choice.prompt_logprobs = request.prompt_logprobs;
-    choice.reasoning = reasoning_parser && request.kind == ApiKind::kChat && request.thinking;
+    const bool chat = request.kind == ApiKind::kChat;
+    choice.reasoning = parsers.reasoning && chat && request.thinking;
+    choice.tool_calls = parsers.tool_calls && chat && !request.tools.empty() &&
+                        request.tool_choice == ToolChoice::kAuto;
     if (request.echo) {
       choice.prompt_ids = prompt_ids[p];
       choice.prompt_text = EchoText(request.prompts[p], prompt_ids[p], handler.codec());
@@ -235,7 +248,8 @@ std::variant<std::string, ApiError> OpenAiGeneration::Collect(const ConnectionPr
     c.index = static_cast<uint32_t>(i);
     c.text = b.text();
     c.reasoning = b.reasoning();
-    c.finish = chosen[i]->outcome.finish;
+    c.tool_calls = b.tool_calls();
+    c.finish = FinishOf(b, chosen[i]->outcome.finish);
     if (b.logprobs()) c.logprobs = *b.logprobs();
     if (b.prompt_logprobs()) c.prompt_logprobs = *b.prompt_logprobs();
   }

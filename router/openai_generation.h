@@ -5,7 +5,8 @@
 //   - every sample admitted, or none (the first refusal is the answer), then run side by side;
 //   - the answer: one JSON body with every choice, or one SSE stream whose events carry their
 //     choice's index, with the usage of all of them; with a reasoning parser, chat in thinking
-//     mode answers the reasoning apart from the content.
+//     mode answers the reasoning apart from the content, and with a tool-call parser the DSML
+//     calls as tool_calls (finish reason "tool_calls").
 #pragma once
 
 #include <cstdint>
@@ -29,11 +30,14 @@ std::variant<std::vector<std::vector<uint32_t>>, ApiError> PromptIds(const OpenA
 
 class OpenAiGeneration {
  public:
-  // `reasoning_parser`: chat in thinking mode answers reasoning_content apart from content.
+  // What the router makes of chat output (its --reasoning-parser, --tool-call-parser).
+  struct Parsers {
+    bool reasoning = false;   // thinking mode: reasoning_content apart from content
+    bool tool_calls = false;  // with tools and tool_choice auto: DSML calls become tool_calls
+  };
   static std::variant<std::unique_ptr<OpenAiGeneration>, ApiError> Admit(
       RequestHandler& handler, const OpenAiRequest& request,
-      const std::vector<std::vector<uint32_t>>& prompt_ids, ResponseHeader header,
-      bool reasoning_parser);
+      const std::vector<std::vector<uint32_t>>& prompt_ids, ResponseHeader header, Parsers parsers);
 
   // Runs every sample; the response body, or the first failed sample's error.
   std::variant<std::string, ApiError> Collect(const ConnectionProbe* probe);

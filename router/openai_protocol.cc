@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "router/openai_logprobs.h"
+#include "router/openai_tools.h"
 
 namespace pdspark::router {
 namespace {
@@ -119,12 +120,6 @@ class FieldReader {
   const json& object_;
 };
 
-#define RETURN_IF_API_ERROR(expr)                   \
-  do {                                              \
-    std::optional<ApiError> api_error_ = (expr);    \
-    if (api_error_.has_value()) return *api_error_; \
-  } while (0)
-
 constexpr uint32_t kMaxTokenId = std::numeric_limits<int32_t>::max();
 
 std::optional<ApiError> ParseTokenIds(const json& array, const std::string& param,
@@ -227,16 +222,13 @@ std::optional<ApiError> ParseMessages(const FieldReader& fields, OpenAiRequest* 
     }
     message.role = role->get<std::string>();
     if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
-        message.role != "developer") {
+        message.role != "developer" && message.role != "tool") {
       return BadRequest(absl::StrCat("role '", message.role,
-                                     "' is not supported; use system, developer, user or "
-                                     "assistant"),
+                                     "' is not supported; use system, developer, user, "
+                                     "assistant or tool"),
                         param + ".role", "unsupported_value");
     }
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
-      return BadRequest("tool calls are not supported", param + ".tool_calls",
-                        "unsupported_parameter");
-    }
+    RETURN_IF_API_ERROR(ParseMessageToolFields(m, param, &message));
     if (auto c = m.find("content"); c != m.end()) {
       RETURN_IF_API_ERROR(ParseContent(*c, param + ".content", &message.content));
     }
@@ -301,6 +293,9 @@ std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kin
       {"documents", [](const json& v) { return v.is_array() && v.empty(); }},
   };
   for (const Refused& r : kRefused) {
+    // Chat calls tools (ParseTools); a completion cannot.
+    const std::string_view name = r.name;
+    if (kind == ApiKind::kChat && (name == "tools" || name == "tool_choice")) continue;
     if (const json* v = fields.Find(r.name); v != nullptr && !r.harmless(*v)) {
       return BadRequest(absl::StrCat("'", r.name, "' is not supported by this server"), r.name,
                         "unsupported_parameter");
@@ -482,7 +477,8 @@ std::optional<ApiError> ParseChatOptions(const FieldReader& fields, OpenAiReques
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseFields(const json& body, ApiKind kind, OpenAiRequest* request) {
+std::optional<ApiError> ParseFields(std::string_view raw, const json& body, ApiKind kind,
+                                    OpenAiRequest* request) {
   if (!body.is_object()) {
     return BadRequest("the request body must be a JSON object", "", "invalid_type");
   }
@@ -495,6 +491,7 @@ std::optional<ApiError> ParseFields(const json& body, ApiKind kind, OpenAiReques
   } else {
     RETURN_IF_API_ERROR(ParseMessages(fields, request));
     RETURN_IF_API_ERROR(ParseChatOptions(fields, request));
+    RETURN_IF_API_ERROR(ParseTools(raw, body, request));
   }
   RETURN_IF_API_ERROR(RejectUnsupported(fields, kind));
   RETURN_IF_API_ERROR(ParseSampling(fields, kind, &request->sampling));
@@ -502,6 +499,24 @@ std::optional<ApiError> ParseFields(const json& body, ApiKind kind, OpenAiReques
   RETURN_IF_API_ERROR(ParseLogprobs(fields, kind, request));
   RETURN_IF_API_ERROR(ParseChoices(fields, request));
   return std::nullopt;
+}
+
+// OpenAI's tool_calls: a piece without an id (a later argument delta) carries only its index
+// and arguments.
+json ToolCallsJson(const std::vector<ToolCallDelta>& calls) {
+  json out = json::array();
+  for (const ToolCallDelta& c : calls) {
+    json call = {{"index", c.index}};
+    json function = {{"arguments", c.arguments}};
+    if (!c.id.empty()) {
+      call["id"] = c.id;
+      call["type"] = "function";
+      function["name"] = c.name;
+    }
+    call["function"] = std::move(function);
+    out.push_back(std::move(call));
+  }
+  return out;
 }
 
 json NullableString(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
@@ -551,7 +566,7 @@ ParseResult ParseOpenAiRequest(std::string_view body, ApiKind kind, const ParseL
     return BadRequest(absl::StrCat("malformed JSON: ", what), "", "invalid_json");
   }
   OpenAiRequest request;
-  if (auto error = ParseFields(parsed, kind, &request)) return *error;
+  if (auto error = ParseFields(body, parsed, kind, &request)) return *error;
   if (auto error = CheckSamplingLimits(request.sampling, limits)) return *error;
   const size_t samples = std::max<size_t>(request.prompts.size(), 1) * request.best_of;
   if (samples > limits.max_samples) {
@@ -599,6 +614,8 @@ std::string_view FinishReasonName(ApiFinishReason reason) {
       return "abort";
     case ApiFinishReason::kError:
       return "error";
+    case ApiFinishReason::kToolCalls:
+      return "tool_calls";
     case ApiFinishReason::kNone:
       break;
   }
@@ -620,6 +637,11 @@ std::string FormatResponse(ApiKind kind, const ResponseHeader& header,
     } else {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       if (c.reasoning) choice["message"]["reasoning_content"] = *c.reasoning;
+      if (!c.tool_calls.empty()) {
+        // OpenAI: a turn that only calls tools has null content.
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = ToolCallsJson(c.tool_calls);
+      }
     }
     body["choices"].push_back(std::move(choice));
   }
@@ -653,6 +675,9 @@ std::string FormatStreamChunk(ApiKind kind, const ResponseHeader& header,
     json d = json::object();
     if (delta.first) d["role"] = "assistant";
     if (!delta.reasoning.empty()) d["reasoning_content"] = delta.reasoning;
+    if (delta.tool_calls != nullptr && !delta.tool_calls->empty()) {
+      d["tool_calls"] = ToolCallsJson(*delta.tool_calls);
+    }
     if (!delta.text.empty() || (delta.first && delta.reasoning.empty())) d["content"] = delta.text;
     choice["delta"] = d;
   }

@@ -29,11 +29,24 @@ struct ApiError {
   std::string code;   // empty -> JSON null
 };
 
-struct ChatMessage {
-  std::string role;  // system | user | assistant | developer
-  std::string content;
-  std::string reasoning_content;  // assistant turns in thinking mode
+// A function call an assistant turn made (OpenAI `tool_calls[i]`).
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON object, as text
 };
+
+struct ChatMessage {
+  std::string role;  // system | user | assistant | developer | tool
+  std::string content;
+  std::string reasoning_content;     // assistant turns in thinking mode
+  std::vector<ToolCall> tool_calls;  // assistant
+  std::string tool_call_id;          // tool: the call it answers
+};
+
+// `tool_choice`: `auto` parses the model's calls into `tool_calls`, `none` leaves its text
+// alone. `required` and a named function need structured output and are refused.
+enum class ToolChoice { kAuto, kNone };
 
 // Sampling and stopping, with OpenAI / vLLM meaning and defaults.
 struct SamplingOptions {
@@ -81,6 +94,10 @@ struct OpenAiRequest {
   std::vector<CompletionPrompt> prompts;
   // Chat.
   std::vector<ChatMessage> messages;
+  // Chat `tools`: each one's `function` object as the prompt shows it (Python's json.dumps of it,
+  // keys in the order sent, as the release's encoder writes it).
+  std::vector<std::string> tools;
+  ToolChoice tool_choice = ToolChoice::kAuto;
   bool thinking = false;  // chat_template_kwargs.thinking / enable_thinking
   bool add_generation_prompt = true;
   SamplingOptions sampling;
@@ -113,6 +130,13 @@ struct ParseLimits {
 
 using ParseResult = std::variant<OpenAiRequest, ApiError>;
 
+// Returns the ApiError `expr` gives, if any, from the calling function.
+#define RETURN_IF_API_ERROR(expr)                   \
+  do {                                              \
+    std::optional<ApiError> api_error_ = (expr);    \
+    if (api_error_.has_value()) return *api_error_; \
+  } while (0)
+
 // Parses and validates a request body for `kind`.
 ParseResult ParseOpenAiRequest(std::string_view body, ApiKind kind, const ParseLimits& limits);
 
@@ -123,8 +147,8 @@ std::optional<ApiError> CheckSamplingLimits(const SamplingOptions& sampling,
 // `{"error":{"message","type","param","code"}}`.
 std::string FormatErrorBody(const ApiError& error);
 
-enum class ApiFinishReason { kNone, kStop, kLength, kAbort, kError };
-// "stop" / "length" / "abort" / "error"; kNone -> JSON null.
+enum class ApiFinishReason { kNone, kStop, kLength, kAbort, kError, kToolCalls };
+// "stop" / "length" / "abort" / "error" / "tool_calls"; kNone -> JSON null.
 std::string_view FinishReasonName(ApiFinishReason reason);
 
 struct UsageCounts {
@@ -160,11 +184,21 @@ struct ApiLogprobs {
   size_t text_offset = 0;
 };
 
+// A tool call the model made, or a piece of one as a stream sends it: the first piece carries
+// the id and the name, each one a piece of the arguments (a JSON object, as text).
+struct ToolCallDelta {
+  int index = 0;  // of the call in its choice
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
 // One choice of a non-streaming response.
 struct ApiChoice {
   uint32_t index = 0;
   std::string text;
-  std::optional<std::string> reasoning;  // chat with a reasoning parser: reasoning_content
+  std::optional<std::string> reasoning;   // chat with a reasoning parser: reasoning_content
+  std::vector<ToolCallDelta> tool_calls;  // chat with a tool-call parser: whole calls
   ApiFinishReason finish = ApiFinishReason::kNone;
   std::optional<ApiLogprobs> logprobs;  // none: "logprobs": null
   // vLLM's prompt_logprobs (prompt tokens 1..n-1): in the choice for completions, beside the
@@ -184,6 +218,7 @@ struct StreamDelta {
   uint32_t index = 0;
   std::string_view text;
   std::string_view reasoning;  // chat with a reasoning parser: delta.reasoning_content
+  const std::vector<ToolCallDelta>* tool_calls = nullptr;  // chat: delta.tool_calls
   const ApiLogprobs* logprobs = nullptr;
   // Chat: a choice's first event carries `"role":"assistant"`, as OpenAI's does.
   bool first = false;

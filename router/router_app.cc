@@ -44,6 +44,8 @@ RouterApp::RouterApp(RouterOptions options, const TextCodec* codec, const Clock*
   http_options.tls = options_.tls;
   http_options.rate_limiter = rate_limiter_.get();
   http_options.reasoning_parser = options_.reasoning_parser;
+  http_options.tool_call_parser = options_.tool_call_parser;
+  http_options.enable_auto_tool_choice = options_.enable_auto_tool_choice;
   // Every admitted streaming request holds a thread; a few more answer 429s and health checks.
   http_options.threads = static_cast<int>(std::min<uint32_t>(options_.max_queue, 1024) + 8);
   http_ = std::make_unique<HttpServer>(http_options, handler_.get(), &registry_, &metrics_);

@@ -34,8 +34,10 @@ struct RouterOptions {
   int grpc_port = 0;
   std::string model_name = "pdspark";
   std::string model_path;
-  // "deepseek_v4" or empty (HttpServer::Options::reasoning_parser).
+  // "deepseek_v4" or empty (HttpServer::Options::reasoning_parser, tool_call_parser).
   std::string reasoning_parser;
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
   uint32_t max_model_len = 4096;
   SchedulingPolicy prefill_policy = SchedulingPolicy::kLeastLoaded;
   SchedulingPolicy decode_policy = SchedulingPolicy::kLeastLoaded;

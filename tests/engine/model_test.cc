@@ -139,6 +139,34 @@ TEST_F(ModelTest, RaggedBatchMatchesEachSequenceAlone) {
   EXPECT_LT(RelErr({out->logits.begin() + 5 * vocab, out->logits.end()}, step_b), 1e-5);
 }
 
+// The logits of a row do not depend on which other rows go through the head: a request that
+// verifies (every row) beside one that samples (its last row) gets the bits it would get alone.
+TEST_F(ModelTest, HeadRowsDoNotDependOnTheOtherRowsSelected) {
+  const std::span<const int32_t> prompt(kPrompt);
+  auto run = [&](bool a_all, bool b_all) {
+    auto a = model_->NewSequence(), b = model_->NewSequence();
+    std::vector<StepInput> prefill = {{a.get(), prompt.subspan(0, 20)},
+                                      {b.get(), prompt.subspan(0, 9)}};
+    EXPECT_TRUE(model_->Step(prefill, {.logits = LogitsMode::kNone}).ok());
+    std::vector<StepInput> step = {{a.get(), prompt.subspan(20, 4), a_all},
+                                   {b.get(), prompt.subspan(9, 1), b_all}};
+    auto out = model_->Step(step, {.logits = LogitsMode::kLastTokenPerSequence});
+    EXPECT_TRUE(out.ok());
+    return *std::move(out);
+  };
+  const int64_t vocab = model_->dims().vocab;
+  const StepOutput both = run(true, true), one = run(true, false), last = run(false, false);
+  EXPECT_EQ(both.logit_offsets, (std::vector<int64_t>{0, 4, 5}));
+  EXPECT_EQ(one.logit_offsets, (std::vector<int64_t>{0, 4, 5}));
+  EXPECT_EQ(last.logit_offsets, (std::vector<int64_t>{0, 1, 2}));
+  auto row = [&](const StepOutput& o, int64_t r) {
+    return std::vector<float>(o.logits.begin() + r * vocab, o.logits.begin() + (r + 1) * vocab);
+  };
+  EXPECT_EQ(row(both, 4), row(one, 4));   // b's row
+  EXPECT_EQ(row(both, 3), row(last, 0));  // a's last row
+  EXPECT_EQ(row(both, 4), row(last, 1));
+}
+
 TEST_F(ModelTest, ChunkedPrefillAcrossGroupBoundariesMatchesOneShot) {
   const std::span<const int32_t> prompt(kPrompt);
   auto whole = model_->NewSequence(), chunked = model_->NewSequence();

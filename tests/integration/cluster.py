@@ -103,7 +103,10 @@ class Cluster:
     def stop_all(self):
         for p in reversed(self.procs):
             p.stop()
-        shutil.rmtree(self.log_dir, ignore_errors=True)
+        if os.environ.get("PDSPARK_KEEP_LOGS"):
+            sys.stderr.write("logs kept in %s\n" % self.log_dir)
+        else:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 def request_worst_case(bin_dir, model_dir, max_model_len, extra=()):

@@ -223,9 +223,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"guided_json", kC, R"({"prompt": "x", "guided_json": {}})", 400, "guided_json"},
         BadCase{"beam_search", kC, R"({"prompt": "x", "use_beam_search": true})", 400,
                 "use_beam_search"},
-        BadCase{"tool_choice_auto", kChat,
-                R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", 400,
-                "tool_choice"},
+        BadCase{"tool_choice_required", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})",
+                400, "tool_choice"},
+        BadCase{"tool_call_arguments_not_object", kChat,
+                R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "c",
+                    "type": "function", "function": {"name": "f", "arguments": "[1]"}}]}]})",
+                400, "messages[0].tool_calls[0].function.arguments"},
+        BadCase{"completion_tools", kC, R"({"prompt": "x", "tools": [{"type": "function"}]})", 400,
+                "tools"},
         BadCase{"echo_string", kC, R"({"prompt": "x", "echo": "yes"})", 400, "echo"},
         BadCase{"chat_echo", kChat,
                 R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", 400, "echo"},
@@ -234,7 +240,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"messages_empty", kChat, R"({"messages": []})", 400, "messages"},
         BadCase{"message_no_role", kChat, R"({"messages": [{"content": "x"}]})", 400,
                 "messages[0].role"},
-        BadCase{"message_bad_role", kChat, R"({"messages": [{"role": "tool", "content": "x"}]})",
+        BadCase{"message_bad_role", kChat, R"({"messages": [{"role": "robot", "content": "x"}]})",
                 400, "messages[0].role"},
         BadCase{"message_image", kChat,
                 R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
@@ -247,7 +253,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             "tools", kChat,
             R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
-            400, "tools"}),
+            400, "tools[0].function"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
 ResponseHeader Header() { return ResponseHeader{"cmpl-1", 1700000000, "tiny"}; }
@@ -284,6 +290,33 @@ TEST(OpenAiProtocolTest, RefusedFieldsAcceptTheirHarmlessValues) {
   MustParse(R"({"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": "none",
                 "continue_final_message": false, "echo": false})",
             ApiKind::kChat);
+}
+
+// Tool schemas keep the order their keys were sent in, written as Python's json.dumps writes them.
+TEST(OpenAiProtocolTest, ParsesToolsAndToolTurns) {
+  const OpenAiRequest r = MustParse(
+      R"({"messages": [{"role": "user", "content": "x"},
+                       {"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
+                        "type": "function", "function": {"name": "f", "arguments": "{\"b\": 1}"}}]},
+                       {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+          "tools": [{"type": "function", "function": {"name": "f", "parameters":
+                     {"type": "object", "zeta": [1, 2.5, "é"], "alpha": null}}}],
+          "tool_choice": "auto"})",
+      ApiKind::kChat);
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(
+      r.tools[0],
+      R"({"name": "f", "parameters": {"type": "object", "zeta": [1, 2.5, "é"], "alpha": null}})");
+  EXPECT_EQ(r.tool_choice, ToolChoice::kAuto);
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].id, "c1");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"b": 1})");
+  EXPECT_EQ(r.messages[2].tool_call_id, "c1");
+  EXPECT_EQ(MustParse(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none"})",
+                      ApiKind::kChat)
+                .tool_choice,
+            ToolChoice::kNone);
 }
 
 TEST(OpenAiProtocolTest, ParsesLogitAdjustments) {

@@ -177,6 +177,75 @@ TEST_F(RouterPlumbingTest, ReasoningParserSplitsThinkingOutput) {
   EXPECT_FALSE(plain_message.contains("reasoning_content"));
 }
 
+// --tool-call-parser deepseek_v4: the model's DSML block becomes tool_calls (whole and as
+// argument deltas in the stream), finish reason "tool_calls"; the prompt carries the tools.
+TEST_F(RouterPlumbingTest, ToolCallParserAnswersToolCalls) {
+  StartRouter(16, 2048, SchedulingPolicy::kRoundRobin, [](RouterOptions& o) {
+    o.tool_call_parser = "deepseek_v4";
+    o.enable_auto_tool_choice = true;
+  });
+  const std::string d = "｜DSML｜";
+  ScriptedDecodeWorker* worker =
+      AddWorker(milliseconds(0), "Checking.\n\n<" + d + "tool_calls>\n<" + d +
+                                     "invoke name=\"get_weather\">\n<" + d +
+                                     "parameter name=\"city\" string=\"true\">Paris</" + d +
+                                     "parameter>\n</" + d + "invoke>\n</" + d + "tool_calls>");
+  const std::string body =
+      R"({"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 400,
+          "tools": [{"type": "function", "function": {"name": "get_weather",
+                     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]})";
+  auto res = Post("/v1/chat/completions", body);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json choice = json::parse(res->body)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_EQ(choice["message"]["content"], "Checking.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  const json& call = choice["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], R"({"city": "Paris"})");
+  const v1::WorkerGenerateRequest seen = worker->seen()[0].request;
+  const auto& ids = seen.prompt_token_ids();
+  const std::string prompt = ByteTextCodec::Decode({ids.begin(), ids.end()});
+  EXPECT_NE(prompt.find("\n\n## Tools"), std::string::npos);
+  EXPECT_NE(prompt.find(R"({"name": "get_weather", "parameters": )"), std::string::npos) << prompt;
+
+  std::string streamed = body;
+  streamed.insert(1, R"("stream": true, )");
+  std::string arguments, name, finish;
+  const std::vector<std::string> events = PostSse("/v1/chat/completions", streamed);
+  for (const std::string& event : events) {
+    if (event == "[DONE]") continue;
+    const json parsed = json::parse(event);
+    const json& c = parsed["choices"][0];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    if (!c["delta"].contains("tool_calls")) continue;
+    for (const json& piece : c["delta"]["tool_calls"]) {
+      EXPECT_EQ(piece["index"], 0);
+      if (piece.contains("id")) name = piece["function"]["name"];
+      arguments += piece["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(arguments, R"({"city": "Paris"})");
+  EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST_F(RouterPlumbingTest, AutoToolChoiceNeedsTheParser) {
+  StartRouter(16, 2048);
+  AddWorker();
+  auto res = Post("/v1/chat/completions",
+                  R"({"messages": [{"role": "user", "content": "x"}],
+                      "tools": [{"type": "function", "function": {"name": "f"}}]})");
+  ASSERT_EQ(res->status, 400) << res->body;
+  EXPECT_EQ(json::parse(res->body)["error"]["param"], "tool_choice");
+  // tool_choice "none" asks for no parsing: served.
+  res = Post("/v1/chat/completions",
+             R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none",
+                 "tools": [{"type": "function", "function": {"name": "f"}}], "max_tokens": 3})");
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
 TEST_F(RouterPlumbingTest, StopStringEndsAndCancelsDownstream) {
   StartRouter();
   ScriptedDecodeWorker* worker = AddWorker(milliseconds(5));

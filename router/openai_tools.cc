@@ -1,0 +1,123 @@
+#include "router/openai_tools.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace pdspark::router {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+ApiError Invalid(const std::string& message, const std::string& param,
+                 const std::string& code = "invalid_value") {
+  return ApiError{400, message, "invalid_request_error", param, code};
+}
+
+// `{"type": "function", "function": {"name": ...}}` -> the function's name.
+std::optional<ApiError> NamedFunction(const json& entry, const std::string& param,
+                                      std::string* name) {
+  if (!entry.is_object() || entry.value("type", "") != "function") {
+    return Invalid(absl::StrCat("'", param, ".type' must be \"function\""), param + ".type");
+  }
+  auto function = entry.find("function");
+  if (function == entry.end() || !function->is_object()) {
+    return Invalid(absl::StrCat("'", param, ".function' must be an object"), param + ".function");
+  }
+  auto n = function->find("name");
+  if (n == function->end() || !n->is_string() || n->get<std::string>().empty()) {
+    return Invalid(absl::StrCat("'", param, ".function.name' must be a non-empty string"),
+                   param + ".function.name");
+  }
+  *name = n->get<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string PythonJsonDumps(const ordered_json& value) {
+  if (value.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [key, item] : value.items()) {
+      absl::StrAppend(&out, first ? "" : ", ", json(key).dump(-1, ' ', false), ": ",
+                      PythonJsonDumps(item));
+      first = false;
+    }
+    return out + "}";
+  }
+  if (value.is_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < value.size(); ++i) {
+      absl::StrAppend(&out, i ? ", " : "", PythonJsonDumps(value[i]));
+    }
+    return out + "]";
+  }
+  // Scalars: ensure_ascii=False keeps non-ASCII text as it is; invalid UTF-8 is replaced.
+  return value.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+std::optional<ApiError> ParseTools(std::string_view raw, const json& body, OpenAiRequest* request) {
+  auto tools = body.find("tools");
+  const bool has_tools = tools != body.end() && !tools->is_null();
+  if (has_tools) {
+    if (!tools->is_array()) return Invalid("'tools' must be a list", "tools", "invalid_type");
+    // Parsed again with the keys in the order sent: the prompt shows the schemas that way.
+    const ordered_json ordered = ordered_json::parse(raw)["tools"];
+    for (size_t i = 0; i < tools->size(); ++i) {
+      std::string name;
+      RETURN_IF_API_ERROR(NamedFunction((*tools)[i], absl::StrCat("tools[", i, "]"), &name));
+      request->tools.push_back(PythonJsonDumps(ordered[i]["function"]));
+    }
+  }
+  auto choice = body.find("tool_choice");
+  if (choice == body.end() || choice->is_null()) return std::nullopt;
+  if (choice->is_string() && choice->get<std::string>() == "none") {
+    request->tool_choice = ToolChoice::kNone;
+    return std::nullopt;
+  }
+  if (choice->is_string() && choice->get<std::string>() == "auto") return std::nullopt;
+  if (choice->is_string() && choice->get<std::string>() != "required") {
+    return Invalid("'tool_choice' must be \"none\", \"auto\", \"required\" or a named function",
+                   "tool_choice");
+  }
+  // vLLM makes these hold with guided decoding: structured output here is not built yet.
+  return Invalid(
+      "'tool_choice' \"required\" or a named function needs structured output, "
+      "which this server does not have yet; use \"auto\"",
+      "tool_choice", "unsupported_value");
+}
+
+std::optional<ApiError> ParseMessageToolFields(const json& message, const std::string& param,
+                                               ChatMessage* out) {
+  if (auto id = message.find("tool_call_id"); id != message.end() && !id->is_null()) {
+    if (!id->is_string())
+      return Invalid("'tool_call_id' must be a string", param + ".tool_call_id");
+    out->tool_call_id = id->get<std::string>();
+  }
+  auto calls = message.find("tool_calls");
+  if (calls == message.end() || calls->is_null()) return std::nullopt;
+  if (out->role != "assistant") {
+    return Invalid("only assistant messages have 'tool_calls'", param + ".tool_calls");
+  }
+  if (!calls->is_array()) {
+    return Invalid("'tool_calls' must be a list", param + ".tool_calls", "invalid_type");
+  }
+  for (size_t i = 0; i < calls->size(); ++i) {
+    const json& call = (*calls)[i];
+    const std::string call_param = absl::StrCat(param, ".tool_calls[", i, "]");
+    ToolCall parsed;
+    RETURN_IF_API_ERROR(NamedFunction(call, call_param, &parsed.name));
+    if (auto id = call.find("id"); id != call.end() && id->is_string()) parsed.id = *id;
+    const json& arguments = call["function"].value("arguments", json("{}"));
+    parsed.arguments = arguments.is_string() ? arguments.get<std::string>() : arguments.dump();
+    // The prompt shows each argument: they must be a JSON object.
+    const ordered_json object = ordered_json::parse(parsed.arguments, nullptr, false);
+    if (!object.is_object()) {
+      return Invalid("'arguments' must be a JSON object", call_param + ".function.arguments");
+    }
+    out->tool_calls.push_back(std::move(parsed));
+  }
+  return std::nullopt;
+}
+
+}  // namespace pdspark::router
