@@ -75,7 +75,7 @@ StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned
   StepResult result;
   // Every request's rows when one needs them, as before per-input selection existed: selecting
   // the verifying requests' rows alone moves the auto schedule's page reuse into the late-write
-  // hazard the netcut test found (docs/reliability.md, "Known gaps").
+  // hazard the netcut test found (docs/reliability.md, "Known limits").
   bool any = false;
   for (const ActiveRequest* r : planned) any = any || WantsAllLogits(*r);
   for (engine::StepInput& in : inputs) in.all_logits = any;
