@@ -70,7 +70,9 @@ void KvReceiver::ExpireLocked(Clock::time_point now) {
     ++expired_total_;
     metrics_->LeaseExpired();
   }
-  // Past their grace, quarantined reservations give their pages, lease and record slice back.
+  // Past their grace, quarantined reservations give their pages (to be reused last: a write
+  // still on the wire after a link cut may outlast any grace), lease and record slice back.
+  engine::KvPool::ColdFrees cold;
   std::erase_if(quarantined_, [&](std::pair<Clock::time_point, Reservation>& q) {
     if (q.first > now) return false;
     arena_->Free(q.second.offset);
