@@ -7,9 +7,7 @@ namespace {
 
 // A token's own text, as vLLM shows it (one token alone: a partial character is U+FFFD).
 std::string TokenText(const TextCodec& codec, uint32_t id) {
-  auto detokenizer = codec.NewDetokenizer(/*skip_special_tokens=*/false);
-  std::string text = detokenizer->Push(id);
-  return text + detokenizer->Flush();
+  return DecodeAll(codec, std::span<const uint32_t>(&id, 1));
 }
 
 }  // namespace

@@ -105,11 +105,7 @@ class SseObserver : public StreamObserver {
 // What `echo` shows of a prompt: its text as sent, or its ids' text.
 std::string EchoText(const CompletionPrompt& prompt, const std::vector<uint32_t>& ids,
                      const TextCodec& codec) {
-  if (prompt.text) return *prompt.text;
-  auto detokenizer = codec.NewDetokenizer(/*skip_special_tokens=*/false);
-  std::string text;
-  for (uint32_t id : ids) text += detokenizer->Push(id);
-  return text + detokenizer->Flush();
+  return prompt.text ? *prompt.text : DecodeAll(codec, ids);
 }
 
 std::string SampleId(const OpenAiRequest& request, size_t prompt, uint32_t sample) {

@@ -1,21 +1,9 @@
 #include "router/reasoning_parser.h"
 
-#include <algorithm>
-
 #include "router/chat_template.h"
+#include "router/partial_tag.h"
 
 namespace pdspark::router {
-namespace {
-
-// The length of the longest tail of `text` that is a proper prefix of `tag`.
-size_t PartialTagAtEnd(std::string_view text, std::string_view tag) {
-  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
-
-}  // namespace
 
 ReasoningParser::Delta ReasoningParser::Push(std::string_view text) {
   Delta out;

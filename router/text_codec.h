@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,5 +35,14 @@ class TextCodec {
   // Ids at or above this are not tokens (the tokenizer's vocabulary).
   virtual uint32_t vocab_size() const = 0;
 };
+
+// The text of `ids` decoded together, special tokens kept (a dangling partial character ends as
+// U+FFFD).
+inline std::string DecodeAll(const TextCodec& codec, std::span<const uint32_t> ids) {
+  auto detokenizer = codec.NewDetokenizer(/*skip_special_tokens=*/false);
+  std::string text;
+  for (uint32_t id : ids) text += detokenizer->Push(id);
+  return text + detokenizer->Flush();
+}
 
 }  // namespace pdspark::router

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "router/dsml.h"
+#include "router/partial_tag.h"
 
 namespace pdspark::router {
 namespace {
@@ -14,14 +15,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kBlockLead = "\n\n";
-
-// The length of the longest tail of `text` that is a proper prefix of `tag`.
-size_t PartialAtEnd(std::string_view text, std::string_view tag) {
-  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
 
 // Whether `text` is (so far) the start of `tag`.
 bool MayBecome(std::string_view text, std::string_view tag) {
@@ -75,7 +68,8 @@ void ToolCallParser::ParseContent(Delta& out) {
     return;
   }
   const std::string lead = std::string(kBlockLead) + kDsmlCallsStart;
-  const size_t keep = std::max(PartialAtEnd(buffer_, lead), PartialAtEnd(buffer_, kDsmlCallsStart));
+  const size_t keep =
+      std::max(PartialTagAtEnd(buffer_, lead), PartialTagAtEnd(buffer_, kDsmlCallsStart));
   out.content += buffer_.substr(0, buffer_.size() - keep);
   buffer_.erase(0, buffer_.size() - keep);
 }
