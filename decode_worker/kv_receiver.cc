@@ -54,7 +54,20 @@ KvReceiver::~KvReceiver() {
 }
 
 void KvReceiver::QuarantineLocked(Reservation reservation, Clock::time_point now) {
-  quarantined_.emplace_back(now + options_.late_write_grace, std::move(reservation));
+  quarantined_.push_back({now + options_.late_write_grace, false, std::move(reservation)});
+}
+
+void KvReceiver::FenceLocked() {
+  const Status fenced = agent_->Fence();
+  if (!fenced.ok()) {
+    // The pages stay quarantined; the reaper tries again.
+    LOG_ERROR("kv fence failed, quarantined pages held error={}", fenced.ToString());
+    return;
+  }
+  for (Quarantined& q : quarantined_) q.fenced = true;
+  ++fences_total_;
+  metrics_->Fenced();
+  LOG_INFO("kv fence: connections from prefill workers closed quarantined={}", quarantined_.size());
 }
 
 void KvReceiver::ExpireLocked(Clock::time_point now) {
@@ -70,15 +83,33 @@ void KvReceiver::ExpireLocked(Clock::time_point now) {
     ++expired_total_;
     metrics_->LeaseExpired();
   }
-  // Past their grace, quarantined reservations give their pages (to be reused last: a write
-  // still on the wire after a link cut may outlast any grace), lease and record slice back.
-  engine::KvPool::ColdFrees cold;
-  std::erase_if(quarantined_, [&](std::pair<Clock::time_point, Reservation>& q) {
-    if (q.first > now) return false;
-    arena_->Free(q.second.offset);
+  // With no transfer under way a fence costs nothing.
+  const bool unfenced = std::any_of(quarantined_.begin(), quarantined_.end(),
+                                    [](const Quarantined& q) { return !q.fenced; });
+  if (unfenced && reservations_.empty()) FenceLocked();
+  // Fenced and past their grace, quarantined reservations give their pages, lease and record
+  // slice back.
+  std::erase_if(quarantined_, [&](const Quarantined& q) {
+    if (!q.fenced || q.grace_end > now) return false;
+    arena_->Free(q.reservation.offset);
     return true;
   });
   metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
+}
+
+StatusOr<serving::CacheLease> KvReceiver::LeaseLocked(const v1::ReserveRequest& request) {
+  if (!options_.lease_cache) return serving::CacheLease{};
+  StatusOr<serving::CacheLease> lease = options_.lease_cache(request);
+  const auto now = Clock::now();
+  const bool reclaimable =
+      std::any_of(quarantined_.begin(), quarantined_.end(),
+                  [&](const Quarantined& q) { return !q.fenced && q.grace_end <= now; });
+  if (lease.ok() || !absl::IsResourceExhausted(lease.status()) || !reclaimable) return lease;
+  // Quarantined leases hold the pool: fence now, though transfers under way fail (the router
+  // retries them), rather than refuse.
+  FenceLocked();
+  ExpireLocked(now);
+  return options_.lease_cache(request);
 }
 
 StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& request) {
@@ -90,9 +121,12 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
   const auto now = Clock::now();
   std::lock_guard lock(mu_);
   ExpireLocked(now);
-  if (options_.lease_cache) {
-    ASSIGN_OR_RETURN(reservation.lease, options_.lease_cache(request));
+  const std::string address = agent_->LocalAddress();
+  if (address.empty()) {
+    return absl::UnavailableError(
+        "the KV transport has no address (its network device is down); prefill here instead");
   }
+  ASSIGN_OR_RETURN(reservation.lease, LeaseLocked(request));
   // The pages the rows will land in, as a colocated prefill would have left them.
   reservation.sequence = options_.new_sequence();
   std::vector<engine::SequenceState::GroupRows> rows;
@@ -105,7 +139,8 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
   std::memset(arena_->data() + reservation.offset, 0, transport::kRecordHeaderBytes);
   reservation.expires = now + lease;
   reservation.nonce = nonces_();
-  const v1::TransferDescriptor descriptor = Describe(reservation, request.prompt_tokens(), lease);
+  const v1::TransferDescriptor descriptor =
+      Describe(reservation, address, request.prompt_tokens(), lease);
   const std::string id = absl::StrCat("rsv-", next_id_++);
   reservations_[id] = std::move(reservation);
   metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
@@ -115,11 +150,12 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
   return response;
 }
 
-v1::TransferDescriptor KvReceiver::Describe(const Reservation& reservation, uint32_t prompt_tokens,
+v1::TransferDescriptor KvReceiver::Describe(const Reservation& reservation,
+                                            const std::string& address, uint32_t prompt_tokens,
                                             std::chrono::milliseconds lease) const {
   v1::TransferDescriptor descriptor;
   descriptor.set_transport(agent_->TransportName());
-  descriptor.set_agent_address(agent_->LocalAddress());
+  descriptor.set_agent_address(address);
   descriptor.set_incarnation_id(options_.incarnation_id);
   descriptor.set_config_fingerprint(options_.link.config_fingerprint);
   descriptor.set_cache_manifest(options_.link.cache_manifest);
@@ -262,6 +298,7 @@ ReservationStats KvReceiver::Stats() {
   stats.expired_total = expired_total_;
   for (const auto& [id, r] : reservations_) stats.bytes_reserved += r.sequence->MemoryBytes();
   stats.quarantined = static_cast<int64_t>(quarantined_.size());
+  stats.fences_total = fences_total_;
   return stats;
 }
 

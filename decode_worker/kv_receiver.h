@@ -8,10 +8,16 @@
 // caller's (gRPC) thread; the engine then runs the prepared sequence as it is, on the
 // reservation's lease, with no copy. A reservation the prefill side never fills expires.
 //
-// Pages of a reservation that was not taken (released, expired, refused) are quarantined for
-// ReceiverOptions::late_write_grace before they return to the pool: a prefill worker stops
-// posting at its deadline (the lease's, less a margin) and drains or aborts within its stall
-// timeout, so no late write can land in pages another request already uses.
+// Pages of a reservation that was not taken (released, expired, refused) are quarantined until
+// no write the prefill side posted for it can still land:
+//  - a fence (TransferAgent::Fence) closes every connection peers made to this worker, so data a
+//    prefill worker posted before a link cut and its kernel retransmits after the link returns
+//    meets a closed socket instead of reused pages. The fence waits for a moment with no
+//    reservation in flight (a fence fails the transfers under way), unless a reservation would
+//    otherwise be refused for a full pool;
+//  - ReceiverOptions::late_write_grace has passed: a shared-memory writer has no connection to
+//    close, but stops posting at its deadline (the lease's, less a margin) and drains or aborts
+//    within its stall timeout.
 #pragma once
 
 #include <chrono>
@@ -44,6 +50,7 @@ struct ReservationStats {
   int64_t expired_total = 0;
   uint64_t bytes_reserved = 0;  // KV pool bytes of the reservations' prepared sequences
   int64_t quarantined = 0;      // not taken, held until late writes are impossible
+  int64_t fences_total = 0;
 };
 
 struct ReceiverOptions {
@@ -92,12 +99,21 @@ class KvReceiver {
     std::unique_ptr<engine::SequenceState> sequence;  // the pages the rows land in
   };
   KvReceiver() = default;
+  struct Quarantined {
+    Clock::time_point grace_end;
+    bool fenced = false;  // a fence closed the connections it could have been written through
+    Reservation reservation;
+  };
   void ExpireLocked(Clock::time_point now);
   // Keeps the reservation's memory away from other requests until late writes are impossible.
   void QuarantineLocked(Reservation reservation, Clock::time_point now);
+  // Closes the connections the quarantined reservations could still be written through.
+  void FenceLocked();
+  // The engine's lease for `request`; a full pool first fences to free the quarantined leases.
+  StatusOr<serving::CacheLease> LeaseLocked(const v1::ReserveRequest& request);
   // The descriptor the prefill worker writes by.
-  v1::TransferDescriptor Describe(const Reservation& reservation, uint32_t prompt_tokens,
-                                  std::chrono::milliseconds lease) const;
+  v1::TransferDescriptor Describe(const Reservation& reservation, const std::string& address,
+                                  uint32_t prompt_tokens, std::chrono::milliseconds lease) const;
   // Checks the delivery and restores the DSpark ring; the sequence stays in the reservation.
   Status Verify(const Reservation& reservation, dspark::DrafterState* drafter, uint64_t* bytes,
                 int64_t* prefill_end_ns) const;
@@ -109,7 +125,7 @@ class KvReceiver {
   worker::KvTransferMetrics* metrics_ = nullptr;
   std::mutex mu_;
   std::map<std::string, Reservation> reservations_;
-  std::vector<std::pair<Clock::time_point, Reservation>> quarantined_;  // until the time
+  std::vector<Quarantined> quarantined_;
   // Expires leases and ends quarantines on time even when no call comes.
   std::condition_variable reaper_cv_;
   bool stopping_ = false;
@@ -117,6 +133,7 @@ class KvReceiver {
   std::mt19937_64 nonces_;
   uint64_t next_id_ = 1;
   int64_t expired_total_ = 0;
+  int64_t fences_total_ = 0;
 };
 
 }  // namespace pdspark::decode

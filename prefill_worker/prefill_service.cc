@@ -108,7 +108,8 @@ StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngin
   ASSIGN_OR_RETURN(auto pool_region,
                    transport::RemoteRegion::Deserialize(descriptor.pool_region()));
   ASSIGN_OR_RETURN(auto page_tables, CheckPageTables(descriptor, layout, pool_region));
-  // Endpoints are cached per decode incarnation: a restarted decode worker gets a new link.
+  // Endpoints are cached per decode incarnation and address: a restarted decode worker, or one
+  // that fenced its KV connections, gets a new link.
   RETURN_IF_ERROR(agent.Connect(descriptor.incarnation_id(), descriptor.agent_address()));
   StreamTarget target;
   target.peer_id = descriptor.incarnation_id();

@@ -632,6 +632,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
     LOG_WARN("reserve failed, prefilling on the decode worker request={} worker={} error={}",
              request.request_id_, decode.worker_id,
              stalled.empty() ? status.error_message() : stalled);
+    metrics_->SchedulingDecision(policy, "prefill", "reserve_refused");
     return PrefillResult::kFallback;
   }
   *reservation = reserved.reservation_id();

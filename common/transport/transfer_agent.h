@@ -108,7 +108,7 @@ class TransferAgent {
   virtual std::string TransportName() const = 0;
 
   // Bytes a peer passes to Connect() to reach this agent.
-  virtual std::string LocalAddress() const = 0;
+  virtual std::string LocalAddress() = 0;
 
   // Registers memory someone else allocated (the engine's KV pool), so peers can write into it.
   virtual StatusOr<LocalRegion> RegisterMemory(void* base, size_t size, MemoryKind kind) = 0;
@@ -135,6 +135,13 @@ class TransferAgent {
   // completes with an error, and nothing posted earlier can land afterwards. The next Connect
   // creates a new endpoint.
   virtual void AbortPeer(const std::string& peer_id) = 0;
+  // Closes every connection peers made to this agent (and this agent's own endpoints), so that
+  // a write a peer posted before, still queued in its kernel or on the wire, can no longer land
+  // here: over a network transport it meets a closed socket. LocalAddress() changes, and peers
+  // reach the agent again by Connect with the new one. Registered memory stays registered.
+  // Shared-memory transports have no connection to close: a peer writes by itself, and only
+  // its own deadline stops it.
+  virtual Status Fence() = 0;
 
   // Posts the writes and a flush and waits for them (AwaitCompletion); never hangs.
   Status Write(const std::string& peer_id, const RemoteRegion& region,

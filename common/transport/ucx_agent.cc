@@ -18,6 +18,7 @@ struct UcxAgent::Handles {
 
 struct UcxAgent::Peer {
   std::string id;
+  std::string address;  // the worker address the endpoint was made to
   ucp_ep_h ep = nullptr;
   // Set by UCX's error callback (peer died, link cut): the endpoint is unusable.
   std::atomic<bool> failed{false};
@@ -74,10 +75,17 @@ Status UcxAgent::Init() {
   ucp_config_release(config);
   if (st != UCS_OK) return UcsError(st, absl::StrCat("init with UCX_TLS=", options_.transports));
 
+  std::lock_guard lock(mu_);
+  RETURN_IF_ERROR(CreateWorkerLocked());
+  LOG_INFO("ucx agent ready transports={} address_bytes={}", TransportName(), address_.size());
+  return absl::OkStatus();
+}
+
+Status UcxAgent::CreateWorkerLocked() {
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call is made under mu_
-  st = ucp_worker_create(handles_->context, &wparams, &handles_->worker);
+  ucs_status_t st = ucp_worker_create(handles_->context, &wparams, &handles_->worker);
   if (st != UCS_OK) return UcsError(st, "worker create");
   st = ucp_worker_get_efd(handles_->worker, &handles_->event_fd);
   if (st != UCS_OK) return UcsError(st, "worker event fd");
@@ -88,7 +96,39 @@ Status UcxAgent::Init() {
   if (st != UCS_OK) return UcsError(st, "worker address");
   address_.assign(reinterpret_cast<const char*>(address), length);
   ucp_worker_release_address(handles_->worker, address);
-  LOG_INFO("ucx agent ready transports={} address_bytes={}", TransportName(), length);
+  return absl::OkStatus();
+}
+
+bool UcxAgent::EnsureWorkerLocked() {
+  if (handles_->worker != nullptr) return true;
+  const Status created = CreateWorkerLocked();
+  if (!created.ok()) {
+    // A fence replaced the worker while the network device was down (no carrier): until it is
+    // back this agent has no address, and transfers to it fail at once.
+    LOG_WARN("ucx worker not recreated yet error={}", created.ToString());
+  }
+  return created.ok();
+}
+
+std::string UcxAgent::LocalAddress() {
+  std::lock_guard lock(mu_);
+  return EnsureWorkerLocked() ? address_ : std::string();
+}
+
+Status UcxAgent::Fence() {
+  std::lock_guard lock(mu_);
+  // Our own endpoints first (their outstanding operations fail), then the worker with every
+  // connection peers opened to it: its sockets close, so a write still queued in a peer's
+  // kernel meets a closed port. Registered memory belongs to the context and stays. The next
+  // worker is made now if the network allows it, else on the next call that needs one.
+  for (auto& [id, peer] : peers_) ClosePeerLocked(*peer, /*force=*/true);
+  peers_.clear();
+  if (handles_->worker != nullptr) ucp_worker_destroy(handles_->worker);
+  handles_->worker = nullptr;
+  handles_->event_fd = -1;
+  address_.clear();
+  EnsureWorkerLocked();
+  LOG_INFO("ucx fence: every connection closed, new worker address_bytes={}", address_.size());
   return absl::OkStatus();
 }
 
@@ -112,14 +152,19 @@ std::string UcxAgent::TransportName() const {
 void UcxAgent::ProgressLoop() {
   while (!stop_) {
     bool armed = false;
+    int event_fd = -1;
     {
       std::lock_guard lock(mu_);
-      while (ucp_worker_progress(handles_->worker) != 0) {
+      if (handles_->worker != nullptr) {
+        while (ucp_worker_progress(handles_->worker) != 0) {
+        }
+        armed = ucp_worker_arm(handles_->worker) == UCS_OK;
+        event_fd = handles_->event_fd;
       }
-      armed = ucp_worker_arm(handles_->worker) == UCS_OK;
     }
-    // Sleep on the event fd when nothing is pending; wake at least every 5 ms to see stop_.
-    pollfd pfd{handles_->event_fd, POLLIN, 0};
+    // Sleep on the event fd when nothing is pending; wake at least every 5 ms to see stop_ (and
+    // a worker a fence replaced, whose fd this may still be).
+    pollfd pfd{event_fd, POLLIN, 0};
     poll(&pfd, 1, armed ? 5 : 0);
   }
 }
@@ -188,15 +233,25 @@ Status UcxAgent::DeregisterMemory(uint64_t region_id) {
 Status UcxAgent::Connect(const std::string& peer_id, const std::string& peer_address) {
   std::lock_guard lock(mu_);
   auto it = peers_.find(peer_id);
-  if (it != peers_.end() && it->second->ep != nullptr && !it->second->failed) {
+  // A peer that fenced has a new address: its old connections are closed.
+  if (it != peers_.end() && it->second->ep != nullptr && !it->second->failed &&
+      it->second->address == peer_address) {
     return absl::OkStatus();
   }
   if (it != peers_.end()) {
     ClosePeerLocked(*it->second, /*force=*/true);
     peers_.erase(it);
   }
+  if (peer_address.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("peer ", peer_id, " has no UCX address"));
+  }
+  if (!EnsureWorkerLocked()) {
+    return absl::UnavailableError(absl::StrCat("UCX has no worker to connect to peer ", peer_id,
+                                               " from (network device down?)"));
+  }
   auto peer = std::make_unique<Peer>();
   peer->id = peer_id;
+  peer->address = peer_address;
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;

@@ -30,7 +30,7 @@ class UcxAgent : public TransferAgent {
   ~UcxAgent() override;
 
   std::string TransportName() const override;
-  std::string LocalAddress() const override { return address_; }
+  std::string LocalAddress() override;
   StatusOr<LocalRegion> RegisterMemory(void* base, size_t size, MemoryKind kind) override;
   StatusOr<LocalRegion> AllocateMemory(size_t size) override;
   Status DeregisterMemory(uint64_t region_id) override;
@@ -40,6 +40,8 @@ class UcxAgent : public TransferAgent {
                     std::span<const WriteOp> ops, TransferTracker& tracker) override;
   Status PostFlush(const std::string& peer_id, TransferTracker& tracker) override;
   void AbortPeer(const std::string& peer_id) override;
+  // Replaces the ucp worker: its sockets (every connection from and to peers) close.
+  Status Fence() override;
 
   struct Peer;  // public only for UCX's C error callback
 
@@ -47,6 +49,9 @@ class UcxAgent : public TransferAgent {
   struct Handles;
   explicit UcxAgent(UcxOptions options);
   Status Init();
+  Status CreateWorkerLocked();
+  // Makes the worker a fence destroyed, if it is not there yet; false while UCX refuses.
+  bool EnsureWorkerLocked();
   void ProgressLoop();
   StatusOr<Peer*> UsablePeerLocked(const std::string& peer_id);
   StatusOr<void*> RkeyLocked(Peer& peer, const std::string& packed_key);

@@ -53,6 +53,12 @@ KvTransferMetrics::KvTransferMetrics(prometheus::Registry& registry, const std::
                           .Help("reservations freed because the prefill side never delivered")
                           .Register(registry)
                           .Add({})),
+      fences_(prometheus::BuildCounter()
+                  .Name("pdspark_kv_fences_total")
+                  .Help("times the decode worker closed every KV connection so that writes "
+                        "posted for untaken reservations cannot land in reused pages")
+                  .Register(registry)
+                  .Add({})),
       handshakes_(prometheus::BuildCounter()
                       .Name("pdspark_kv_link_handshakes_total")
                       .Help("peer links by outcome")

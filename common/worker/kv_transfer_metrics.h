@@ -27,6 +27,9 @@ class KvTransferMetrics {
   void Copied(uint64_t bytes) { copied_.Increment(static_cast<double>(bytes)); }
   void Handshake(bool ok);
   void LeaseExpired() { expired_leases_.Increment(); }
+  // The decode side closed every prefill worker's connection before reusing an untaken
+  // reservation's pages (decode::KvReceiver).
+  void Fenced() { fences_.Increment(); }
   void SetActiveReservations(int64_t n) { active_reservations_.Set(static_cast<double>(n)); }
 
  private:
@@ -41,6 +44,7 @@ class KvTransferMetrics {
   prometheus::Counter& stalls_;
   prometheus::Gauge& active_reservations_;
   prometheus::Counter& expired_leases_;
+  prometheus::Counter& fences_;
   prometheus::Family<prometheus::Counter>& handshakes_;
 };
 

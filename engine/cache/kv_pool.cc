@@ -32,23 +32,10 @@ int32_t PageGroup::Allocate() {
   return page;
 }
 
-namespace {
-thread_local bool free_cold = false;
-}  // namespace
-
-KvPool::ColdFrees::ColdFrees() : outer_(!free_cold) { free_cold = true; }
-KvPool::ColdFrees::~ColdFrees() {
-  if (outer_) free_cold = false;
-}
-
 void PageGroup::Free(int32_t page) {
   std::lock_guard lock(pool_->mutex_);
   --pages_in_use_;
-  if (free_cold) {
-    pool_->free_.insert(pool_->free_.begin(), page);
-  } else {
-    pool_->free_.push_back(page);
-  }
+  pool_->free_.push_back(page);
 }
 
 char* PageGroup::Row(int32_t page, int64_t index) const {

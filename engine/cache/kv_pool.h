@@ -55,21 +55,6 @@ class PageGroup {
 
 class KvPool {
  public:
-  // While one is alive on a thread, the pages that thread frees go to the bottom of the free
-  // stack, to be reused last: the decode worker frees the pages of a KV transfer that failed
-  // this way, so that writes still on the wire after a link cut land in memory nobody uses yet
-  // (docs/reliability.md, "Known limits": a mitigation, not a fix).
-  class ColdFrees {
-   public:
-    ColdFrees();
-    ~ColdFrees();
-    ColdFrees(const ColdFrees&) = delete;
-    ColdFrees& operator=(const ColdFrees&) = delete;
-
-   private:
-    bool outer_;
-  };
-
   // `memory` holds `num_pages` pages of `page_bytes` each and outlives the pool (the backend
   // allocated it; the model frees it after the pool and every sequence are gone).
   KvPool(void* memory, int64_t page_bytes, int64_t num_pages);
@@ -101,9 +86,7 @@ class KvPool {
   const int64_t page_bytes_;
   const int64_t num_pages_;
   mutable std::mutex mutex_;
-  // A stack: recently freed pages are reused first (warm memory); pages freed cold go to the
-  // bottom, reused last.
-  std::vector<int32_t> free_;
+  std::vector<int32_t> free_;  // a stack: recently freed pages are reused first (warm memory)
   int64_t high_water_ = 0;
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<PageGroup>> groups_;
 };

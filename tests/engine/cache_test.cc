@@ -100,22 +100,6 @@ TEST(KvPool, FullPoolIsReportedAndLeavesNothingAllocated) {
   EXPECT_EQ(arena.pool.high_water_pages(), 2);
 }
 
-// Pages freed cold (a failed KV transfer's) are reused after every page freed the usual way.
-TEST(KvPool, PagesFreedColdAreReusedLast) {
-  SmallPool arena(3);
-  PageGroup& group = arena.pool.ForGroup("g", 2 * sizeof(float));
-  const int32_t a = group.Allocate(), b = group.Allocate(), c = group.Allocate();
-  {
-    KvPool::ColdFrees cold;
-    group.Free(a);
-  }
-  group.Free(b);
-  group.Free(c);
-  EXPECT_EQ(group.Allocate(), c);
-  EXPECT_EQ(group.Allocate(), b);
-  EXPECT_EQ(group.Allocate(), a);
-}
-
 TEST(PagedRows, SerialiseRoundTripKeepsLogicalIndices) {
   TestKvPool arena(48, 64);  // 4 rows of 3 floats per page
   KvPool& pool = arena.pool;

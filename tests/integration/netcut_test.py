@@ -133,12 +133,18 @@ class NetCutTest(unittest.TestCase):
         return {"model": "m", "prompt": prompt, "max_tokens": 24, "temperature": 0,
                 "ignore_eos": True}
 
+    def fallbacks(self):
+        """Requests the decode worker prefilled: (transfer failed and retried, reserve refused)."""
+        return (metric(self.router.http, "pdspark_router_retries_total", 'stage="prefill"'),
+                metric(self.router.http, "pdspark_scheduling_decisions_total",
+                       'outcome="reserve_refused"'))
+
     def sent_bytes(self):
         return worker_metric(self.prefill, "pdspark_kv_transfer_bytes_total", 'direction="send"')
 
     def run_cut(self, ns, device, references, prompts, figures):
         """Takes `device` in namespace `ns` down, sends 6 requests, brings it back up."""
-        retried = metric(self.router.http, "pdspark_router_retries_total", 'stage="prefill"')
+        retried, refused = self.fallbacks()
         ip("-n", ns, "link", "set", device, "down")
         started = time.time()
         for i in range(6):
@@ -148,10 +154,14 @@ class NetCutTest(unittest.TestCase):
             self.assertEqual((s.text, s.usage), (references[i % 3].text, references[i % 3].usage))
             figures["completed"] += 1
         self.assertLess(time.time() - started, 6 * DEADLINE_S)
-        # Each one's transfer failed and the router retried it (on the decode worker).
-        self.assertEqual(metric(self.router.http, "pdspark_router_retries_total",
-                                'stage="prefill"') - retried, 6)
-        figures["retried"] += 6
+        # Each one went to the decode worker: its transfer failed and the router retried it
+        # there, or, once the decode worker fenced its KV connections and its device has no
+        # carrier, its reservation was refused.
+        retried, refused = (after - before for after, before in zip(self.fallbacks(),
+                                                                    (retried, refused)))
+        self.assertEqual(retried + refused, 6)
+        figures["retried"] += retried
+        figures["reserve_refused"] += refused
         assert_nothing_held(self, ARGS.source_dir, [self.prefill, self.decode])
         ip("-n", ns, "link", "set", device, "up")
         Namespaces.wait_running([(ARGS.p, "pd"), (ARGS.d, "dp")])
@@ -168,7 +178,7 @@ class NetCutTest(unittest.TestCase):
         before = self.sent_bytes()
         references = [completion(self.router.http, self.body(p)) for p in prompts]
         self.assertGreater(self.sent_bytes(), before, "the warm-up did not go over UCX")
-        figures = {"sent": 0, "completed": 0, "failed": 0, "retried": 0}
+        figures = {"sent": 0, "completed": 0, "failed": 0, "retried": 0, "reserve_refused": 0}
         # Down on the prefill side: no route, each transfer fails at once.
         figures["unreachable_phase_s"] = round(self.run_cut(ARGS.p, "pd", references, prompts,
                                                             figures), 2)
@@ -180,8 +190,12 @@ class NetCutTest(unittest.TestCase):
         figures["stalls"] = worker_metric(self.prefill, "pdspark_kv_transfer_stalls_total") - stalls
         figures["transfer_failures"] = worker_metric(self.prefill,
                                                      "pdspark_kv_transfer_failures_total")
+        # Before reusing a failed transfer's pages the decode worker closed its KV connections,
+        # so nothing retransmitted after the link returned landed in them (the texts above).
+        figures["fences"] = worker_metric(self.decode, "pdspark_kv_fences_total")
         print("netcut-figures %s" % json.dumps(figures))
         self.assertGreaterEqual(figures["stalls"], 1)
+        self.assertGreaterEqual(figures["fences"], 2)
 
 
 def main():

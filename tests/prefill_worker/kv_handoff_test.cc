@@ -402,8 +402,71 @@ TEST_P(KvHandoffRefusalTest, PagesOfAnUntakenReservationAreQuarantined) {
   EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
 }
 
+// Quarantined pages wait for a fence, and a fence for a moment with no transfer under way,
+// unless a reservation would be refused for a full pool: then the fence comes at once.
+TEST_P(KvHandoffRefusalTest, QuarantinedLeasesAreFencedFreeWhenThePoolIsFull) {
+  const int64_t leased = decode_->Stats().cache_bytes_reserved;
+  const int64_t fences = receiver_->Stats().fences_total;
+  const auto untaken = Reserve(100);
+  const auto in_flight = Reserve(100);
+  EXPECT_TRUE(receiver_->Release(untaken.reservation_id(), false));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the reaper ticks meanwhile
+  EXPECT_EQ(receiver_->Stats().quarantined, 1);  // in_flight's transfer may be under way
+  EXPECT_EQ(receiver_->Stats().fences_total, fences);
+  std::vector<serving::CacheLease> hold;
+  while (true) {
+    auto lease = decode_->ReserveCache(100, 1);
+    if (!lease.ok()) break;
+    hold.push_back(std::move(lease).value());
+  }
+  const auto reclaimed = Reserve(100);  // the untaken reservation's lease, fenced free
+  EXPECT_EQ(receiver_->Stats().fences_total, fences + 1);
+  EXPECT_EQ(receiver_->Stats().quarantined, 0);
+  hold.clear();
+  EXPECT_TRUE(receiver_->Release(in_flight.reservation_id(), true));
+  EXPECT_TRUE(receiver_->Release(reclaimed.reservation_id(), true));
+  EXPECT_EQ(decode_->Stats().cache_bytes_reserved, leased);
+}
+
 INSTANTIATE_TEST_SUITE_P(InProcess, KvHandoffRefusalTest, ::testing::Values("inprocess"),
                          [](const auto&) { return std::string("inprocess"); });
+
+// Over a network transport a write the prefill worker posted before a link cut can reach the
+// decode worker long after the prefill side gave up (its kernel retransmits when the link
+// returns). Such a write, arriving on a connection from before the reservation was released,
+// must not land in the pages the pool hands out next.
+class KvLateWriteTest : public KvHandoffTest {};
+
+TEST_P(KvLateWriteTest, WritesOnAConnectionFromBeforeTheReleaseNeverLandInReusedPages) {
+  const engine::KvPool& pool = decode_->model().kv_pool();
+  const auto released = Reserve(100);
+  v1::TransferDescriptor descriptor;
+  ASSERT_TRUE(descriptor.ParseFromString(released.transfer_descriptor()));
+  const std::string peer = descriptor.incarnation_id();
+  ASSERT_TRUE(prefill_agent_->Connect(peer, descriptor.agent_address()).ok());
+  const auto region = transport::RemoteRegion::Deserialize(descriptor.pool_region()).value();
+  const uint64_t page_at =
+      static_cast<uint64_t>(descriptor.page_tables(0).pages(0)) * descriptor.page_bytes();
+  EXPECT_TRUE(receiver_->Release(released.reservation_id(), false));
+  // No transfer is under way, so the fence comes at once, and with it the pages (no grace).
+  EXPECT_EQ(receiver_->Stats().fences_total, 1);
+  EXPECT_EQ(pool.pages_in_use(), 0);
+  const auto next = Reserve(100);  // on the same pages: the pool reuses the last freed first
+  std::vector<char> before(pool.base() + page_at, pool.base() + page_at + 64);
+  const std::vector<char> late(64, 0x5a);
+  const Status st = prefill_agent_->Write(peer, region, {{late.data(), late.size(), page_at}},
+                                          transport::Clock::now() + std::chrono::seconds(3));
+  EXPECT_FALSE(st.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(std::vector<char>(pool.base() + page_at, pool.base() + page_at + 64), before);
+  // The prefill worker reaches the decode worker again through the new address.
+  const auto prompt = Prompt(100);
+  ASSERT_TRUE(Prefill(next, prompt).ok());
+  ASSERT_TRUE(Take(next).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tcp, KvLateWriteTest, ::testing::Values("tcp"),
+                         [](const auto&) { return std::string("tcp"); });
 
 }  // namespace
 }  // namespace pdspark

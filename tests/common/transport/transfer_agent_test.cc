@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/transport/in_process_agent.h"
@@ -292,6 +293,39 @@ TEST(UcxStallTest, NoProgressFailsByTheStallTimerLongBeforeTheDeadline) {
   EXPECT_EQ(ReasonOf(st), FailureReason::kStall) << st;
   EXPECT_NE(st.message().find("stalled"), std::string::npos) << st;
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
+}
+
+// A fence closes the connections peers made: a write through one from before never lands, and a
+// peer reconnects through the new address.
+TEST(UcxFenceTest, WritesThroughAConnectionFromBeforeTheFenceNeverLand) {
+  auto source = UcxAgent::Create({"tcp", ""});
+  auto sink = UcxAgent::Create({"tcp", ""});
+  ASSERT_TRUE(source.ok() && sink.ok());
+  std::vector<char> target(1 << 16, 0);
+  auto region = (*sink)->RegisterMemory(target.data(), target.size(), MemoryKind::kHost);
+  ASSERT_TRUE(region.ok());
+  const std::string address = (*sink)->LocalAddress();
+  ASSERT_TRUE((*source)->Connect("sink", address).ok());
+  const auto first = Pattern(4096, 1), late = Pattern(4096, 2);
+  ASSERT_TRUE((*source)
+                  ->Write("sink", region->remote, {{first.data(), first.size(), 0}},
+                          In(std::chrono::seconds(5)))
+                  .ok());
+  ASSERT_TRUE((*sink)->Fence().ok());
+  EXPECT_NE((*sink)->LocalAddress(), address);
+  EXPECT_FALSE((*source)
+                   ->Write("sink", region->remote, {{late.data(), late.size(), 0}},
+                           In(std::chrono::seconds(3)))
+                   .ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(0, std::memcmp(target.data(), first.data(), first.size()));
+  // Connect sees the new address and makes a new endpoint; the registration still holds.
+  ASSERT_TRUE((*source)->Connect("sink", (*sink)->LocalAddress()).ok());
+  ASSERT_TRUE((*source)
+                  ->Write("sink", region->remote, {{late.data(), late.size(), 0}},
+                          In(std::chrono::seconds(5)))
+                  .ok());
+  EXPECT_EQ(0, std::memcmp(target.data(), late.data(), late.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxAgentTest, ::testing::Values("tcp", "posix,sysv,cma,self"),
