@@ -46,7 +46,9 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
   spec.prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
   spec.generated.assign(request->generated_token_ids().begin(),
                         request->generated_token_ids().end());
-  spec.sampling = serving::FromProto(request->sampling());
+  auto sampling = serving::FromProto(request->sampling());
+  if (!sampling.ok()) return serving::ToGrpcStatus(sampling.status());
+  spec.sampling = std::move(sampling).value();
   if (!request->reservation_id().empty()) {
     if (receiver_ == nullptr) {
       return {grpc::StatusCode::FAILED_PRECONDITION, "this decode worker has no KV transport"};

@@ -6,7 +6,7 @@
 
 namespace pdspark::serving {
 
-sampling::SamplingParams FromProto(const v1::SamplingParams& proto) {
+StatusOr<sampling::SamplingParams> FromProto(const v1::SamplingParams& proto) {
   sampling::SamplingParams params;
   params.temperature = proto.temperature();
   params.top_p = proto.top_p() > 0 ? proto.top_p() : 1.0f;  // 0 on the wire means unset
@@ -31,6 +31,18 @@ sampling::SamplingParams FromProto(const v1::SamplingParams& proto) {
   std::sort(params.logit_bias.begin(), params.logit_bias.end());  // map order is unspecified
   for (const v1::TokenSequence& word : proto.bad_words()) {
     params.bad_words.emplace_back(word.ids().begin(), word.ids().end());
+  }
+  if (proto.json_object() + !proto.json_schema().empty() + !proto.choice().empty() > 1) {
+    return absl::InvalidArgumentError(
+        "at most one of json_schema, json_object and choice may be set");
+  }
+  if (!proto.json_schema().empty()) {
+    ASSIGN_OR_RETURN(params.grammar, structured::Grammar::FromJsonSchema(proto.json_schema()));
+  } else if (proto.json_object()) {
+    params.grammar = structured::Grammar::AnyJsonObject();
+  } else if (!proto.choice().empty()) {
+    ASSIGN_OR_RETURN(params.grammar, structured::Grammar::Choice(std::vector<std::string>(
+                                         proto.choice().begin(), proto.choice().end())));
   }
   return params;
 }

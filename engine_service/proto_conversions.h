@@ -15,7 +15,8 @@
 
 namespace pdspark::serving {
 
-sampling::SamplingParams FromProto(const v1::SamplingParams& proto);
+// InvalidArgument for a structured-output constraint that does not compile.
+StatusOr<sampling::SamplingParams> FromProto(const v1::SamplingParams& proto);
 v1::FinishReason ToProto(sampling::FinishReason reason, Outcome outcome);
 v1::SpecCounters ToProto(const SpecStats& stats);
 v1::TokenLogprob ToProto(const sampling::TokenLogprob& logprob);

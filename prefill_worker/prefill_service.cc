@@ -217,6 +217,8 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
       descriptor.agent_address().empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, "transfer_descriptor is missing or malformed"};
   }
+  auto sampling = serving::FromProto(request->sampling());
+  if (!sampling.ok()) return serving::ToGrpcStatus(sampling.status());
   auto streamer = LinkToReservation(*engine_, *agent_, link_, descriptor,
                                     request->prompt_token_ids_size(), options_.mode);
   metrics_->Handshake(streamer.ok() ||
@@ -231,7 +233,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   serving::RequestSpec spec;
   spec.id = serving::EngineRequestId(request->context());
   spec.prompt.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
-  spec.sampling = serving::FromProto(request->sampling());
+  spec.sampling = std::move(sampling).value();
   spec.deadline = serving::DeadlineFromUnixMicros(request->context().deadline_unix_us());
   auto first = StreamPrefill(*engine_, *agent_, *streamer, std::move(spec), descriptor, options_,
                              [context] { return context->IsCancelled(); });

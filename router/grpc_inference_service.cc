@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/security/api_key.h"
+#include "router/openai_structured_output.h"
 #include "router/sampling_tokens.h"
 
 namespace pdspark::router {
@@ -139,6 +140,10 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
   for (const v1::TokenSequence& word : p.bad_words()) {
     s.bad_words_ids.emplace_back(word.ids().begin(), word.ids().end());
   }
+  s.structured.json_schema = p.json_schema();
+  s.structured.json_object = p.json_object();
+  s.structured.choice.assign(p.choice().begin(), p.choice().end());
+  if (auto error = CheckStructuredOutput(s.structured, "sampling")) return *error;
   if (auto error = CheckSamplingLimits(s, ParseLimits{})) {
     error->param = "sampling." + error->param;
     return *error;

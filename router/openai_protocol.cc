@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "router/openai_structured_output.h"
 #include "router/openai_tools.h"
 
 namespace pdspark::router {
@@ -273,13 +274,9 @@ std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kin
       {"tools", [](const json& v) { return v.is_array() && v.empty(); }},
       {"tool_choice",
        [](const json& v) { return v.is_string() && v.get<std::string>() == "none"; }},
-      {"response_format",
-       [](const json& v) { return v.is_object() && v.value("type", "") == "text"; }},
-      {"guided_json", [](const json&) { return false; }},
       {"guided_regex", [](const json&) { return false; }},
-      {"guided_choice", [](const json&) { return false; }},
       {"guided_grammar", [](const json&) { return false; }},
-      {"structured_outputs", [](const json&) { return false; }},
+      {"guided_decoding_backend", [](const json&) { return false; }},
       {"use_beam_search", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
       {"allowed_token_ids", [](const json&) { return false; }},
       {"truncate_prompt_tokens", [](const json&) { return false; }},
@@ -494,6 +491,13 @@ std::optional<ApiError> ParseFields(std::string_view raw, const json& body, ApiK
   }
   RETURN_IF_API_ERROR(RejectUnsupported(fields, kind));
   RETURN_IF_API_ERROR(ParseSampling(fields, kind, &request->sampling));
+  RETURN_IF_API_ERROR(ParseStructuredOutput(body, &request->sampling.structured));
+  if (request->thinking && !request->sampling.structured.empty()) {
+    return BadRequest(
+        "structured output is not supported in thinking mode: the grammar would "
+        "hold the reasoning to it too",
+        "chat_template_kwargs.thinking", "unsupported_parameter");
+  }
   RETURN_IF_API_ERROR(ParseStreamOptions(fields, request));
   RETURN_IF_API_ERROR(ParseLogprobs(fields, kind, request));
   RETURN_IF_API_ERROR(ParseChoices(fields, request));

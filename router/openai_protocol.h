@@ -29,6 +29,15 @@ struct ApiError {
   std::string code;   // empty -> JSON null
 };
 
+// What the completion must match, at most one of them (v1.SamplingParams json_schema,
+// json_object, choice).
+struct StructuredOutput {
+  std::string json_schema;
+  bool json_object = false;
+  std::vector<std::string> choice;
+  bool empty() const { return json_schema.empty() && !json_object && choice.empty(); }
+};
+
 // A function call an assistant turn made (OpenAI `tool_calls[i]`).
 struct ToolCall {
   std::string id;
@@ -75,6 +84,8 @@ struct SamplingOptions {
   std::vector<std::pair<uint32_t, double>> logit_bias;  // token id -> bias
   std::vector<std::string> bad_words;  // HTTP: words the front end tokenizes into bad_words_ids
   std::vector<std::vector<uint32_t>> bad_words_ids;
+  // Structured output (router/openai_structured_output.h).
+  StructuredOutput structured;
 };
 
 // The most alternatives `logprobs`, `top_logprobs` and `prompt_logprobs` may ask for (vLLM's

@@ -69,6 +69,9 @@ v1::SamplingParams ToProto(const SamplingOptions& s, uint32_t max_tokens) {
     (*p.mutable_logit_bias())[id] = static_cast<float>(bias);
   for (const auto& word : s.bad_words_ids)
     p.add_bad_words()->mutable_ids()->Add(word.begin(), word.end());
+  p.set_json_schema(s.structured.json_schema);
+  p.set_json_object(s.structured.json_object);
+  for (const std::string& choice : s.structured.choice) p.add_choice(choice);
   return p;
 }
 

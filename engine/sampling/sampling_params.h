@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/structured/grammar.h"
 
 namespace pdspark::sampling {
 
@@ -38,6 +40,9 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;                    // > 0; 1 disables.
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, bias in [-100, 100])
   std::vector<std::vector<int32_t>> bad_words;        // token sequences never to complete
+  // Structured output: the completion matches this grammar (a JSON schema, any JSON object, a
+  // choice), its tokens masked by the engine's TokenVocabulary. Unset: unconstrained.
+  std::shared_ptr<const structured::Grammar> grammar;
 
   bool greedy() const { return temperature < kGreedyTemperatureEpsilon; }
   bool top_k_enabled() const { return top_k > 0; }

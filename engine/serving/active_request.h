@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/structured/grammar_matcher.h"
 #include "engine/cache/sequence_state.h"
 #include "engine/dspark/drafter_state.h"
 #include "engine/sampling/sampler.h"
@@ -23,6 +24,8 @@ struct ActiveRequest {
   RequestSpec spec;
   RequestSink sink;
   std::optional<sampling::Sampler> sampler;
+  // Structured output: where the committed tokens are in the request's grammar.
+  std::optional<structured::GrammarMatcher> grammar;
   std::unique_ptr<engine::SequenceState> state;
   std::vector<int32_t> tokens;
   int64_t generated = 0;

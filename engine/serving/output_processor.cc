@@ -1,5 +1,7 @@
 #include "engine/serving/output_processor.h"
 
+#include <algorithm>
+#include <optional>
 #include <span>
 
 #include "engine/sampling/penalties.h"
@@ -12,10 +14,12 @@ Emission OutputProcessor::Sample(ActiveRequest& request, const float* logits_row
   sampling::SuppressStopTokens(request.spec.sampling, eos_ids_,
                                static_cast<int32_t>(request.generated), logits);
   Adjust(request, 0, logits);
+  if (request.grammar) vocabulary_->Mask(*request.grammar, eos_ids_, logits);
   Emission out;
   out.tokens.push_back(request.sampler->SampleFromLogits(logits));
   out.reason = sampling::ApplyStopConditions(request.spec.sampling, eos_ids_,
                                              static_cast<int32_t>(request.generated), &out.tokens);
+  AdvanceGrammar(request, out.tokens);
   AddLogprobs(request, logits_row, &out);
   return out;
 }
@@ -26,11 +30,18 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
   const int64_t gamma = static_cast<int64_t>(r.draft.size());
   const int64_t anchor_position = static_cast<int64_t>(r.tokens.size()) - 1;
   std::vector<float> target(logits, logits + (gamma + 1) * vocab_);
+  // The grammar after the drafts before each row; once a draft is refused, the rows after it
+  // are never used (the acceptance stops at that draft).
+  std::optional<structured::GrammarMatcher> grammar = r.grammar;
   for (int64_t k = 0; k <= gamma; ++k) {
     std::span<float> row(target.data() + k * vocab_, vocab_);
     sampling::SuppressStopTokens(r.spec.sampling, eos_ids_, static_cast<int32_t>(r.generated + k),
                                  row);
     Adjust(r, k, row);
+    if (grammar) {
+      vocabulary_->Mask(*grammar, eos_ids_, row);
+      if (k < gamma && !vocabulary_->Accept(*grammar, r.draft[k])) grammar.reset();
+    }
     if (!r.sampler->greedy())
       r.sampler->ProcessLogits(std::vector<float>(row.begin(), row.end()), row);
   }
@@ -54,8 +65,32 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
   RETURN_IF_ERROR(st_target);
   RETURN_IF_ERROR(st_drafter);
   out.tokens = std::move(result.tokens);
+  AdvanceGrammar(r, out.tokens);
   AddLogprobs(r, logits, &out);
   return out;
+}
+
+Status OutputProcessor::CanConstrain(const sampling::SamplingParams& params) const {
+  if (params.grammar && vocabulary_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "structured output needs the checkpoint's tokenizer.json, which this worker did not load");
+  }
+  return absl::OkStatus();
+}
+
+void OutputProcessor::StartGrammar(ActiveRequest& request) const {
+  if (!request.spec.sampling.grammar) return;
+  request.grammar.emplace(request.spec.sampling.grammar);
+  AdvanceGrammar(request, request.spec.generated);
+}
+
+void OutputProcessor::AdvanceGrammar(ActiveRequest& request,
+                                     const std::vector<int32_t>& tokens) const {
+  if (!request.grammar) return;
+  for (int32_t token : tokens) {
+    if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) return;
+    vocabulary_->Accept(*request.grammar, token);  // refused: dead, only the end is left
+  }
 }
 
 void OutputProcessor::Adjust(const ActiveRequest& request, int64_t drafts,

@@ -12,6 +12,7 @@
 #include "common/base/status.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/stop_conditions.h"
+#include "engine/sampling/token_vocabulary.h"
 #include "engine/serving/active_request.h"
 #include "engine/serving/speculation/spec_policy.h"
 
@@ -27,8 +28,14 @@ struct Emission {
 
 class OutputProcessor {
  public:
-  OutputProcessor(int64_t vocab, std::vector<int32_t> eos_ids, SpecPolicy* spec)
-      : vocab_(vocab), eos_ids_(std::move(eos_ids)), spec_(spec) {}
+  OutputProcessor(int64_t vocab, std::vector<int32_t> eos_ids, SpecPolicy* spec,
+                  const sampling::TokenVocabulary* vocabulary)
+      : vocab_(vocab), eos_ids_(std::move(eos_ids)), spec_(spec), vocabulary_(vocabulary) {}
+
+  // Structured output: refused without a vocabulary to mask with; a started request's matcher
+  // is moved past the tokens it already has (a disaggregated first token, a failover's).
+  Status CanConstrain(const sampling::SamplingParams& params) const;
+  void StartGrammar(ActiveRequest& request) const;
 
   // A plain step: the request's row of logits.
   Emission Sample(ActiveRequest& request, const float* logits) const;
@@ -44,12 +51,15 @@ class OutputProcessor {
   // The request's penalties, logit bias and bad words on the row that follows its generated
   // tokens and the first `drafts` drafts of this round.
   void Adjust(const ActiveRequest& request, int64_t drafts, std::span<float> row) const;
+  // Moves the request's grammar past tokens it emitted.
+  void AdvanceGrammar(ActiveRequest& request, const std::vector<int32_t>& tokens) const;
   // The request's logprobs of out->tokens, token k from row k (none when it asks for none).
   void AddLogprobs(const ActiveRequest& request, const float* rows, Emission* out) const;
 
   const int64_t vocab_;
   const std::vector<int32_t> eos_ids_;
   SpecPolicy* spec_;
+  const sampling::TokenVocabulary* vocabulary_;
 };
 
 }  // namespace pdspark::serving

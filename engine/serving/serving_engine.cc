@@ -31,7 +31,7 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
       runner_(*model_, spec_.enabled() ? options.drafter.get() : nullptr),
       scheduler_(options_, *model_, max_model_len_, spec_.enabled(),
                  spec_.enabled() ? options.drafter->StatePoolBytes(model_->kv_pool()) : 0),
-      output_(model_->config().vocab_size, eos_ids_, &spec_),
+      output_(model_->config().vocab_size, eos_ids_, &spec_, options.vocabulary.get()),
       step_timer_(model_->backend(0).NewTimer()) {
   stats_.cache_capacity_bytes = scheduler_.capacity_bytes();
   stats_.kv_bytes_per_token = engine::KvBytesPerToken(model_->cache_layout());
@@ -60,6 +60,7 @@ Status ServingEngine::Submit(RequestSpec spec, RequestSink sink) {
   if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt must not be empty");
   const int64_t vocab = model_->config().vocab_size;
   RETURN_IF_ERROR(spec.sampling.CheckTokenIds(vocab));
+  RETURN_IF_ERROR(output_.CanConstrain(spec.sampling));
   for (int32_t id : spec.prompt) {
     if (id < 0 || id >= vocab) {
       return absl::InvalidArgumentError(
@@ -182,6 +183,7 @@ Status ServingEngine::StartRequest(ActiveRequest& request) {
   const RequestSpec& spec = request.spec;
   ASSIGN_OR_RETURN(auto sampler, sampling::Sampler::Create(spec.sampling));
   request.sampler.emplace(std::move(sampler));
+  output_.StartGrammar(request);
   // Replaying already generated tokens (disaggregated first token, failover) must leave the
   // request's RNG where a colocated run would have it: one draw per sampled token.
   if (!request.sampler->greedy()) {

@@ -1,4 +1,5 @@
-// What a serving engine is configured with: batching limits and DSpark speculation.
+// What a serving engine is configured with: batching limits, DSpark speculation, and the
+// vocabulary structured output masks with.
 #pragma once
 
 #include <cstdint>
@@ -6,6 +7,7 @@
 #include <optional>
 
 #include "engine/dspark/drafter.h"
+#include "engine/sampling/token_vocabulary.h"
 #include "engine/serving/speculation/spec_cost_model.h"
 
 namespace pdspark::serving {
@@ -36,6 +38,9 @@ struct ServingOptions {
   // SpecCostModel::Unprofiled(): every step costs the same and drafting is free, so every
   // candidate drafts and verifies whatever clears the survival floor.
   std::optional<SpecCostModel> spec_auto_costs;
+  // The tokens' bytes, for structured output (TokenVocabulary::FromModelDir); unset: requests
+  // with a grammar are refused.
+  std::shared_ptr<const sampling::TokenVocabulary> vocabulary;
 };
 
 }  // namespace pdspark::serving

@@ -4,7 +4,9 @@ generate`'s for the same greedy run, through a plain colocated decode worker and
 disaggregated cluster with DSpark on; an echoed prompt's logprobs equal generate's prompt
 logprobs; chat logprobs are the same whole and streamed, with and without DSpark; penalties give
 generate's text, greedy (DSpark too) and on a fixed seed; n samples are generate's with seed + i,
-best_of keeps the most likely, a batch of prompts answers prompt-major."""
+best_of keeps the most likely, a batch of prompts answers prompt-major; a response_format
+json_schema gives generate's `--json-schema` text (DSpark and disaggregated too), a chat reply
+held to it parses and matches it, guided_choice answers one of its choices."""
 
 import argparse
 import json
@@ -18,6 +20,10 @@ from cluster import Cluster, health
 ARGS = None
 PROMPT = [0, 45, 311, 20, 117, 66, 8, 290, 13, 71, 5, 202]
 MAX_TOKENS = 12
+SCHEMA = {"type": "object", "properties": {
+    "color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2}},
+    "required": ["color", "ok", "tags"], "additionalProperties": False}
 
 
 def generate(extra, prompt=PROMPT):
@@ -34,7 +40,8 @@ def client_checks(router):
         raise AssertionError("the openai npm client is not installed in %s: run "
                              "scripts/bootstrap.sh (it runs `npm ci` there)" % client_dir)
     out = subprocess.run(["node", os.path.join(client_dir, "checks.mjs"),
-                          "http://127.0.0.1:%d/v1" % router.http, json.dumps(PROMPT)],
+                          "http://127.0.0.1:%d/v1" % router.http, json.dumps(PROMPT),
+                          json.dumps(SCHEMA)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -150,6 +157,22 @@ class OpenAiClientTest(unittest.TestCase):
             chat = run["chat_n"]
             self.assertEqual(chat["streamed"], chat["whole"])
             self.assertNotEqual(chat["whole"][0], chat["whole"][1])
+
+
+    def test_structured_output_holds_to_the_schema(self):
+        expected = generate(["--max-tokens", "120", "--spec-method", "none", "--json-schema",
+                             json.dumps(SCHEMA)])["text"]
+        for name, run in (("plain", self.plain), ("dspark", self.spec)):
+            got = run["structured"]
+            self.assertEqual(got["schema"], {"text": expected, "finish_reason": "stop"}, name)
+            for text in (got["schema"]["text"], got["chat"]):
+                reply = json.loads(text)
+                self.assertEqual(set(reply), {"color", "ok", "tags"}, name)
+                self.assertIn(reply["color"], ("red", "green", "blue"), name)
+                self.assertIsInstance(reply["ok"], bool, name)
+                self.assertTrue(all(len(t) <= 6 for t in reply["tags"]), name)
+            self.assertIn(got["choice"]["text"], ("alpha", "beta gamma"), name)
+            self.assertEqual(got["choice"]["finish_reason"], "stop", name)
 
 
 def main():

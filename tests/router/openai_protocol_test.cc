@@ -4,6 +4,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -217,10 +218,32 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"bad_words_string", kC, R"({"prompt": "x", "bad_words": "no"})", 400, "bad_words"},
         BadCase{"bad_words_empty_word", kC, R"({"prompt": "x", "bad_words": [""]})", 400,
                 "bad_words"},
-        BadCase{"response_format_json", kC,
-                R"({"prompt": "x", "response_format": {"type": "json_object"}})", 400,
-                "response_format"},
-        BadCase{"guided_json", kC, R"({"prompt": "x", "guided_json": {}})", 400, "guided_json"},
+        BadCase{"response_format_type", kC,
+                R"({"prompt": "x", "response_format": {"type": "xml"}})", 400,
+                "response_format.type"},
+        BadCase{"response_format_no_schema", kC,
+                R"({"prompt": "x", "response_format": {"type": "json_schema"}})", 400,
+                "response_format.json_schema"},
+        BadCase{"schema_pattern", kC,
+                R"({"prompt": "x", "response_format": {"type": "json_schema", "json_schema":
+                    {"name": "n", "schema": {"type": "string", "pattern": "a+"}}}})",
+                400, "response_format"},
+        BadCase{"guided_json_number", kC, R"({"prompt": "x", "guided_json": 3})", 400,
+                "guided_json"},
+        BadCase{"guided_choice_empty", kC, R"({"prompt": "x", "guided_choice": []})", 400,
+                "guided_choice"},
+        BadCase{"two_constraints", kC,
+                R"({"prompt": "x", "guided_json": {}, "guided_choice": ["a"]})", 400,
+                "guided_json"},
+        BadCase{"guided_regex", kC, R"({"prompt": "x", "guided_regex": "a+"})", 400,
+                "guided_regex"},
+        BadCase{"structured_outputs_grammar", kC,
+                R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= x"}})", 400,
+                "structured_outputs.grammar"},
+        BadCase{"thinking_with_schema", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "guided_json": {},
+                    "chat_template_kwargs": {"thinking": true}})",
+                400, "chat_template_kwargs.thinking"},
         BadCase{"beam_search", kC, R"({"prompt": "x", "use_beam_search": true})", 400,
                 "use_beam_search"},
         BadCase{"tool_choice_required", kChat,
@@ -334,6 +357,32 @@ TEST(OpenAiProtocolTest, ParsesLogitAdjustments) {
   const OpenAiRequest defaults = MustParse(R"({"prompt": "x"})");
   EXPECT_DOUBLE_EQ(defaults.sampling.repetition_penalty, 1.0);
   EXPECT_TRUE(defaults.sampling.logit_bias.empty());
+}
+
+// Every shape of structured output a client may send reaches the workers as one constraint.
+TEST(OpenAiProtocolTest, ParsesStructuredOutputShapes) {
+  const std::string schema = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
+  const OpenAiRequest formatted = MustParse(
+      R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type":
+          "json_schema", "json_schema": {"name": "n", "strict": true, "schema": )" +
+          schema + "}}}",
+      ApiKind::kChat);
+  EXPECT_EQ(nlohmann::json::parse(formatted.sampling.structured.json_schema),
+            nlohmann::json::parse(schema));
+  EXPECT_EQ(MustParse(R"({"prompt": "x", "guided_json": ")" +
+                      absl::StrReplaceAll(schema, {{"\"", "\\\""}}) + "\"}")
+                .sampling.structured.json_schema,
+            schema);  // a schema as its JSON text
+  EXPECT_TRUE(MustParse(R"({"prompt": "x", "response_format": {"type": "json_object"}})")
+                  .sampling.structured.json_object);
+  EXPECT_EQ(
+      MustParse(R"({"prompt": "x", "guided_choice": ["yes", "no"]})").sampling.structured.choice,
+      (std::vector<std::string>{"yes", "no"}));
+  EXPECT_EQ(MustParse(R"({"prompt": "x", "structured_outputs": {"choice": ["a"]}})")
+                .sampling.structured.choice,
+            (std::vector<std::string>{"a"}));
+  EXPECT_TRUE(MustParse(R"({"prompt": "x", "response_format": {"type": "text"}})")
+                  .sampling.structured.empty());
 }
 
 ApiLogprobs TwoTokens() {

@@ -44,6 +44,11 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   serving::ServingOptions serving_options;
   RETURN_IF_ERROR(serving::ApplySpecSettings(options.spec_method, options.spec_tokens,
                                              options.model_dir, *model, serving_options));
+  if (!options.json_schema.empty() || options.json_object) {
+    ASSIGN_OR_RETURN(
+        serving_options.vocabulary,
+        sampling::TokenVocabulary::FromModelDir(options.model_dir, model->config().vocab_size));
+  }
   serving::ServingEngine engine(std::move(model), serving_options);
 
   serving::RequestSpec spec;
@@ -58,6 +63,12 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   spec.sampling.presence_penalty = options.presence_penalty;
   spec.sampling.frequency_penalty = options.frequency_penalty;
   spec.sampling.repetition_penalty = options.repetition_penalty;
+  if (!options.json_schema.empty()) {
+    ASSIGN_OR_RETURN(spec.sampling.grammar,
+                     structured::Grammar::FromJsonSchema(options.json_schema));
+  } else if (options.json_object) {
+    spec.sampling.grammar = structured::Grammar::AnyJsonObject();
+  }
   std::mutex mu;
   std::condition_variable cv;
   serving::RequestEvent final_event;

@@ -36,6 +36,9 @@ struct GenerateOptions {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
+  // Structured output: a JSON schema the text must match, or any JSON object.
+  std::string json_schema;
+  bool json_object = false;
 };
 
 struct GenerateResult {

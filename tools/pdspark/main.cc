@@ -184,6 +184,9 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--presence-penalty", gen.presence_penalty, "as the OpenAI API, [-2, 2]");
   gen_cmd->add_option("--frequency-penalty", gen.frequency_penalty, "as the OpenAI API, [-2, 2]");
   gen_cmd->add_option("--repetition-penalty", gen.repetition_penalty, "as vLLM, > 0 (1: off)");
+  gen_cmd->add_option("--json-schema", gen.json_schema,
+                      "structured output: the text matches this JSON schema (its JSON text)");
+  gen_cmd->add_flag("--json-object", gen.json_object, "structured output: any JSON object");
   gen_cmd->add_option("--kv-cache-dtype", gen.kv_cache_dtype, "auto | fp8")
       ->check(CLI::IsMember({"auto", "fp8"}))
       ->capture_default_str();

@@ -111,15 +111,24 @@ bool SpecPolicy::DraftAll(const RunningRequests& running) {
     in.state = req->drafter_state.get();
     in.anchor_token = req->tokens.back();
     in.gamma = gammas[i];
-    in.choose = [this, req, vocab](int64_t slot, std::span<float> logits) {
+    // Structured output: each slot masked by the grammar after the slots before it.
+    in.choose = [this, req, vocab, grammar = req->grammar](int64_t slot,
+                                                           std::span<float> logits) mutable {
       sampling::SuppressStopTokens(req->spec.sampling, eos_ids_,
                                    static_cast<int32_t>(req->generated + slot), logits);
-      if (req->sampler->greedy()) return sampling::Sampler::Greedy(logits);
-      const size_t at = req->draft_probs.size();
-      req->draft_probs.resize(at + vocab);
-      std::span<float> q(req->draft_probs.data() + at, vocab);
-      req->sampler->ProcessLogits(logits, q);
-      return req->sampler->Sample(q);
+      if (grammar) options_.vocabulary->Mask(*grammar, eos_ids_, logits);
+      int32_t token = 0;
+      if (req->sampler->greedy()) {
+        token = sampling::Sampler::Greedy(logits);
+      } else {
+        const size_t at = req->draft_probs.size();
+        req->draft_probs.resize(at + vocab);
+        std::span<float> q(req->draft_probs.data() + at, vocab);
+        req->sampler->ProcessLogits(logits, q);
+        token = req->sampler->Sample(q);
+      }
+      if (grammar && !options_.vocabulary->Accept(*grammar, token)) grammar.reset();
+      return token;
     };
     inputs.push_back(std::move(in));
   }

@@ -1,10 +1,11 @@
 // Calls a pdspark router through the unmodified official `openai` npm client and prints what
 // came back, as one JSON object on stdout; tests/integration/openai_client_test.py judges it.
-//   node checks.mjs BASE_URL PROMPT_IDS_JSON
+//   node checks.mjs BASE_URL PROMPT_IDS_JSON SCHEMA_JSON
 import OpenAI from "openai";
 
-const [baseURL, promptIds] = process.argv.slice(2);
+const [baseURL, promptIds, schemaJson] = process.argv.slice(2);
 const prompt = JSON.parse(promptIds);
+const schema = JSON.parse(schemaJson);
 const client = new OpenAI({ baseURL, apiKey: "not-checked", maxRetries: 0 });
 const out = {};
 
@@ -69,6 +70,25 @@ for await (const chunk of await client.chat.completions.create({ ...chatN, strea
 }
 out.chat_n = {
   whole: chatWhole.choices.map((c) => c.message.content), streamed: chatStreamed,
+};
+
+// Structured output: OpenAI's response_format (completions too, as vLLM takes it) and vLLM's
+// guided_choice, both passed through the client's body.
+const format = { type: "json_schema", json_schema: { name: "reply", schema, strict: true } };
+const structured = { model: "m", prompt, max_tokens: 120, temperature: 0 };
+const finished = async (body) => {
+  const c = (await client.completions.create(body)).choices[0];
+  return { text: c.text, finish_reason: c.finish_reason };
+};
+const chatReply = await client.chat.completions.create({
+  model: "m", messages: [{ role: "user", content: "Reply in JSON." }], max_tokens: 120,
+  temperature: 0.7, seed: 5, response_format: format,
+});
+out.structured = {
+  schema: await finished({ ...structured, response_format: format }),
+  chat: chatReply.choices[0].message.content,
+  choice: await finished({ ...structured, temperature: 1.0, seed: 2,
+                           guided_choice: ["alpha", "beta gamma"] }),
 };
 
 console.log(JSON.stringify(out));
