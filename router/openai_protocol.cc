@@ -276,7 +276,6 @@ std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kin
        [](const json& v) { return v.is_string() && v.get<std::string>() == "none"; }},
       {"guided_regex", [](const json&) { return false; }},
       {"guided_grammar", [](const json&) { return false; }},
-      {"guided_decoding_backend", [](const json&) { return false; }},
       {"use_beam_search", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
       {"allowed_token_ids", [](const json&) { return false; }},
       {"truncate_prompt_tokens", [](const json&) { return false; }},

@@ -143,6 +143,14 @@ bool GrammarMatcher::CanEnd() const {
   return false;
 }
 
+bool GrammarMatcher::InFreeString() const {
+  if (threads_.size() != 1) return false;
+  const Frame& f = threads_[0].stack.back();
+  if (f.type != kString || f.phase != 1 || f.escape != 0 || f.utf8_left != 0) return false;
+  const GrammarNode& node = grammar_->node(f.node);
+  return node.kind == Kind::kAny || node.max_length < 0;
+}
+
 bool GrammarMatcher::FinalWithoutMore(const Frame& f) const {
   if (f.type == kNumber) {
     return f.phase == kZero || f.phase == kInt || f.phase == kFrac || f.phase == kExpDigits;

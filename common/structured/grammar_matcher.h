@@ -27,6 +27,10 @@ class GrammarMatcher {
   bool Advance(std::string_view bytes);
   bool CanEnd() const;
   bool dead() const { return threads_.empty(); }
+  // Inside a string value of any length, between characters: every byte sequence without a
+  // quote, a backslash or a control character that is UTF-8 so far continues it. The token mask
+  // uses this to skip the walk for such tokens, most of a vocabulary.
+  bool InFreeString() const;
 
   struct Frame {
     int32_t node = -1;  // the grammar node; kBuiltinLiterals for true/false/null of an any value

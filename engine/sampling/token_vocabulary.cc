@@ -9,27 +9,65 @@
 
 namespace pdspark::sampling {
 
-TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes)
-    : bytes_(std::move(token_bytes)) {
-  nodes_.emplace_back();
-  for (int32_t id = 0; id < static_cast<int32_t>(bytes_.size()); ++id) {
-    int32_t node = 0;
-    for (char c : bytes_[id]) {
-      const auto byte = static_cast<uint8_t>(c);
-      auto& children = nodes_[node].children;
-      auto it = std::find_if(children.begin(), children.end(),
-                             [&](const auto& child) { return child.first == byte; });
-      if (it != children.end()) {
-        node = it->second;
-        continue;
+namespace {
+
+// String content that any free string takes, whatever comes before it: no quote, backslash or
+// control byte, and UTF-8 as far as it goes (it may stop inside a character).
+bool Plain(const std::string& bytes) {
+  int left = 0;  // continuation bytes due
+  for (char c : bytes) {
+    const auto b = static_cast<uint8_t>(c);
+    if (left > 0) {
+      if ((b & 0xC0) != 0x80) return false;
+      --left;
+    } else if (b == '"' || b == '\\' || b < 0x20) {
+      return false;
+    } else if (b >= 0x80) {
+      if (b >= 0xC2 && b <= 0xDF) {
+        left = 1;
+      } else if (b >= 0xE0 && b <= 0xEF) {
+        left = 2;
+      } else if (b >= 0xF0 && b <= 0xF4) {
+        left = 3;
+      } else {
+        return false;
       }
-      const auto next = static_cast<int32_t>(nodes_.size());
-      children.emplace_back(byte, next);
-      nodes_.emplace_back();  // may move `children`: not used after this
-      node = next;
     }
-    if (node != 0) nodes_[node].tokens.push_back(id);
   }
+  return !bytes.empty();
+}
+
+}  // namespace
+
+TokenVocabulary::TokenVocabulary(std::vector<std::string> token_bytes)
+    : bytes_(std::move(token_bytes)), all_(1), not_plain_(1) {
+  for (int32_t id = 0; id < static_cast<int32_t>(bytes_.size()); ++id) {
+    Insert(all_, bytes_[id], id);
+    if (Plain(bytes_[id])) {
+      plain_.push_back(id);
+    } else {
+      Insert(not_plain_, bytes_[id], id);
+    }
+  }
+}
+
+void TokenVocabulary::Insert(Trie& trie, const std::string& bytes, int32_t token) {
+  int32_t node = 0;
+  for (char c : bytes) {
+    const auto byte = static_cast<uint8_t>(c);
+    auto& children = trie[node].children;
+    auto it = std::find_if(children.begin(), children.end(),
+                           [&](const auto& child) { return child.first == byte; });
+    if (it != children.end()) {
+      node = it->second;
+      continue;
+    }
+    const auto next = static_cast<int32_t>(trie.size());
+    children.emplace_back(byte, next);
+    trie.emplace_back();  // may move `children`: not used after this
+    node = next;
+  }
+  if (node != 0) trie[node].tokens.push_back(token);
 }
 
 StatusOr<std::shared_ptr<const TokenVocabulary>> TokenVocabulary::FromModelDir(
@@ -44,20 +82,25 @@ StatusOr<std::shared_ptr<const TokenVocabulary>> TokenVocabulary::FromModelDir(
   return std::make_shared<const TokenVocabulary>(std::move(bytes));
 }
 
-void TokenVocabulary::Walk(int32_t node, const structured::GrammarMatcher& matcher,
-                           std::vector<char>& allowed) const {
-  for (const auto& [byte, child] : nodes_[node].children) {
+void TokenVocabulary::Walk(const Trie& trie, int32_t node,
+                           const structured::GrammarMatcher& matcher, std::vector<char>& allowed) {
+  for (const auto& [byte, child] : trie[node].children) {
     structured::GrammarMatcher next = matcher;
     if (!next.Advance(byte)) continue;
-    for (int32_t token : nodes_[child].tokens) allowed[token] = 1;
-    Walk(child, next, allowed);
+    for (int32_t token : trie[child].tokens) allowed[token] = 1;
+    Walk(trie, child, next, allowed);
   }
 }
 
 void TokenVocabulary::Mask(const structured::GrammarMatcher& matcher,
                            std::span<const int32_t> end_ids, std::span<float> logits) const {
-  std::vector<char> allowed(logits.size(), 0);
-  if (!matcher.dead()) Walk(0, matcher, allowed);
+  std::vector<char> allowed(std::max(logits.size(), bytes_.size()), 0);
+  if (matcher.InFreeString()) {
+    for (int32_t token : plain_) allowed[token] = 1;
+    Walk(not_plain_, 0, matcher, allowed);
+  } else if (!matcher.dead()) {
+    Walk(all_, 0, matcher, allowed);
+  }
   const bool can_continue = std::find(allowed.begin(), allowed.end(), 1) != allowed.end();
   for (int32_t id : end_ids) {
     if (id < 0 || id >= static_cast<int32_t>(logits.size())) continue;
@@ -72,7 +115,9 @@ void TokenVocabulary::Mask(const structured::GrammarMatcher& matcher,
   }
 }
 
-bool TokenVocabulary::Accept(structured::GrammarMatcher& matcher, int32_t token) const {
+bool TokenVocabulary::Accept(structured::GrammarMatcher& matcher, int32_t token,
+                             std::span<const int32_t> end_ids) const {
+  if (std::find(end_ids.begin(), end_ids.end(), token) != end_ids.end()) return matcher.CanEnd();
   if (token < 0 || token >= size() || bytes_[token].empty()) return false;
   return matcher.Advance(bytes_[token]);
 }

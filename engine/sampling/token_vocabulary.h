@@ -30,8 +30,11 @@ class TokenVocabulary {
   // matcher can end, and are all that stays when it cannot continue.
   void Mask(const structured::GrammarMatcher& matcher, std::span<const int32_t> end_ids,
             std::span<float> logits) const;
-  // Advances `matcher` by the token's bytes; false when the grammar refuses them.
-  bool Accept(structured::GrammarMatcher& matcher, int32_t token) const;
+  // Advances `matcher` by the token's bytes; false when the grammar refuses them. An end token
+  // leaves the matcher as it is and is accepted where the document can end (with ignore_eos
+  // it is all that may follow, again and again).
+  bool Accept(structured::GrammarMatcher& matcher, int32_t token,
+              std::span<const int32_t> end_ids = {}) const;
   int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
 
  private:
@@ -39,11 +42,17 @@ class TokenVocabulary {
     std::vector<std::pair<uint8_t, int32_t>> children;  // byte -> node
     std::vector<int32_t> tokens;                        // tokens spelled by the path here
   };
-  void Walk(int32_t node, const structured::GrammarMatcher& matcher,
-            std::vector<char>& allowed) const;
+  using Trie = std::vector<Node>;  // node 0 is the root
+  static void Insert(Trie& trie, const std::string& bytes, int32_t token);
+  static void Walk(const Trie& trie, int32_t node, const structured::GrammarMatcher& matcher,
+                   std::vector<char>& allowed);
 
   std::vector<std::string> bytes_;
-  std::vector<Node> nodes_;
+  Trie all_;
+  // Inside a free string (GrammarMatcher::InFreeString) every plain token is allowed; only the
+  // others (a quote, a backslash, a control byte, broken UTF-8: a few percent) need the walk.
+  std::vector<int32_t> plain_;
+  Trie not_plain_;
 };
 
 }  // namespace pdspark::sampling

@@ -40,7 +40,7 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
     Adjust(r, k, row);
     if (grammar) {
       vocabulary_->Mask(*grammar, eos_ids_, row);
-      if (k < gamma && !vocabulary_->Accept(*grammar, r.draft[k])) grammar.reset();
+      if (k < gamma && !vocabulary_->Accept(*grammar, r.draft[k], eos_ids_)) grammar.reset();
     }
     if (!r.sampler->greedy())
       r.sampler->ProcessLogits(std::vector<float>(row.begin(), row.end()), row);
@@ -88,8 +88,7 @@ void OutputProcessor::AdvanceGrammar(ActiveRequest& request,
                                      const std::vector<int32_t>& tokens) const {
   if (!request.grammar) return;
   for (int32_t token : tokens) {
-    if (std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) return;
-    vocabulary_->Accept(*request.grammar, token);  // refused: dead, only the end is left
+    vocabulary_->Accept(*request.grammar, token, eos_ids_);  // refused: dead, only the end left
   }
 }
 

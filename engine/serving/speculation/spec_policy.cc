@@ -127,7 +127,7 @@ bool SpecPolicy::DraftAll(const RunningRequests& running) {
         req->sampler->ProcessLogits(logits, q);
         token = req->sampler->Sample(q);
       }
-      if (grammar && !options_.vocabulary->Accept(*grammar, token)) grammar.reset();
+      if (grammar && !options_.vocabulary->Accept(*grammar, token, eos_ids_)) grammar.reset();
       return token;
     };
     inputs.push_back(std::move(in));

@@ -3,6 +3,7 @@
 #include "engine/sampling/token_vocabulary.h"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -48,6 +49,36 @@ TEST(TokenVocabulary, ADeadMatcherLeavesOnlyTheEnd) {
   const std::vector<int32_t> end = {6};
   vocab.Mask(m, end, logits);
   for (int i = 0; i < 8; ++i) EXPECT_EQ(std::isfinite(logits[i]), i == 6) << i;
+}
+
+// The mask equals trying every token on its own, with the bundled tokenizer's vocabulary, in
+// each kind of place a JSON completion goes through (the free-string shortcut included).
+TEST(TokenVocabulary, MaskEqualsTryingEveryToken) {
+  const auto vocab = TokenVocabulary::FromModelDir(
+                         std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-dspark", 4096)
+                         .value();
+  const auto grammar = structured::Grammar::FromJsonSchema(
+                           R"({"type": "object", "properties": {"s": {"type": "string"},
+                               "short": {"type": "string", "maxLength": 2}, "n": {"type":
+                               "number"}, "any": {}}})")
+                           .value();
+  const std::vector<int32_t> end = {1};
+  for (const std::string prefix :
+       {"", R"({"s)", R"({"s": "ab)", "{\"s\": \"\xc3", R"({"s": "a\)", R"({"short": "a)",
+        R"({"n": -1.)", R"({"any": [tr)", R"({"any": {"k": "v"}})"}) {
+    structured::GrammarMatcher m(grammar);
+    ASSERT_TRUE(m.Advance(prefix)) << prefix;
+    std::vector<float> logits(vocab->size(), 0.0f);
+    vocab->Mask(m, end, logits);
+    int allowed = 0;
+    for (int32_t id = 0; id < vocab->size(); ++id) {
+      if (id == end[0]) continue;
+      structured::GrammarMatcher one = m;
+      EXPECT_EQ(std::isfinite(logits[id]), vocab->Accept(one, id)) << prefix << " token " << id;
+      allowed += std::isfinite(logits[id]);
+    }
+    EXPECT_EQ(allowed == 0, m.CanEnd()) << prefix;  // a whole document takes only the end
+  }
 }
 
 }  // namespace

@@ -97,6 +97,18 @@ TEST(StructuredOutput, GreedyJsonSchemaIsWholeAndTheSameUnderDSpark) {
       nlohmann::json::parse(Generate(*Engine(0), free).text, nullptr, false).is_discarded());
 }
 
+// With ignore_eos the document ends and only the end token may follow, again and again; a
+// draft of it must not let DSpark's later rows go unmasked.
+TEST(StructuredOutput, PastTheEndOfTheDocumentDSparkStillEqualsPlainDecoding) {
+  const auto grammar = structured::Grammar::Choice({"yes", "no"}).value();
+  RequestSpec spec = Spec(grammar);
+  spec.sampling.ignore_eos = true;
+  spec.sampling.max_tokens = 40;
+  const Output plain = Generate(*Engine(0), spec);
+  EXPECT_EQ(plain.tokens.size(), 40u);
+  EXPECT_EQ(Generate(*Engine(4), spec).tokens, plain.tokens);
+}
+
 TEST(StructuredOutput, EverySampledCompletionMatchesUnderDSpark) {
   const auto schema = structured::Grammar::FromJsonSchema(kSchema).value();
   const auto choice = structured::Grammar::Choice({"alpha", "beta gamma", "delta"}).value();
