@@ -15,7 +15,7 @@ import subprocess
 import sys
 import unittest
 
-from cluster import Cluster, health
+from cluster import Cluster, health, metric
 
 ARGS = None
 PROMPT = [0, 45, 311, 20, 117, 66, 8, 290, 13, 71, 5, 202]
@@ -34,17 +34,20 @@ def generate(extra, prompt=PROMPT):
     return json.loads(out.stdout)
 
 
-def client_checks(router):
+def node(script, *args):
     client_dir = os.path.join(ARGS.source_dir, "tests", "integration", "openai_client")
     if not os.path.isdir(os.path.join(client_dir, "node_modules", "openai")):
         raise AssertionError("the openai npm client is not installed in %s: run "
                              "scripts/bootstrap.sh (it runs `npm ci` there)" % client_dir)
-    out = subprocess.run(["node", os.path.join(client_dir, "checks.mjs"),
-                          "http://127.0.0.1:%d/v1" % router.http, json.dumps(PROMPT),
-                          json.dumps(SCHEMA)],
+    out = subprocess.run(["node", os.path.join(client_dir, script), *args],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def client_checks(router):
+    return node("checks.mjs", "http://127.0.0.1:%d/v1" % router.http, json.dumps(PROMPT),
+                json.dumps(SCHEMA))
 
 
 class OpenAiClientTest(unittest.TestCase):
@@ -53,8 +56,8 @@ class OpenAiClientTest(unittest.TestCase):
         c = cls.cluster = Cluster(ARGS.bin_dir, ARGS.model_dir)
         r_spec = c.start_router("router-spec", ["--disagg-min-prompt-tokens", "1"])
         r_plain = c.start_router("router-plain")
-        c.start_worker("decode-spec", "decode", [r_spec],
-                       ["--spec-method", "dspark", "--spec-tokens", "4"])
+        cls.spec_decode = c.start_worker("decode-spec", "decode", [r_spec],
+                                         ["--spec-method", "dspark", "--spec-tokens", "4"])
         c.start_worker("prefill", "prefill", [r_spec])
         c.start_worker("decode-plain", "decode", [r_plain], ["--spec-method", "none"])
         c.wait_ready((lambda: health(r_spec).get("decode_workers") == 1 and
@@ -62,6 +65,13 @@ class OpenAiClientTest(unittest.TestCase):
                      (lambda: health(r_plain).get("decode_workers") == 1, "plain cluster"))
         cls.plain = client_checks(r_plain)
         cls.spec = client_checks(r_spec)
+        # Twenty json_schema chats through the DSpark cluster, its acceptance counted around them.
+        accepted = lambda: metric(cls.spec_decode.metrics,
+                                  "pdspark_spec_decode_accepted_tokens_total")
+        before = accepted()
+        cls.structured = node("structured.mjs", "http://127.0.0.1:%d/v1" % r_spec.http,
+                              json.dumps(SCHEMA))
+        cls.structured_accepted = accepted() - before
         cls.reference = generate(["--max-tokens", str(MAX_TOKENS), "--ignore-eos", "--logprobs",
                                   "3", "--prompt-logprobs", "1", "--spec-method", "none"])
 
@@ -173,6 +183,21 @@ class OpenAiClientTest(unittest.TestCase):
                 self.assertTrue(all(len(t) <= 6 for t in reply["tags"]), name)
             self.assertIn(got["choice"]["text"], ("alpha", "beta gamma"), name)
             self.assertEqual(got["choice"]["finish_reason"], "stop", name)
+
+    def test_twenty_json_schema_chats_validate_with_dspark(self):
+        self.assertEqual(len(self.structured), 20)
+        for reply in self.structured:
+            self.assertEqual(reply["finish_reason"], "stop", reply)
+            doc = json.loads(reply["content"])
+            self.assertEqual(set(doc), {"color", "ok", "tags"}, reply)
+            self.assertIn(doc["color"], ("red", "green", "blue"), reply)
+            self.assertIsInstance(doc["ok"], bool, reply)
+            self.assertLessEqual(len(doc["tags"]), 2, reply)
+            self.assertTrue(all(isinstance(t, str) and len(t) <= 6 for t in doc["tags"]), reply)
+        # They speculated: drafts were accepted while they ran.
+        self.assertGreater(self.structured_accepted, 20)
+        print("structured-acceptance accepted_tokens=%d" % self.structured_accepted,
+              file=sys.stderr)
 
 
 def main():
