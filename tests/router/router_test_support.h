@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -118,6 +119,10 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
     }
     cv_.notify_all();
     const uint32_t max_tokens = request->sampling().max_tokens();
+    const std::string script =
+        script_for_ ? script_for_(ByteTextCodec::Decode(
+                          {request->prompt_token_ids().begin(), request->prompt_token_ids().end()}))
+                    : script_;
     // After a disaggregated prefill the first token(s) already went out: continue after them.
     uint32_t sent = static_cast<uint32_t>(request->generated_token_ids_size());
     size_t pos = sent;
@@ -141,8 +146,8 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
       }
       v1::WorkerGenerateResponse response;
       for (int k = 0; k < tokens_per_message_ && finish == v1::FINISH_REASON_UNSPECIFIED; ++k) {
-        if (pos < script_.size()) {
-          response.add_token_ids(static_cast<unsigned char>(script_[pos++]) + kByteOffset);
+        if (pos < script.size()) {
+          response.add_token_ids(static_cast<unsigned char>(script[pos++]) + kByteOffset);
         } else {
           response.add_token_ids(kEosId);
           finish = v1::FINISH_REASON_STOP;
@@ -173,6 +178,11 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
 
   // Before Start(): what every call does (a crash, a stall, a refusal).
   void SetFault(Fault fault) { fault_ = fault; }
+  // Before Start(): the text to stream chosen from the prompt's text (a conversation that turns
+  // on what was said before), instead of the fixed script.
+  void SetScriptFor(std::function<std::string(const std::string& prompt)> script_for) {
+    script_for_ = std::move(script_for);
+  }
 
   grpc::Status Cancel(grpc::ServerContext*, const v1::CancelRequest* request,
                       v1::CancelResponse* response) override {
@@ -241,6 +251,7 @@ class ScriptedDecodeWorker final : public v1::DecodeWorker::Service {
 
  private:
   std::string script_;
+  std::function<std::string(const std::string&)> script_for_;
   std::chrono::milliseconds delay_;
   int tokens_per_message_;
   Fault fault_;

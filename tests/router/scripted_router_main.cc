@@ -1,17 +1,44 @@
 // A test-only process: the real RouterApp in front of one ScriptedDecodeWorker (fixed text, no
 // model), so clients nobody here wrote (the openai npm package) can be pointed at the router's
 // HTTP API. Prints "ready http=PORT grpc=PORT" and runs until SIGTERM/SIGINT or stdin closes.
+//
+// With `--agent` the router runs DeepSeek-V4's reasoning and tool-call parsers and the worker
+// answers as an agent would: a get_weather call in DSML when the prompt offers tools, an answer
+// once the prompt holds the tool's result, and reasoning first in thinking mode.
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <pthread.h>
+#include <string>
 #include <thread>
 
 #include "common/base/logging.h"
 #include "router/router_app.h"
 #include "tests/router/router_test_support.h"
 
-int main() {
+namespace {
+
+std::string AgentScript(const std::string& prompt) {
+  const std::string d = "｜DSML｜";
+  std::string reply;
+  // The conversation's last turn opens thinking (<think>) or not (</think>).
+  if (prompt.ends_with("<think>")) reply = "The user wants the weather; I have a tool.</think>";
+  if (prompt.find("<tool_result>") != std::string::npos) {
+    return reply + "It is sunny in Paris.";
+  }
+  if (prompt.find("## Tools") != std::string::npos) {
+    return reply + "Let me check.\n\n<" + d + "tool_calls>\n<" + d +
+           "invoke name=\"get_weather\">\n<" + d + "parameter name=\"city\" string=\"true\">" +
+           "Paris</" + d + "parameter>\n</" + d + "invoke>\n</" + d + "tool_calls>";
+  }
+  return reply + "Hello, world!";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool agent = argc > 1 && std::string(argv[1]) == "--agent";
   using namespace pdspark::router;
   sigset_t signals;
   sigemptyset(&signals);
@@ -26,9 +53,16 @@ int main() {
   options.model_name = "tiny";
   options.max_model_len = 512;
   options.heartbeat_interval = std::chrono::milliseconds(200);
+  if (agent) {
+    options.max_model_len = 8192;  // the tools section is long in byte tokens
+    options.reasoning_parser = "deepseek_v4";
+    options.tool_call_parser = "deepseek_v4";
+    options.enable_auto_tool_choice = true;
+  }
   RouterApp router(options, &codec);
   if (!router.Start().ok()) return 1;
   testing::ScriptedDecodeWorker worker("Hello, world!", std::chrono::milliseconds(2));
+  if (agent) worker.SetScriptFor(AgentScript);
   worker.Start();
   testing::WorkerHeartbeater heartbeat("127.0.0.1:" + std::to_string(router.grpc_port()),
                                        pdspark::v1::WORKER_ROLE_DECODE, worker.address(),
