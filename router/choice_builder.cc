@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "router/openai_tools.h"
+
 namespace pdspark::router {
 namespace {
 
@@ -23,6 +25,20 @@ ChoiceBuilder::ChoiceBuilder(ChoiceOptions options, const TextCodec& codec)
 }
 
 void ChoiceBuilder::SplitContent(std::string_view text, bool flush, ChoicePart* part) {
+  if (options_.forced_tool_choice == ToolChoice::kRequired ||
+      options_.forced_tool_choice == ToolChoice::kNamed) {
+    forced_output_ += text;
+    if (!flush) return;
+    auto calls =
+        ForcedToolCalls(options_.forced_tool_choice, options_.forced_function, forced_output_);
+    if (!calls) {
+      part->text = std::move(forced_output_);
+      return;
+    }
+    tool_calls_ = *calls;
+    part->tool_calls = std::move(*calls);
+    return;
+  }
   std::string content(text);
   if (parser_) {
     ReasoningParser::Delta split = flush ? parser_->Flush() : parser_->Push(text);

@@ -26,6 +26,10 @@ struct ChoiceOptions {
   bool reasoning = false;
   // Chat with tools and a tool-call parser: DSML calls become tool_calls.
   bool tool_calls = false;
+  // tool_choice "required" or a named function (`forced_function`): the whole output is the
+  // calls, in JSON (ForcedToolCalls), sent once it is complete.
+  ToolChoice forced_tool_choice = ToolChoice::kAuto;
+  std::string forced_function;
 };
 
 // What one chunk adds to the choice.
@@ -49,6 +53,11 @@ class ChoiceBuilder {
   const std::optional<std::string>& reasoning() const { return reasoning_; }
   // Whole calls, their argument pieces joined.
   const std::vector<ToolCallDelta>& tool_calls() const { return tool_calls_; }
+  // The turn ends by calling tools (finish reason "tool_calls"); a named function's call ends
+  // it with "stop", as OpenAI's.
+  bool ends_in_tool_calls() const {
+    return !tool_calls_.empty() && options_.forced_tool_choice != ToolChoice::kNamed;
+  }
 
   // Null when the request asked for none.
   const ApiLogprobs* logprobs() const { return logprobs_ ? &*logprobs_ : nullptr; }
@@ -72,6 +81,7 @@ class ChoiceBuilder {
   std::optional<ReasoningParser> parser_;
   std::optional<ToolCallParser> tool_parser_;
   std::vector<ToolCallDelta> tool_calls_;
+  std::string forced_output_;  // a forced tool choice's output so far
   std::string text_;
   std::optional<std::string> reasoning_;
   size_t text_characters_ = 0;  // completions' text_offset unit

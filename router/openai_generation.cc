@@ -33,7 +33,7 @@ class CollectingObserver : public StreamObserver {
 
 // A turn that ended by calling tools finishes with "tool_calls", as OpenAI's.
 ApiFinishReason FinishOf(const ChoiceBuilder& choice, ApiFinishReason finish) {
-  return finish == ApiFinishReason::kStop && !choice.tool_calls().empty()
+  return finish == ApiFinishReason::kStop && choice.ends_in_tool_calls()
              ? ApiFinishReason::kToolCalls
              : finish;
 }
@@ -164,6 +164,8 @@ std::variant<std::unique_ptr<OpenAiGeneration>, ApiError> OpenAiGeneration::Admi
     choice.reasoning = parsers.reasoning && chat && request.thinking;
     choice.tool_calls = parsers.tool_calls && chat && !request.tools.empty() &&
                         request.tool_choice == ToolChoice::kAuto;
+    choice.forced_tool_choice = request.tool_choice;
+    choice.forced_function = request.tool_choice_function;
     if (request.echo) {
       choice.prompt_ids = prompt_ids[p];
       choice.prompt_text = EchoText(request.prompts[p], prompt_ids[p], handler.codec());

@@ -491,6 +491,17 @@ std::optional<ApiError> ParseFields(std::string_view raw, const json& body, ApiK
   RETURN_IF_API_ERROR(RejectUnsupported(fields, kind));
   RETURN_IF_API_ERROR(ParseSampling(fields, kind, &request->sampling));
   RETURN_IF_API_ERROR(ParseStructuredOutput(body, &request->sampling.structured));
+  if (!request->tool_choice_schema.empty()) {
+    // A forced tool choice holds the output to its calls' schema.
+    if (!request->sampling.structured.empty()) {
+      return BadRequest(
+          "'tool_choice' \"required\" or a named function already fixes the output's "
+          "format: drop response_format",
+          "tool_choice");
+    }
+    request->sampling.structured.json_schema = request->tool_choice_schema;
+    RETURN_IF_API_ERROR(CheckStructuredOutput(request->sampling.structured, "tools"));
+  }
   if (request->thinking && !request->sampling.structured.empty()) {
     return BadRequest(
         "structured output is not supported in thinking mode: the grammar would "

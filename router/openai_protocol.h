@@ -54,8 +54,10 @@ struct ChatMessage {
 };
 
 // `tool_choice`: `auto` parses the model's calls into `tool_calls`, `none` leaves its text
-// alone. `required` and a named function need structured output and are refused.
-enum class ToolChoice { kAuto, kNone };
+// alone. `required` and a named function hold the output to a JSON schema, as vLLM does: a list
+// of {name, parameters} of the tools, or the named function's parameters, turned into
+// `tool_calls` (router/openai_tools.h).
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
 // Sampling and stopping, with OpenAI / vLLM meaning and defaults.
 struct SamplingOptions {
@@ -109,7 +111,9 @@ struct OpenAiRequest {
   // keys in the order sent, as the release's encoder writes it).
   std::vector<std::string> tools;
   ToolChoice tool_choice = ToolChoice::kAuto;
-  bool thinking = false;  // chat_template_kwargs.thinking / enable_thinking
+  std::string tool_choice_function;  // kNamed: the function
+  std::string tool_choice_schema;    // kRequired, kNamed: what the output is held to
+  bool thinking = false;             // chat_template_kwargs.thinking / enable_thinking
   bool add_generation_prompt = true;
   SamplingOptions sampling;
   bool stream = false;

@@ -1,6 +1,11 @@
 #include "router/openai_tools.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "router/tool_call_parser.h"
 
 namespace pdspark::router {
 namespace {
@@ -32,6 +37,22 @@ std::optional<ApiError> NamedFunction(const json& entry, const std::string& para
   return std::nullopt;
 }
 
+// `tool_choice: "required"`: one or more calls (exactly one without parallel tool calls), each
+// {"name": a tool, "parameters": its schema} (vLLM's shape for it).
+ordered_json RequiredCallsSchema(const std::vector<std::pair<std::string, ordered_json>>& tools,
+                                 bool parallel) {
+  ordered_json any_of = ordered_json::array();
+  for (const auto& [name, parameters] : tools) {
+    any_of.push_back({{"type", "object"},
+                      {"properties", {{"name", {{"const", name}}}, {"parameters", parameters}}},
+                      {"required", {"name", "parameters"}},
+                      {"additionalProperties", false}});
+  }
+  ordered_json schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any_of}}}};
+  if (!parallel) schema["maxItems"] = 1;
+  return schema;
+}
+
 }  // namespace
 
 std::string PythonJsonDumps(const ordered_json& value) {
@@ -59,6 +80,8 @@ std::string PythonJsonDumps(const ordered_json& value) {
 std::optional<ApiError> ParseTools(std::string_view raw, const json& body, OpenAiRequest* request) {
   auto tools = body.find("tools");
   const bool has_tools = tools != body.end() && !tools->is_null();
+  // Each tool's parameters schema by name, for a forced tool choice.
+  std::vector<std::pair<std::string, ordered_json>> parameters;
   if (has_tools) {
     if (!tools->is_array()) return Invalid("'tools' must be a list", "tools", "invalid_type");
     // Parsed again with the keys in the order sent: the prompt shows the schemas that way.
@@ -67,6 +90,8 @@ std::optional<ApiError> ParseTools(std::string_view raw, const json& body, OpenA
       std::string name;
       RETURN_IF_API_ERROR(NamedFunction((*tools)[i], absl::StrCat("tools[", i, "]"), &name));
       request->tools.push_back(PythonJsonDumps(ordered[i]["function"]));
+      parameters.emplace_back(
+          name, ordered[i]["function"].value("parameters", ordered_json{{"type", "object"}}));
     }
   }
   auto choice = body.find("tool_choice");
@@ -76,15 +101,55 @@ std::optional<ApiError> ParseTools(std::string_view raw, const json& body, OpenA
     return std::nullopt;
   }
   if (choice->is_string() && choice->get<std::string>() == "auto") return std::nullopt;
-  if (choice->is_string() && choice->get<std::string>() != "required") {
+  if (choice->is_string() && choice->get<std::string>() == "required") {
+    if (parameters.empty()) return Invalid("'tool_choice' \"required\" needs tools", "tool_choice");
+    auto parallel = body.find("parallel_tool_calls");
+    if (parallel != body.end() && !parallel->is_null() && !parallel->is_boolean()) {
+      return Invalid("'parallel_tool_calls' must be a boolean", "parallel_tool_calls",
+                     "invalid_type");
+    }
+    request->tool_choice = ToolChoice::kRequired;
+    request->tool_choice_schema =
+        RequiredCallsSchema(parameters,
+                            parallel == body.end() || parallel->is_null() || parallel->get<bool>())
+            .dump();
+    return std::nullopt;
+  }
+  std::string name;
+  if (choice->is_string() || NamedFunction(*choice, "tool_choice", &name)) {
     return Invalid("'tool_choice' must be \"none\", \"auto\", \"required\" or a named function",
                    "tool_choice");
   }
-  // vLLM makes these hold with guided decoding: structured output here is not built yet.
-  return Invalid(
-      "'tool_choice' \"required\" or a named function needs structured output, "
-      "which this server does not have yet; use \"auto\"",
-      "tool_choice", "unsupported_value");
+  auto tool = std::find_if(parameters.begin(), parameters.end(),
+                           [&](const auto& t) { return t.first == name; });
+  if (tool == parameters.end()) {
+    return Invalid(absl::StrCat("'tool_choice' names \"", name, "\", which is not in 'tools'"),
+                   "tool_choice.function.name");
+  }
+  request->tool_choice = ToolChoice::kNamed;
+  request->tool_choice_function = name;
+  request->tool_choice_schema = tool->second.dump();
+  return std::nullopt;
+}
+
+std::optional<std::vector<ToolCallDelta>> ForcedToolCalls(ToolChoice choice,
+                                                          const std::string& function,
+                                                          std::string_view output) {
+  const ordered_json parsed = ordered_json::parse(output, nullptr, false);
+  if (choice == ToolChoice::kNamed) {
+    if (!parsed.is_object()) return std::nullopt;
+    return std::vector<ToolCallDelta>{{0, NewCallId(), function, PythonJsonDumps(parsed)}};
+  }
+  if (!parsed.is_array() || parsed.empty()) return std::nullopt;
+  std::vector<ToolCallDelta> calls;
+  for (const ordered_json& call : parsed) {
+    if (!call.is_object() || !call.contains("name") || !call.at("name").is_string()) {
+      return std::nullopt;
+    }
+    calls.push_back({static_cast<int>(calls.size()), NewCallId(), call.at("name"),
+                     PythonJsonDumps(call.value("parameters", ordered_json::object()))});
+  }
+  return calls;
 }
 
 std::optional<ApiError> ParseMessageToolFields(const json& message, const std::string& param,

@@ -21,11 +21,6 @@ bool MayBecome(std::string_view text, std::string_view tag) {
   return text.size() < tag.size() && tag.substr(0, text.size()) == text;
 }
 
-std::string NewCallId() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  return absl::StrFormat("call_%016x%08x", rng(), static_cast<uint32_t>(rng()));
-}
-
 size_t SkipSpace(std::string_view text) {
   size_t i = 0;
   while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t')) ++i;
@@ -33,6 +28,11 @@ size_t SkipSpace(std::string_view text) {
 }
 
 }  // namespace
+
+std::string NewCallId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("call_%016x%08x", rng(), static_cast<uint32_t>(rng()));
+}
 
 ToolCallParser::Delta ToolCallParser::Push(std::string_view text) {
   Delta out;

@@ -15,6 +15,9 @@
 
 namespace pdspark::router {
 
+// A fresh OpenAI tool call id, `call_` and 24 hex digits.
+std::string NewCallId();
+
 class ToolCallParser {
  public:
   struct Delta {

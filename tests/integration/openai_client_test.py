@@ -184,6 +184,23 @@ class OpenAiClientTest(unittest.TestCase):
             self.assertIn(got["choice"]["text"], ("alpha", "beta gamma"), name)
             self.assertEqual(got["choice"]["finish_reason"], "stop", name)
 
+    def test_forced_tool_choice_calls_the_tools(self):
+        for name, run in (("plain", self.plain), ("dspark", self.spec)):
+            named = run["forced_tools"]["named"]
+            self.assertEqual(named["finish_reason"], "stop", name)  # as OpenAI's
+            self.assertEqual(len(named["calls"]), 1, named)
+            self.assertEqual(named["calls"][0]["name"], "get_weather", named)
+            self.assertIn(named["calls"][0]["arguments"]["city"], ("Paris", "Rome"), named)
+            self.assertTrue(named["calls"][0]["id"].startswith("call_"), named)
+            required = run["forced_tools"]["required"]
+            self.assertEqual(required["finish_reason"], "tool_calls", required)
+            self.assertEqual(len(required["calls"]), 1, required)  # parallel_tool_calls false
+            self.assertEqual(run["forced_tools"]["required_streamed"],
+                             [{k: c[k] for k in ("name", "arguments")} for c in required["calls"]])
+            for call in required["calls"]:
+                expected = {"get_weather": {"city"}, "get_time": {"utc"}}[call["name"]]
+                self.assertEqual(set(call["arguments"]), expected, required)
+
     def test_twenty_json_schema_chats_validate_with_dspark(self):
         self.assertEqual(len(self.structured), 20)
         for reply in self.structured:

@@ -7,6 +7,7 @@
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/openai_tools.h"
 
 namespace pdspark::router {
 namespace {
@@ -96,6 +97,10 @@ TEST(OpenAiProtocolTest, ParsesChatMessages) {
   EXPECT_EQ(r.sampling.max_tokens, 5u);
   EXPECT_TRUE(r.thinking);
 }
+
+constexpr const char* kTools =
+    R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+        {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
 
 struct BadCase {
   const char* name;
@@ -246,9 +251,27 @@ INSTANTIATE_TEST_SUITE_P(
                 400, "chat_template_kwargs.thinking"},
         BadCase{"beam_search", kC, R"({"prompt": "x", "use_beam_search": true})", 400,
                 "use_beam_search"},
-        BadCase{"tool_choice_required", kChat,
+        BadCase{"tool_choice_required_no_tools", kChat,
                 R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})",
                 400, "tool_choice"},
+        BadCase{"tool_choice_unknown_function", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], )" + std::string(kTools) +
+                    R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}}})",
+                400, "tool_choice.function.name"},
+        BadCase{"tool_choice_and_response_format", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], )" + std::string(kTools) +
+                    R"(, "tool_choice": "required", "response_format": {"type": "json_object"}})",
+                400, "tool_choice"},
+        BadCase{"tool_parameters_uncompiled", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required",
+                    "tools": [{"type": "function", "function": {"name": "f", "parameters":
+                    {"type": "object", "properties": {"d": {"type": "string", "format":
+                    "date"}}}}}]})",
+                400, "tools"},
+        BadCase{"parallel_tool_calls_string", kChat,
+                R"({"messages": [{"role": "user", "content": "x"}], )" + std::string(kTools) +
+                    R"(, "tool_choice": "required", "parallel_tool_calls": "no"})",
+                400, "parallel_tool_calls"},
         BadCase{"tool_call_arguments_not_object", kChat,
                 R"({"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "c",
                     "type": "function", "function": {"name": "f", "arguments": "[1]"}}]}]})",
@@ -383,6 +406,38 @@ TEST(OpenAiProtocolTest, ParsesStructuredOutputShapes) {
             (std::vector<std::string>{"a"}));
   EXPECT_TRUE(MustParse(R"({"prompt": "x", "response_format": {"type": "text"}})")
                   .sampling.structured.empty());
+}
+
+// tool_choice "required" and a named function hold the output to the calls' JSON, which
+// becomes tool_calls.
+TEST(OpenAiProtocolTest, ForcedToolChoiceHoldsTheOutputToTheCalls) {
+  const std::string messages = R"({"messages": [{"role": "user", "content": "x"}], )";
+  const OpenAiRequest named =
+      MustParse(messages + kTools + R"(, "tool_choice": {"type": "function", "function": {"name":
+                              "get_weather"}}})",
+                ApiKind::kChat);
+  EXPECT_EQ(named.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(nlohmann::json::parse(named.sampling.structured.json_schema),
+            nlohmann::json::parse(R"({"type": "object", "properties": {"city": {"type":
+                                     "string"}}})"));
+  const OpenAiRequest one =
+      MustParse(messages + kTools + R"(, "tool_choice": "required", "parallel_tool_calls": false})",
+                ApiKind::kChat);
+  const auto schema = nlohmann::json::parse(one.sampling.structured.json_schema);
+  EXPECT_EQ(schema["maxItems"], 1);
+  EXPECT_EQ(schema["items"]["anyOf"][0]["properties"]["name"]["const"], "get_weather");
+
+  auto calls = ForcedToolCalls(ToolChoice::kNamed, "get_weather", R"({"city":"Paris"})");
+  ASSERT_TRUE(calls && calls->size() == 1);
+  EXPECT_EQ((*calls)[0].name, "get_weather");
+  EXPECT_EQ((*calls)[0].arguments, R"({"city": "Paris"})");  // as json.dumps writes it
+  calls = ForcedToolCalls(ToolChoice::kRequired, "",
+                          R"([{"name":"a","parameters":{"x":1}},{"name":"b","parameters":{}}])");
+  ASSERT_TRUE(calls && calls->size() == 2);
+  EXPECT_EQ((*calls)[1].index, 1);
+  EXPECT_EQ((*calls)[1].arguments, "{}");
+  EXPECT_NE((*calls)[0].id, (*calls)[1].id);
+  EXPECT_FALSE(ForcedToolCalls(ToolChoice::kRequired, "", R"([{"name":"a","param)"));  // cut
 }
 
 ApiLogprobs TwoTokens() {

@@ -91,4 +91,45 @@ out.structured = {
                            guided_choice: ["alpha", "beta gamma"] }),
 };
 
+// A forced tool choice: a named function's arguments, and "required"'s list of calls, held to
+// the tools' parameter schemas by structured output.
+const tools = [
+  { type: "function", function: { name: "get_weather", parameters: {
+    type: "object", properties: { city: { enum: ["Paris", "Rome"] } }, required: ["city"],
+    additionalProperties: false } } },
+  { type: "function", function: { name: "get_time", parameters: {
+    type: "object", properties: { utc: { type: "boolean" } }, required: ["utc"],
+    additionalProperties: false } } },
+];
+const forced = async (toolChoice) => {
+  const r = await client.chat.completions.create({
+    model: "m", messages: [{ role: "user", content: "Weather?" }], tools, tool_choice: toolChoice,
+    parallel_tool_calls: false, max_tokens: 200, temperature: 0,
+  });
+  const c = r.choices[0];
+  return {
+    finish_reason: c.finish_reason, content: c.message.content,
+    calls: (c.message.tool_calls ?? []).map((t) => ({
+      id: t.id, name: t.function.name, arguments: JSON.parse(t.function.arguments),
+    })),
+  };
+};
+const streamedCalls = [];
+for await (const chunk of await client.chat.completions.create({
+  model: "m", messages: [{ role: "user", content: "Weather?" }], tools, tool_choice: "required",
+  parallel_tool_calls: false, max_tokens: 200, temperature: 0, stream: true,
+})) {
+  for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) {
+    streamedCalls[d.index] ??= { name: "", arguments: "" };
+    streamedCalls[d.index].name += d.function?.name ?? "";
+    streamedCalls[d.index].arguments += d.function?.arguments ?? "";
+  }
+}
+out.forced_tools = {
+  named: await forced({ type: "function", function: { name: "get_weather" } }),
+  required: await forced("required"),
+  required_streamed: streamedCalls.map((c) => ({ name: c.name,
+                                                 arguments: JSON.parse(c.arguments) })),
+};
+
 console.log(JSON.stringify(out));
