@@ -73,12 +73,8 @@ bool ModelRunner::WantsAllLogits(const ActiveRequest& request) {
 StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned,
                                       std::span<engine::StepInput> inputs) {
   StepResult result;
-  // Every request's rows when one needs them, as before per-input selection existed: selecting
-  // the verifying requests' rows alone moves the auto schedule's page reuse into the late-write
-  // hazard the netcut test found (docs/reliability.md, "Known limits").
-  bool any = false;
-  for (const ActiveRequest* r : planned) any = any || WantsAllLogits(*r);
-  for (engine::StepInput& in : inputs) in.all_logits = any;
+  // Only the requests that verify drafts or want prompt logprobs pay for every row's head.
+  for (size_t i = 0; i < planned.size(); ++i) inputs[i].all_logits = WantsAllLogits(*planned[i]);
   engine::StepOptions options;
   options.logits = engine::LogitsMode::kLastTokenPerSequence;
   // Every fed position's drafter context comes from this step's target features.

@@ -24,8 +24,8 @@ struct StepResult {
   engine::StepOutput output;
   double seconds = 0;  // the target's forward, on the backend's clock
 
-  // Request i's rows of logits: one per fed token when a request of the step verifies drafts or
-  // wants prompt logprobs (ModelRunner::WantsAllLogits), else its last row only.
+  // Request i's rows of logits: one per fed token when it verifies drafts or wants prompt
+  // logprobs (ModelRunner::WantsAllLogits), else its last row only.
   const float* Rows(size_t i, int64_t vocab) const {
     return output.logits.data() + output.logit_offsets[i] * vocab;
   }
@@ -53,7 +53,7 @@ class ModelRunner {
   // its prompt logprobs are still being computed.
   static bool WantsAllLogits(const ActiveRequest& request);
 
-  // Asks for every input's rows when any request WantsAllLogits, and runs the step.
+  // Asks for every row of the inputs whose request WantsAllLogits, and runs the step.
   StatusOr<StepResult> Run(const std::vector<ActiveRequest*>& planned,
                            std::span<engine::StepInput> inputs);
 
