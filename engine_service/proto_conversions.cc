@@ -32,14 +32,18 @@ StatusOr<sampling::SamplingParams> FromProto(const v1::SamplingParams& proto) {
   for (const v1::TokenSequence& word : proto.bad_words()) {
     params.bad_words.emplace_back(word.ids().begin(), word.ids().end());
   }
-  if (proto.json_object() + !proto.json_schema().empty() + !proto.choice().empty() > 1) {
+  if (proto.json_object() + !proto.json_schema().empty() + !proto.choice().empty() +
+          !proto.regex().empty() >
+      1) {
     return absl::InvalidArgumentError(
-        "at most one of json_schema, json_object and choice may be set");
+        "at most one of json_schema, json_object, choice and regex may be set");
   }
   if (!proto.json_schema().empty()) {
     ASSIGN_OR_RETURN(params.grammar, structured::Grammar::FromJsonSchema(proto.json_schema()));
   } else if (proto.json_object()) {
     params.grammar = structured::Grammar::AnyJsonObject();
+  } else if (!proto.regex().empty()) {
+    ASSIGN_OR_RETURN(params.grammar, structured::Grammar::Regex(proto.regex()));
   } else if (!proto.choice().empty()) {
     ASSIGN_OR_RETURN(params.grammar, structured::Grammar::Choice(std::vector<std::string>(
                                          proto.choice().begin(), proto.choice().end())));

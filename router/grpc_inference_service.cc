@@ -143,6 +143,7 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
   s.structured.json_schema = p.json_schema();
   s.structured.json_object = p.json_object();
   s.structured.choice.assign(p.choice().begin(), p.choice().end());
+  s.structured.regex = p.regex();
   if (auto error = CheckStructuredOutput(s.structured, "sampling")) return *error;
   if (auto error = CheckSamplingLimits(s, ParseLimits{})) {
     error->param = "sampling." + error->param;

@@ -274,7 +274,6 @@ std::optional<ApiError> RejectUnsupported(const FieldReader& fields, ApiKind kin
       {"tools", [](const json& v) { return v.is_array() && v.empty(); }},
       {"tool_choice",
        [](const json& v) { return v.is_string() && v.get<std::string>() == "none"; }},
-      {"guided_regex", [](const json&) { return false; }},
       {"guided_grammar", [](const json&) { return false; }},
       {"use_beam_search", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
       {"allowed_token_ids", [](const json&) { return false; }},

@@ -30,12 +30,15 @@ struct ApiError {
 };
 
 // What the completion must match, at most one of them (v1.SamplingParams json_schema,
-// json_object, choice).
+// json_object, choice, regex).
 struct StructuredOutput {
   std::string json_schema;
   bool json_object = false;
   std::vector<std::string> choice;
-  bool empty() const { return json_schema.empty() && !json_object && choice.empty(); }
+  std::string regex;
+  bool empty() const {
+    return json_schema.empty() && !json_object && choice.empty() && regex.empty();
+  }
 };
 
 // A function call an assistant turn made (OpenAI `tool_calls[i]`).

@@ -84,6 +84,9 @@ std::optional<ApiError> StructuredOutputs(const json& value, StructuredOutput* o
       if (auto error = Schema(field, param, &out->json_schema)) return error;
     } else if (key == "choice") {
       if (auto error = Choices(field, param, &out->choice)) return error;
+    } else if (key == "regex") {
+      if (!field.is_string()) return Invalid("'" + param + "' must be a string", param);
+      out->regex = field.get<std::string>();
     } else if (key == "json_object") {
       out->json_object = field.is_boolean() && field.get<bool>();
     } else {
@@ -117,12 +120,17 @@ std::optional<ApiError> ParseStructuredOutput(const json& body, StructuredOutput
       return error;
     }
   }
+  if (count("guided_regex")) {
+    const json& regex = *Find(body, "guided_regex");
+    if (!regex.is_string()) return Invalid("'guided_regex' must be a string", "guided_regex");
+    out->regex = regex.get<std::string>();
+  }
   if (count("structured_outputs")) {
     if (auto error = StructuredOutputs(*Find(body, "structured_outputs"), out)) return error;
   }
   if (given > 1) {
     return Invalid(
-        "give at most one of response_format, guided_json, guided_choice and "
+        "give at most one of response_format, guided_json, guided_choice, guided_regex and "
         "structured_outputs",
         first);
   }
@@ -131,7 +139,9 @@ std::optional<ApiError> ParseStructuredOutput(const json& body, StructuredOutput
 
 std::optional<ApiError> CheckStructuredOutput(const StructuredOutput& constraint,
                                               const std::string& param) {
-  if (constraint.json_object + !constraint.json_schema.empty() + !constraint.choice.empty() > 1) {
+  if (constraint.json_object + !constraint.json_schema.empty() + !constraint.choice.empty() +
+          !constraint.regex.empty() >
+      1) {
     return Invalid("give at most one kind of structured output", param);
   }
   Status compiled = absl::OkStatus();
@@ -139,6 +149,8 @@ std::optional<ApiError> CheckStructuredOutput(const StructuredOutput& constraint
     compiled = structured::Grammar::FromJsonSchema(constraint.json_schema).status();
   } else if (!constraint.choice.empty()) {
     compiled = structured::Grammar::Choice(constraint.choice).status();
+  } else if (!constraint.regex.empty()) {
+    compiled = structured::Grammar::Regex(constraint.regex).status();
   }
   if (!compiled.ok()) return Invalid(std::string(compiled.message()), param);
   return std::nullopt;

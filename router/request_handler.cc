@@ -72,6 +72,7 @@ v1::SamplingParams ToProto(const SamplingOptions& s, uint32_t max_tokens) {
   p.set_json_schema(s.structured.json_schema);
   p.set_json_object(s.structured.json_object);
   for (const std::string& choice : s.structured.choice) p.add_choice(choice);
+  p.set_regex(s.structured.regex);
   return p;
 }
 

@@ -284,4 +284,17 @@ StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(const std::vector<std::
   return std::shared_ptr<const Grammar>(std::move(grammar));
 }
 
+StatusOr<std::shared_ptr<const Grammar>> Grammar::Regex(std::string_view pattern) {
+  ASSIGN_OR_RETURN(RegexNfa nfa, RegexNfa::Compile(pattern));
+  auto grammar = std::make_shared<Grammar>();
+  GrammarNode node;
+  node.kind = Kind::kRegex;
+  node.regex = 0;
+  grammar->nodes_ = {std::move(node)};
+  grammar->regexes_ = {std::move(nfa)};
+  grammar->root_ = 0;
+  grammar->json_ = false;
+  return std::shared_ptr<const Grammar>(std::move(grammar));
+}
+
 }  // namespace pdspark::structured

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "common/structured/regex.h"
 
 namespace pdspark::structured {
 
@@ -41,6 +42,7 @@ struct GrammarNode {
     kInteger,   // a JSON number without fraction or exponent
     kLiterals,  // exactly one of `literals` (enum, const, true/false, null, choices)
     kAnyOf,     // any of `alternatives`
+    kRegex,     // a match of regex(`regex`), taken as written (guided_regex)
   };
   struct Property {
     std::string key;  // as it appears between the quotes, JSON-escaped
@@ -55,6 +57,7 @@ struct GrammarNode {
   int64_t min_length = 0, max_length = -1;
   std::vector<std::string> literals;  // sorted, unique
   std::vector<int32_t> alternatives;
+  int32_t regex = -1;
 };
 
 class Grammar {
@@ -65,8 +68,11 @@ class Grammar {
   static std::shared_ptr<const Grammar> AnyJsonObject();
   // Exactly one of `choices`, as plain text (guided_choice).
   static StatusOr<std::shared_ptr<const Grammar>> Choice(const std::vector<std::string>& choices);
+  // Text the regular expression matches whole (guided_regex; common/structured/regex.h).
+  static StatusOr<std::shared_ptr<const Grammar>> Regex(std::string_view pattern);
 
   const GrammarNode& node(int32_t index) const { return nodes_[index]; }
+  const RegexNfa& regex(int32_t index) const { return regexes_[index]; }
   int32_t root() const { return root_; }
   // JSON documents allow whitespace before the value; a choice is matched as it is.
   bool json() const { return json_; }
@@ -74,6 +80,7 @@ class Grammar {
  private:
   friend class SchemaCompiler;
   std::vector<GrammarNode> nodes_;
+  std::vector<RegexNfa> regexes_;
   int32_t root_ = -1;
   bool json_ = true;
 };

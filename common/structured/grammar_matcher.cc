@@ -9,7 +9,16 @@ namespace {
 using Kind = GrammarNode::Kind;
 using Frame = GrammarMatcher::Frame;
 
-enum FrameType : uint8_t { kDocument, kValue, kObject, kArray, kString, kNumber, kLiterals };
+enum FrameType : uint8_t {
+  kDocument,
+  kValue,
+  kObject,
+  kArray,
+  kString,
+  kNumber,
+  kLiterals,
+  kRegex
+};
 
 // The literals of an any value that starts with t, f or n.
 constexpr int32_t kBuiltinLiterals = -2;
@@ -155,6 +164,10 @@ bool GrammarMatcher::FinalWithoutMore(const Frame& f) const {
   if (f.type == kNumber) {
     return f.phase == kZero || f.phase == kInt || f.phase == kFrac || f.phase == kExpDigits;
   }
+  if (f.type == kRegex) {
+    return grammar_->regex(grammar_->node(f.node).regex).states[f.pos].kind ==
+           RegexNfa::State::Kind::kMatch;
+  }
   return f.type == kLiterals && WholeWord(LiteralsOf(f), f) >= 0;
 }
 
@@ -192,6 +205,19 @@ void GrammarMatcher::Step(Thread thread, uint8_t byte, std::vector<Thread>& out)
         outcome = Outcome::kRefeed;
         break;
       case kValue:
+        if (grammar_->node(f.node).kind == Kind::kRegex) {
+          // One stack per NFA state the pattern can start in.
+          std::vector<int32_t> starts;
+          const RegexNfa& nfa = grammar_->regex(grammar_->node(f.node).regex);
+          nfa.Closure(nfa.start, starts);
+          for (int32_t state : starts) {
+            Thread copy = thread;
+            copy.stack.back().type = kRegex;
+            copy.stack.back().pos = state;
+            Step(std::move(copy), byte, out);
+          }
+          return;
+        }
         outcome = StepValue(thread, byte);
         if (outcome == Outcome::kFork) {
           // One thread per alternative, each fed the byte.
@@ -219,6 +245,24 @@ void GrammarMatcher::Step(Thread thread, uint8_t byte, std::vector<Thread>& out)
       case kLiterals:
         outcome = StepLiterals(thread, byte);
         break;
+      case kRegex: {
+        const RegexNfa& nfa = grammar_->regex(grammar_->node(f.node).regex);
+        const RegexNfa::State& state = nfa.states[f.pos];
+        if (state.kind == RegexNfa::State::Kind::kMatch) {
+          Finish(thread);  // the match is whole: the byte is the parent's
+          outcome = Outcome::kRefeed;
+          break;
+        }
+        if (!state.bytes[byte]) return;
+        std::vector<int32_t> next;
+        nfa.Closure(state.out, next);
+        for (int32_t s : next) {
+          Thread copy = thread;
+          copy.stack.back().pos = s;
+          out.push_back(std::move(copy));
+        }
+        return;
+      }
     }
     if (outcome == Outcome::kRejected) return;
     if (outcome == Outcome::kConsumed) {
@@ -261,6 +305,8 @@ GrammarMatcher::Outcome GrammarMatcher::StepValue(Thread& thread, uint8_t byte) 
       return become(kNumber);
     case Kind::kLiterals:
       return become(kLiterals);
+    case Kind::kRegex:  // Step forks one stack per NFA state instead
+      return Outcome::kRejected;
     case Kind::kAny:
       break;
   }

@@ -183,6 +183,8 @@ class OpenAiClientTest(unittest.TestCase):
                 self.assertTrue(all(len(t) <= 6 for t in reply["tags"]), name)
             self.assertIn(got["choice"]["text"], ("alpha", "beta gamma"), name)
             self.assertEqual(got["choice"]["finish_reason"], "stop", name)
+            self.assertRegex(got["regex"]["text"], r"^[A-Z]{2}-\d{3}( [a-z]+){0,2}$", name)
+            self.assertEqual(got["regex"]["finish_reason"], "stop", name)
 
     def test_forced_tool_choice_calls_the_tools(self):
         for name, run in (("plain", self.plain), ("dspark", self.spec)):

@@ -240,8 +240,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"two_constraints", kC,
                 R"({"prompt": "x", "guided_json": {}, "guided_choice": ["a"]})", 400,
                 "guided_json"},
-        BadCase{"guided_regex", kC, R"({"prompt": "x", "guided_regex": "a+"})", 400,
+        BadCase{"guided_regex_lookahead", kC, R"j({"prompt": "x", "guided_regex": "(?=a)"})j", 400,
                 "guided_regex"},
+        BadCase{"guided_grammar", kC, R"({"prompt": "x", "guided_grammar": "root ::= x"})", 400,
+                "guided_grammar"},
         BadCase{"structured_outputs_grammar", kC,
                 R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= x"}})", 400,
                 "structured_outputs.grammar"},
@@ -401,6 +403,8 @@ TEST(OpenAiProtocolTest, ParsesStructuredOutputShapes) {
   EXPECT_EQ(
       MustParse(R"({"prompt": "x", "guided_choice": ["yes", "no"]})").sampling.structured.choice,
       (std::vector<std::string>{"yes", "no"}));
+  EXPECT_EQ(MustParse(R"({"prompt": "x", "guided_regex": "\\d+"})").sampling.structured.regex,
+            "\\d+");
   EXPECT_EQ(MustParse(R"({"prompt": "x", "structured_outputs": {"choice": ["a"]}})")
                 .sampling.structured.choice,
             (std::vector<std::string>{"a"}));

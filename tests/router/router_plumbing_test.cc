@@ -272,7 +272,8 @@ TEST_F(RouterPlumbingTest, BadRequestsGetOpenAiErrors) {
   std::vector<Case> cases = {
       {"/v1/completions", R"({"prompt": )", 400, "invalid_json"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": -3})", 400, "invalid_value"},
-      {"/v1/completions", R"({"prompt": "x", "guided_regex": "a+"})", 400, "unsupported_parameter"},
+      {"/v1/completions", R"({"prompt": "x", "guided_grammar": "x"})", 400,
+       "unsupported_parameter"},
       {"/v1/completions", R"({"prompt": "0123456789abcdefghij"})", 400, "context_length_exceeded"},
       {"/v1/completions", R"({"prompt": "x", "max_tokens": 15})", 400, "context_length_exceeded"},
       {"/v1/completions", R"({"prompt": "x", "model": "other"})", 404, "model_not_found"},

@@ -91,6 +91,38 @@ TEST(GrammarMatcher, JsonObjectAndChoice) {
   EXPECT_EQ(Feed(choice, "ye"), Match::kPrefix);
 }
 
+TEST(GrammarMatcher, RegexMatchesWholeOutputs) {
+  const auto phone = Grammar::Regex(R"(^\d{3}-\d{4}$)").value();
+  EXPECT_EQ(Feed(phone, "555-0199"), Match::kWhole);
+  EXPECT_EQ(Feed(phone, "555-01"), Match::kPrefix);
+  EXPECT_EQ(Feed(phone, "5550-"), Match::kRefused);
+  EXPECT_EQ(Feed(phone, "555-01999"), Match::kRefused);  // nothing after the match
+  const auto names = Grammar::Regex(R"([A-Z][a-z]+( [A-Z][a-z]+)*)").value();
+  EXPECT_EQ(Feed(names, "Ann Lee"), Match::kWhole);
+  EXPECT_EQ(Feed(names, "Ann "), Match::kPrefix);
+  EXPECT_EQ(Feed(names, "ann"), Match::kRefused);
+  const auto counted = Grammar::Regex("(?:ab|c){2,3}x?").value();
+  EXPECT_EQ(Feed(counted, "abc"), Match::kWhole);
+  EXPECT_EQ(Feed(counted, "cabcx"), Match::kWhole);
+  EXPECT_EQ(Feed(counted, "c"), Match::kPrefix);
+  EXPECT_EQ(Feed(counted, "abcabc"), Match::kRefused);  // at most 3
+  const auto classes = Grammar::Regex(R"([^\s,]+,[a-c\-]\.)").value();
+  EXPECT_EQ(Feed(classes, "x1,-."), Match::kWhole);
+  EXPECT_EQ(Feed(classes, "x 1"), Match::kRefused);
+  for (const auto& [pattern, named] :
+       std::vector<std::pair<std::string, std::string>>{{"(?=a)b", "lookarounds"},
+                                                        {R"((a)\1)", "\\1"},
+                                                        {"[z-a]", "reversed"},
+                                                        {"(ab", "unclosed '('"},
+                                                        {"a+?", "lazy"},
+                                                        {"*a", "nothing to repeat"}}) {
+    auto grammar = Grammar::Regex(pattern);
+    ASSERT_FALSE(grammar.ok()) << pattern;
+    EXPECT_NE(grammar.status().message().find(named), std::string::npos)
+        << pattern << " -> " << grammar.status();
+  }
+}
+
 TEST(GrammarCompile, UnsupportedKeywordsAndBadSchemasAreRefusedByName) {
   for (const auto& [schema, named] : std::vector<std::pair<std::string, std::string>>{
            {R"({"type": "string", "pattern": "^a"})", "\"pattern\""},

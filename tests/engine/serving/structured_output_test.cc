@@ -3,6 +3,7 @@
 // and DSpark (drafts masked by the grammar, each verified row masked after the drafts before
 // it) gives plain decoding's greedy text. A replayed request (a disaggregated first token, a
 // failover) continues the grammar where it was.
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ namespace pdspark::serving {
 namespace {
 
 const std::string kModelDir = std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-dspark";
+const char* const kRegex = R"([A-Z]{2}-\d{3}( [a-z]+){0,2})";
 const std::string kSchema = R"({"type": "object", "properties": {
     "color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"},
     "n": {"type": "integer"},
@@ -112,6 +114,7 @@ TEST(StructuredOutput, PastTheEndOfTheDocumentDSparkStillEqualsPlainDecoding) {
 TEST(StructuredOutput, EverySampledCompletionMatchesUnderDSpark) {
   const auto schema = structured::Grammar::FromJsonSchema(kSchema).value();
   const auto choice = structured::Grammar::Choice({"alpha", "beta gamma", "delta"}).value();
+  const auto regex = structured::Grammar::Regex(kRegex).value();
   auto engine = Engine(3);
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     ExpectMatchesSchema(Generate(*engine, Spec(schema, 1.0f, seed)).text);
@@ -119,6 +122,8 @@ TEST(StructuredOutput, EverySampledCompletionMatchesUnderDSpark) {
     if (object.reason == sampling::FinishReason::kStop) {  // else cut by max_tokens
       EXPECT_TRUE(nlohmann::json::parse(object.text, nullptr, false).is_object()) << object.text;
     }
+    const std::string code = Generate(*engine, Spec(regex, 1.0f, seed)).text;
+    EXPECT_TRUE(std::regex_match(code, std::regex(kRegex))) << code;
     const std::string picked = Generate(*engine, Spec(choice, 1.0f, seed)).text;
     EXPECT_TRUE(std::set<std::string>({"alpha", "beta gamma", "delta"}).contains(picked)) << picked;
   }

@@ -89,6 +89,8 @@ out.structured = {
   chat: chatReply.choices[0].message.content,
   choice: await finished({ ...structured, temperature: 1.0, seed: 2,
                            guided_choice: ["alpha", "beta gamma"] }),
+  regex: await finished({ ...structured, temperature: 1.0, seed: 3,
+                          guided_regex: "[A-Z]{2}-\\d{3}( [a-z]+){0,2}" }),
 };
 
 // A forced tool choice: a named function's arguments, and "required"'s list of calls, held to
