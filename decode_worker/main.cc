@@ -68,14 +68,8 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   options.max_num_seqs = f.common.max_num_seqs;
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
-  // Structured output masks tokens by their bytes, from the checkpoint's tokenizer.
-  if (auto vocabulary =
-          sampling::TokenVocabulary::FromModelDir(f.common.model, (*model)->config().vocab_size);
-      vocabulary.ok()) {
-    options.vocabulary = *vocabulary;
-  } else {
-    LOG_WARN("structured output off: {}", vocabulary.status().ToString());
-  }
+  options.vocabulary =
+      sampling::TokenVocabulary::ForWorker(f.common.model, (*model)->config().vocab_size);
   if (Status st = serving::ApplySpecSettings(f.spec_method, f.spec_tokens, f.common.model, **model,
                                              options);
       !st.ok()) {

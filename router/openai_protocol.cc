@@ -11,14 +11,14 @@
 #include "router/openai_tools.h"
 
 namespace pdspark::router {
-namespace {
-
-using nlohmann::json;
-
-ApiError BadRequest(std::string message, std::string param, std::string code = "invalid_value") {
+ApiError BadRequest(std::string message, std::string param, std::string code) {
   return ApiError{400, std::move(message), "invalid_request_error", std::move(param),
                   std::move(code)};
 }
+
+namespace {
+
+using nlohmann::json;
 
 ApiError WrongType(const std::string& param, const char* expected) {
   return BadRequest(absl::StrCat("'", param, "' must be ", expected), param, "invalid_type");

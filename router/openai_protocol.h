@@ -29,6 +29,9 @@ struct ApiError {
   std::string code;   // empty -> JSON null
 };
 
+// A 400 invalid_request_error about `param`.
+ApiError BadRequest(std::string message, std::string param, std::string code = "invalid_value");
+
 // What the completion must match, at most one of them (v1.SamplingParams json_schema,
 // json_object, choice, regex).
 struct StructuredOutput {

@@ -12,11 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-ApiError Invalid(std::string message, std::string param) {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param),
-                  "invalid_value"};
-}
-
 const json* Find(const json& object, const char* name) {
   auto it = object.find(name);
   return it == object.end() || it->is_null() ? nullptr : &*it;
@@ -29,7 +24,7 @@ std::optional<ApiError> Schema(const json& value, const std::string& param, std:
   } else if (value.is_string()) {
     *out = value.get<std::string>();
   } else {
-    return Invalid(absl::StrCat("'", param, "' must be a JSON schema"), param);
+    return BadRequest(absl::StrCat("'", param, "' must be a JSON schema"), param);
   }
   return std::nullopt;
 }
@@ -37,11 +32,11 @@ std::optional<ApiError> Schema(const json& value, const std::string& param, std:
 std::optional<ApiError> Choices(const json& value, const std::string& param,
                                 std::vector<std::string>* out) {
   if (!value.is_array() || value.empty()) {
-    return Invalid(absl::StrCat("'", param, "' must be a non-empty list of strings"), param);
+    return BadRequest(absl::StrCat("'", param, "' must be a non-empty list of strings"), param);
   }
   for (const json& choice : value) {
     if (!choice.is_string()) {
-      return Invalid(absl::StrCat("'", param, "' must be a non-empty list of strings"), param);
+      return BadRequest(absl::StrCat("'", param, "' must be a non-empty list of strings"), param);
     }
     out->push_back(choice.get<std::string>());
   }
@@ -51,7 +46,7 @@ std::optional<ApiError> Choices(const json& value, const std::string& param,
 std::optional<ApiError> ResponseFormat(const json& format, StructuredOutput* out) {
   const std::string param = "response_format";
   if (!format.is_object() || !format.contains("type") || !format.at("type").is_string()) {
-    return Invalid("'response_format' must be an object with a 'type'", param);
+    return BadRequest("'response_format' must be an object with a 'type'", param);
   }
   const std::string type = format.at("type").get<std::string>();
   if (type == "text") return std::nullopt;
@@ -60,15 +55,15 @@ std::optional<ApiError> ResponseFormat(const json& format, StructuredOutput* out
     return std::nullopt;
   }
   if (type != "json_schema") {
-    return Invalid(absl::StrCat("response_format type '", type,
-                                "' is not one of text, json_object, json_schema"),
-                   "response_format.type");
+    return BadRequest(absl::StrCat("response_format type '", type,
+                                   "' is not one of text, json_object, json_schema"),
+                      "response_format.type");
   }
   const json* spec = Find(format, "json_schema");
   const json* schema = spec != nullptr && spec->is_object() ? Find(*spec, "schema") : nullptr;
   if (schema == nullptr) {
-    return Invalid("response_format json_schema needs 'json_schema': {'name', 'schema'}",
-                   "response_format.json_schema");
+    return BadRequest("response_format json_schema needs 'json_schema': {'name', 'schema'}",
+                      "response_format.json_schema");
   }
   return Schema(*schema, "response_format.json_schema.schema", &out->json_schema);
 }
@@ -76,7 +71,7 @@ std::optional<ApiError> ResponseFormat(const json& format, StructuredOutput* out
 // vLLM's structured_outputs object: one of json, choice, json_object.
 std::optional<ApiError> StructuredOutputs(const json& value, StructuredOutput* out) {
   if (!value.is_object())
-    return Invalid("'structured_outputs' must be an object", "structured_outputs");
+    return BadRequest("'structured_outputs' must be an object", "structured_outputs");
   for (const auto& [key, field] : value.items()) {
     if (field.is_null()) continue;
     const std::string param = "structured_outputs." + key;
@@ -85,13 +80,13 @@ std::optional<ApiError> StructuredOutputs(const json& value, StructuredOutput* o
     } else if (key == "choice") {
       if (auto error = Choices(field, param, &out->choice)) return error;
     } else if (key == "regex") {
-      if (!field.is_string()) return Invalid("'" + param + "' must be a string", param);
+      if (!field.is_string()) return BadRequest("'" + param + "' must be a string", param);
       out->regex = field.get<std::string>();
     } else if (key == "json_object") {
       out->json_object = field.is_boolean() && field.get<bool>();
     } else {
-      return ApiError{400, absl::StrCat("'", param, "' is not supported by this server"),
-                      "invalid_request_error", param, "unsupported_parameter"};
+      return BadRequest(absl::StrCat("'", param, "' is not supported by this server"), param,
+                        "unsupported_parameter");
     }
   }
   return std::nullopt;
@@ -122,14 +117,14 @@ std::optional<ApiError> ParseStructuredOutput(const json& body, StructuredOutput
   }
   if (count("guided_regex")) {
     const json& regex = *Find(body, "guided_regex");
-    if (!regex.is_string()) return Invalid("'guided_regex' must be a string", "guided_regex");
+    if (!regex.is_string()) return BadRequest("'guided_regex' must be a string", "guided_regex");
     out->regex = regex.get<std::string>();
   }
   if (count("structured_outputs")) {
     if (auto error = StructuredOutputs(*Find(body, "structured_outputs"), out)) return error;
   }
   if (given > 1) {
-    return Invalid(
+    return BadRequest(
         "give at most one of response_format, guided_json, guided_choice, guided_regex and "
         "structured_outputs",
         first);
@@ -142,7 +137,7 @@ std::optional<ApiError> CheckStructuredOutput(const StructuredOutput& constraint
   if (constraint.json_object + !constraint.json_schema.empty() + !constraint.choice.empty() +
           !constraint.regex.empty() >
       1) {
-    return Invalid("give at most one kind of structured output", param);
+    return BadRequest("give at most one kind of structured output", param);
   }
   Status compiled = absl::OkStatus();
   if (!constraint.json_schema.empty()) {
@@ -152,7 +147,7 @@ std::optional<ApiError> CheckStructuredOutput(const StructuredOutput& constraint
   } else if (!constraint.regex.empty()) {
     compiled = structured::Grammar::Regex(constraint.regex).status();
   }
-  if (!compiled.ok()) return Invalid(std::string(compiled.message()), param);
+  if (!compiled.ok()) return BadRequest(std::string(compiled.message()), param);
   return std::nullopt;
 }
 

@@ -13,25 +13,21 @@ namespace {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-ApiError Invalid(const std::string& message, const std::string& param,
-                 const std::string& code = "invalid_value") {
-  return ApiError{400, message, "invalid_request_error", param, code};
-}
-
 // `{"type": "function", "function": {"name": ...}}` -> the function's name.
 std::optional<ApiError> NamedFunction(const json& entry, const std::string& param,
                                       std::string* name) {
   if (!entry.is_object() || entry.value("type", "") != "function") {
-    return Invalid(absl::StrCat("'", param, ".type' must be \"function\""), param + ".type");
+    return BadRequest(absl::StrCat("'", param, ".type' must be \"function\""), param + ".type");
   }
   auto function = entry.find("function");
   if (function == entry.end() || !function->is_object()) {
-    return Invalid(absl::StrCat("'", param, ".function' must be an object"), param + ".function");
+    return BadRequest(absl::StrCat("'", param, ".function' must be an object"),
+                      param + ".function");
   }
   auto n = function->find("name");
   if (n == function->end() || !n->is_string() || n->get<std::string>().empty()) {
-    return Invalid(absl::StrCat("'", param, ".function.name' must be a non-empty string"),
-                   param + ".function.name");
+    return BadRequest(absl::StrCat("'", param, ".function.name' must be a non-empty string"),
+                      param + ".function.name");
   }
   *name = n->get<std::string>();
   return std::nullopt;
@@ -83,7 +79,7 @@ std::optional<ApiError> ParseTools(std::string_view raw, const json& body, OpenA
   // Each tool's parameters schema by name, for a forced tool choice.
   std::vector<std::pair<std::string, ordered_json>> parameters;
   if (has_tools) {
-    if (!tools->is_array()) return Invalid("'tools' must be a list", "tools", "invalid_type");
+    if (!tools->is_array()) return BadRequest("'tools' must be a list", "tools", "invalid_type");
     // Parsed again with the keys in the order sent: the prompt shows the schemas that way.
     const ordered_json ordered = ordered_json::parse(raw)["tools"];
     for (size_t i = 0; i < tools->size(); ++i) {
@@ -102,11 +98,12 @@ std::optional<ApiError> ParseTools(std::string_view raw, const json& body, OpenA
   }
   if (choice->is_string() && choice->get<std::string>() == "auto") return std::nullopt;
   if (choice->is_string() && choice->get<std::string>() == "required") {
-    if (parameters.empty()) return Invalid("'tool_choice' \"required\" needs tools", "tool_choice");
+    if (parameters.empty())
+      return BadRequest("'tool_choice' \"required\" needs tools", "tool_choice");
     auto parallel = body.find("parallel_tool_calls");
     if (parallel != body.end() && !parallel->is_null() && !parallel->is_boolean()) {
-      return Invalid("'parallel_tool_calls' must be a boolean", "parallel_tool_calls",
-                     "invalid_type");
+      return BadRequest("'parallel_tool_calls' must be a boolean", "parallel_tool_calls",
+                        "invalid_type");
     }
     request->tool_choice = ToolChoice::kRequired;
     request->tool_choice_schema =
@@ -117,14 +114,14 @@ std::optional<ApiError> ParseTools(std::string_view raw, const json& body, OpenA
   }
   std::string name;
   if (choice->is_string() || NamedFunction(*choice, "tool_choice", &name)) {
-    return Invalid("'tool_choice' must be \"none\", \"auto\", \"required\" or a named function",
-                   "tool_choice");
+    return BadRequest("'tool_choice' must be \"none\", \"auto\", \"required\" or a named function",
+                      "tool_choice");
   }
   auto tool = std::find_if(parameters.begin(), parameters.end(),
                            [&](const auto& t) { return t.first == name; });
   if (tool == parameters.end()) {
-    return Invalid(absl::StrCat("'tool_choice' names \"", name, "\", which is not in 'tools'"),
-                   "tool_choice.function.name");
+    return BadRequest(absl::StrCat("'tool_choice' names \"", name, "\", which is not in 'tools'"),
+                      "tool_choice.function.name");
   }
   request->tool_choice = ToolChoice::kNamed;
   request->tool_choice_function = name;
@@ -156,16 +153,16 @@ std::optional<ApiError> ParseMessageToolFields(const json& message, const std::s
                                                ChatMessage* out) {
   if (auto id = message.find("tool_call_id"); id != message.end() && !id->is_null()) {
     if (!id->is_string())
-      return Invalid("'tool_call_id' must be a string", param + ".tool_call_id");
+      return BadRequest("'tool_call_id' must be a string", param + ".tool_call_id");
     out->tool_call_id = id->get<std::string>();
   }
   auto calls = message.find("tool_calls");
   if (calls == message.end() || calls->is_null()) return std::nullopt;
   if (out->role != "assistant") {
-    return Invalid("only assistant messages have 'tool_calls'", param + ".tool_calls");
+    return BadRequest("only assistant messages have 'tool_calls'", param + ".tool_calls");
   }
   if (!calls->is_array()) {
-    return Invalid("'tool_calls' must be a list", param + ".tool_calls", "invalid_type");
+    return BadRequest("'tool_calls' must be a list", param + ".tool_calls", "invalid_type");
   }
   for (size_t i = 0; i < calls->size(); ++i) {
     const json& call = (*calls)[i];
@@ -178,7 +175,7 @@ std::optional<ApiError> ParseMessageToolFields(const json& message, const std::s
     // The prompt shows each argument: they must be a JSON object.
     const ordered_json object = ordered_json::parse(parsed.arguments, nullptr, false);
     if (!object.is_object()) {
-      return Invalid("'arguments' must be a JSON object", call_param + ".function.arguments");
+      return BadRequest("'arguments' must be a JSON object", call_param + ".function.arguments");
     }
     out->tool_calls.push_back(std::move(parsed));
   }

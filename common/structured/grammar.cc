@@ -34,12 +34,19 @@ Status Refuse(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("json_schema at ", path, ": ", what));
 }
 
-StatusOr<int64_t> Count(const Json& schema, const char* key, const std::string& path) {
-  const Json& value = schema.at(key);
-  if (!value.is_number_integer() || value.get<int64_t>() < 0) {
-    return Refuse(path, absl::StrCat(key, " must be a non-negative integer"));
+// minLength/maxLength, minItems/maxItems: absent, 0 and -1 (no maximum).
+Status Bounds(const Json& schema, const char* min_key, const char* max_key, const std::string& path,
+              int64_t* min, int64_t* max) {
+  for (const auto& [key, out] : {std::pair{min_key, min}, std::pair{max_key, max}}) {
+    if (!schema.contains(key)) continue;
+    const Json& value = schema.at(key);
+    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+      return Refuse(path, absl::StrCat(key, " must be a non-negative integer"));
+    }
+    *out = value.get<int64_t>();
   }
-  return value.get<int64_t>();
+  if (*max >= 0 && *max < *min) return Refuse(path, absl::StrCat(max_key, " < ", min_key));
+  return absl::OkStatus();
 }
 
 void SortUnique(std::vector<std::string>& literals) {
@@ -163,13 +170,8 @@ class SchemaCompiler {
     if (type == "array") return Array(schema, path);
     if (type == "string") {
       node.kind = Kind::kString;
-      if (schema.contains("minLength")) {
-        ASSIGN_OR_RETURN(node.min_length, Count(schema, "minLength", path));
-      }
-      if (schema.contains("maxLength")) {
-        ASSIGN_OR_RETURN(node.max_length, Count(schema, "maxLength", path));
-        if (node.max_length < node.min_length) return Refuse(path, "maxLength < minLength");
-      }
+      RETURN_IF_ERROR(
+          Bounds(schema, "minLength", "maxLength", path, &node.min_length, &node.max_length));
       return Add(std::move(node));
     }
     if (type == "number" || type == "integer") {
@@ -229,13 +231,7 @@ class SchemaCompiler {
     } else {
       ASSIGN_OR_RETURN(node.items, Add(GrammarNode{}));
     }
-    if (schema.contains("minItems")) {
-      ASSIGN_OR_RETURN(node.min_items, Count(schema, "minItems", path));
-    }
-    if (schema.contains("maxItems")) {
-      ASSIGN_OR_RETURN(node.max_items, Count(schema, "maxItems", path));
-      if (node.max_items < node.min_items) return Refuse(path, "maxItems < minItems");
-    }
+    RETURN_IF_ERROR(Bounds(schema, "minItems", "maxItems", path, &node.min_items, &node.max_items));
     return Add(std::move(node));
   }
 

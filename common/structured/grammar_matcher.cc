@@ -90,11 +90,13 @@ Scan ScanStringByte(Frame& f, uint8_t b) {
   return Scan::kMore;
 }
 
-// Narrows [lo, hi) of sorted `words` sharing `pos` bytes to those whose next byte is `b`.
-bool Narrow(const std::vector<std::string>& words, Frame& f, uint8_t b) {
+// Narrows [lo, hi) of sorted words sharing `pos` bytes to those whose next byte is `b`;
+// word_at(i) is word i, or empty for one that no longer counts (a key already present).
+template <typename WordAt>
+bool Narrow(WordAt word_at, Frame& f, uint8_t b) {
   int32_t lo = f.hi, hi = f.lo;
   for (int32_t i = f.lo; i < f.hi; ++i) {
-    const std::string& w = words[i];
+    const std::string_view w = word_at(i);
     if (static_cast<int32_t>(w.size()) > f.pos && static_cast<uint8_t>(w[f.pos]) == b) {
       lo = std::min(lo, i);
       hi = i + 1;
@@ -165,8 +167,12 @@ bool GrammarMatcher::FinalWithoutMore(const Frame& f) const {
     return f.phase == kZero || f.phase == kInt || f.phase == kFrac || f.phase == kExpDigits;
   }
   if (f.type == kRegex) {
-    return grammar_->regex(grammar_->node(f.node).regex).states[f.pos].kind ==
-           RegexNfa::State::Kind::kMatch;
+    const RegexNfa& nfa = grammar_->regex(grammar_->node(f.node).regex);
+    std::vector<int32_t> states;
+    nfa.Closure(f.pos, states);
+    return std::any_of(states.begin(), states.end(), [&](int32_t s) {
+      return nfa.states[s].kind == RegexNfa::State::Kind::kMatch;
+    });
   }
   return f.type == kLiterals && WholeWord(LiteralsOf(f), f) >= 0;
 }
@@ -205,19 +211,6 @@ void GrammarMatcher::Step(Thread thread, uint8_t byte, std::vector<Thread>& out)
         outcome = Outcome::kRefeed;
         break;
       case kValue:
-        if (grammar_->node(f.node).kind == Kind::kRegex) {
-          // One stack per NFA state the pattern can start in.
-          std::vector<int32_t> starts;
-          const RegexNfa& nfa = grammar_->regex(grammar_->node(f.node).regex);
-          nfa.Closure(nfa.start, starts);
-          for (int32_t state : starts) {
-            Thread copy = thread;
-            copy.stack.back().type = kRegex;
-            copy.stack.back().pos = state;
-            Step(std::move(copy), byte, out);
-          }
-          return;
-        }
         outcome = StepValue(thread, byte);
         if (outcome == Outcome::kFork) {
           // One thread per alternative, each fed the byte.
@@ -245,24 +238,8 @@ void GrammarMatcher::Step(Thread thread, uint8_t byte, std::vector<Thread>& out)
       case kLiterals:
         outcome = StepLiterals(thread, byte);
         break;
-      case kRegex: {
-        const RegexNfa& nfa = grammar_->regex(grammar_->node(f.node).regex);
-        const RegexNfa::State& state = nfa.states[f.pos];
-        if (state.kind == RegexNfa::State::Kind::kMatch) {
-          Finish(thread);  // the match is whole: the byte is the parent's
-          outcome = Outcome::kRefeed;
-          break;
-        }
-        if (!state.bytes[byte]) return;
-        std::vector<int32_t> next;
-        nfa.Closure(state.out, next);
-        for (int32_t s : next) {
-          Thread copy = thread;
-          copy.stack.back().pos = s;
-          out.push_back(std::move(copy));
-        }
-        return;
-      }
+      case kRegex:
+        return StepRegex(std::move(thread), byte, out);
     }
     if (outcome == Outcome::kRejected) return;
     if (outcome == Outcome::kConsumed) {
@@ -305,8 +282,9 @@ GrammarMatcher::Outcome GrammarMatcher::StepValue(Thread& thread, uint8_t byte) 
       return become(kNumber);
     case Kind::kLiterals:
       return become(kLiterals);
-    case Kind::kRegex:  // Step forks one stack per NFA state instead
-      return Outcome::kRejected;
+    case Kind::kRegex:
+      f.pos = grammar_->regex(node.regex).start;
+      return become(kRegex);
     case Kind::kAny:
       break;
   }
@@ -372,21 +350,10 @@ GrammarMatcher::Outcome GrammarMatcher::StepObject(Thread& thread, uint8_t byte)
       if (scan == Scan::kEnd) return EndKey(f, properties, additional);
       if (!f.key_additional) {
         // Still the prefix of a declared key not present yet?
-        int32_t lo = f.hi, hi = f.lo;
-        for (int32_t i = f.lo; i < f.hi; ++i) {
-          const std::string& key = properties[i].key;
-          if (static_cast<int32_t>(key.size()) > f.pos &&
-              static_cast<uint8_t>(key[f.pos]) == byte && !(f.seen >> i & 1)) {
-            lo = std::min(lo, i);
-            hi = i + 1;
-          }
-        }
-        if (lo < hi) {
-          f.lo = lo;
-          f.hi = hi;
-          ++f.pos;
-          return Outcome::kConsumed;
-        }
+        const auto unseen_key = [&](int32_t i) {
+          return f.seen >> i & 1 ? std::string_view() : std::string_view(properties[i].key);
+        };
+        if (Narrow(unseen_key, f, byte)) return Outcome::kConsumed;
         if (additional < 0) return Outcome::kRejected;
         f.key_additional = true;
       }
@@ -520,10 +487,33 @@ GrammarMatcher::Outcome GrammarMatcher::StepNumber(Thread& thread, uint8_t byte)
   return Outcome::kRefeed;
 }
 
+// The frame holds an NFA state not expanded yet: each state its closure reaches takes the byte
+// (one stack each), or, where the match is whole, leaves the byte to the parent.
+void GrammarMatcher::StepRegex(Thread thread, uint8_t byte, std::vector<Thread>& out) const {
+  const Frame& f = thread.stack.back();
+  const RegexNfa& nfa = grammar_->regex(grammar_->node(f.node).regex);
+  std::vector<int32_t> states;
+  nfa.Closure(f.pos, states);
+  for (int32_t s : states) {
+    const RegexNfa::State& state = nfa.states[s];
+    if (state.kind == RegexNfa::State::Kind::kMatch) {
+      Thread finished = thread;
+      Finish(finished);
+      Step(std::move(finished), byte, out);
+    } else if (state.bytes[byte]) {
+      Thread copy = thread;
+      copy.stack.back().pos = state.out;
+      out.push_back(std::move(copy));
+    }
+  }
+}
+
 GrammarMatcher::Outcome GrammarMatcher::StepLiterals(Thread& thread, uint8_t byte) const {
   Frame& f = thread.stack.back();
   const std::vector<std::string>& literals = LiteralsOf(f);
-  if (Narrow(literals, f, byte)) return Outcome::kConsumed;
+  if (Narrow([&](int32_t i) { return std::string_view(literals[i]); }, f, byte)) {
+    return Outcome::kConsumed;
+  }
   if (WholeWord(literals, f) < 0) return Outcome::kRejected;
   Finish(thread);
   return Outcome::kRefeed;

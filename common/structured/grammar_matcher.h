@@ -40,10 +40,10 @@ class GrammarMatcher {
     uint8_t utf8_left = 0;        // strings: continuation bytes still due
     bool key_additional = false;  // objects: the key being read is not a declared one
     int32_t lo = 0, hi = 0;       // candidate literals (or declared keys) sharing `pos` bytes
-    int32_t pos = 0;
-    int32_t property = -1;  // objects: the declared property whose value is read; -1 another
-    int64_t count = 0;      // array items, string code points, number bytes
-    uint64_t seen = 0;      // objects: declared properties present (bit per sorted index)
+    int32_t pos = 0;              // regexes: the NFA state, its closure not taken yet
+    int32_t property = -1;        // objects: the declared property whose value is read; -1 another
+    int64_t count = 0;            // array items, string code points, number bytes
+    uint64_t seen = 0;            // objects: declared properties present (bit per sorted index)
     bool operator==(const Frame&) const = default;
   };
   struct Thread {
@@ -64,6 +64,7 @@ class GrammarMatcher {
   Outcome StepString(Thread& thread, uint8_t byte) const;
   Outcome StepNumber(Thread& thread, uint8_t byte) const;
   Outcome StepLiterals(Thread& thread, uint8_t byte) const;
+  void StepRegex(Thread thread, uint8_t byte, std::vector<Thread>& out) const;
   static Outcome EndKey(Frame& frame, const std::vector<GrammarNode::Property>& properties,
                         int32_t additional);
   bool Whitespace(Thread& thread, uint8_t byte) const;

@@ -270,12 +270,11 @@ class Builder {
     return Empty();
   }
 
-  static void Patch(const std::vector<std::pair<int32_t, bool>>& open, int32_t to, RegexNfa& nfa) {
-    for (const auto& [state, second] : open)
-      (second ? nfa.states[state].out2 : nfa.states[state].out) = to;
-  }
+  // Points the open exits at `to`.
   void Patch(const std::vector<std::pair<int32_t, bool>>& open, int32_t to) {
-    Patch(open, to, nfa_);
+    for (const auto& [state, second] : open) {
+      (second ? nfa_.states[state].out2 : nfa_.states[state].out) = to;
+    }
   }
 
  private:

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "common/tokenizer/tokenizer.h"
 
 namespace pdspark::sampling {
@@ -80,6 +80,14 @@ StatusOr<std::shared_ptr<const TokenVocabulary>> TokenVocabulary::FromModelDir(
     if (!tokenizer->IsSpecial(id)) bytes[id] = std::string(tokenizer->TokenBytes(id));
   }
   return std::make_shared<const TokenVocabulary>(std::move(bytes));
+}
+
+std::shared_ptr<const TokenVocabulary> TokenVocabulary::ForWorker(const std::string& dir,
+                                                                  int64_t vocab_size) {
+  auto vocabulary = FromModelDir(dir, vocab_size);
+  if (vocabulary.ok()) return *vocabulary;
+  LOG_WARN("structured output off: {}", vocabulary.status().ToString());
+  return nullptr;
 }
 
 void TokenVocabulary::Walk(const Trie& trie, int32_t node,

@@ -25,6 +25,10 @@ class TokenVocabulary {
   // From the checkpoint's tokenizer.json, padded with empty entries to the model's vocabulary.
   static StatusOr<std::shared_ptr<const TokenVocabulary>> FromModelDir(const std::string& dir,
                                                                        int64_t vocab_size);
+  // FromModelDir for a worker: without a readable tokenizer.json it serves on with structured
+  // output off (requests asking for it are refused), and says so in the log; null then.
+  static std::shared_ptr<const TokenVocabulary> ForWorker(const std::string& dir,
+                                                          int64_t vocab_size);
 
   // Sets -inf on every token of `logits` that `matcher` refuses. `end_ids` stay only where the
   // matcher can end, and are all that stays when it cannot continue.

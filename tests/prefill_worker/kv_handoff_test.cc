@@ -167,6 +167,16 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     return first->tokens.front();
   }
 
+  // Every lease the decode pool has left, held until the vector goes.
+  static std::vector<serving::CacheLease> HoldEveryLease() {
+    std::vector<serving::CacheLease> hold;
+    while (true) {
+      auto lease = decode_->ReserveCache(100, 1);
+      if (!lease.ok()) return hold;
+      hold.push_back(std::move(lease).value());
+    }
+  }
+
   StatusOr<std::shared_ptr<serving::PrefilledState>> Take(const v1::ReserveResponse& reserved) {
     return receiver_->Take(reserved.reservation_id(), decode_->NewDrafterState().value());
   }
@@ -361,12 +371,7 @@ TEST_P(KvHandoffRefusalTest, ReservationLeasesTheDecodePoolUntilItEnds) {
 
   // A pool fully leased refuses the reservation (the router then prefills on the decode worker,
   // where the request waits in the queue).
-  std::vector<serving::CacheLease> hold;
-  while (true) {
-    auto lease = decode_->ReserveCache(100, 1);
-    if (!lease.ok()) break;
-    hold.push_back(std::move(lease).value());
-  }
+  std::vector<serving::CacheLease> hold = HoldEveryLease();
   v1::ReserveRequest request;
   request.set_prompt_tokens(100);
   const auto refused = receiver_->Reserve(request);
@@ -413,12 +418,7 @@ TEST_P(KvHandoffRefusalTest, QuarantinedLeasesAreFencedFreeWhenThePoolIsFull) {
   std::this_thread::sleep_for(std::chrono::milliseconds(250));  // the reaper ticks meanwhile
   EXPECT_EQ(receiver_->Stats().quarantined, 1);  // in_flight's transfer may be under way
   EXPECT_EQ(receiver_->Stats().fences_total, fences);
-  std::vector<serving::CacheLease> hold;
-  while (true) {
-    auto lease = decode_->ReserveCache(100, 1);
-    if (!lease.ok()) break;
-    hold.push_back(std::move(lease).value());
-  }
+  std::vector<serving::CacheLease> hold = HoldEveryLease();
   const auto reclaimed = Reserve(100);  // the untaken reservation's lease, fenced free
   EXPECT_EQ(receiver_->Stats().fences_total, fences + 1);
   EXPECT_EQ(receiver_->Stats().quarantined, 0);

@@ -14,23 +14,24 @@
 #include <thread>
 
 #include "common/base/logging.h"
+#include "router/chat_template.h"
+#include "router/dsml.h"
 #include "router/router_app.h"
 #include "tests/router/router_test_support.h"
 
 namespace {
 
 std::string AgentScript(const std::string& prompt) {
-  const std::string d = "｜DSML｜";
+  using namespace pdspark::router;
   std::string reply;
   // The conversation's last turn opens thinking (<think>) or not (</think>).
-  if (prompt.ends_with("<think>")) reply = "The user wants the weather; I have a tool.</think>";
-  if (prompt.find("<tool_result>") != std::string::npos) {
-    return reply + "It is sunny in Paris.";
+  if (prompt.ends_with(kThinkStart)) {
+    reply = std::string("The user wants the weather; I have a tool.") + kThinkEnd;
   }
+  if (prompt.find(kToolResultStart) != std::string::npos) return reply + "It is sunny in Paris.";
   if (prompt.find("## Tools") != std::string::npos) {
-    return reply + "Let me check.\n\n<" + d + "tool_calls>\n<" + d +
-           "invoke name=\"get_weather\">\n<" + d + "parameter name=\"city\" string=\"true\">" +
-           "Paris</" + d + "parameter>\n</" + d + "invoke>\n</" + d + "tool_calls>";
+    // The DSML block as the model writes it (the chat template's rendering of a call).
+    return reply + "Let me check." + RenderToolCalls({{"", "get_weather", R"({"city": "Paris"})"}});
   }
   return reply + "Hello, world!";
 }
