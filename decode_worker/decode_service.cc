@@ -98,6 +98,7 @@ grpc::Status DecodeService::Generate(grpc::ServerContext* context,
     if (last) {
       response.set_finish_reason(serving::ToProto(event->finish_reason, event->outcome));
       *response.mutable_spec() = serving::ToProto(event->spec);
+      response.set_cached_prompt_tokens(static_cast<uint32_t>(event->cached_tokens));
       if (event->outcome == serving::Outcome::kFailed) response.set_error(event->error);
     }
     if (!cancel_sent && !writer->Write(response)) {

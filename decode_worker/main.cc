@@ -68,6 +68,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   options.max_num_seqs = f.common.max_num_seqs;
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
+  options.enable_prefix_caching = f.common.enable_prefix_caching;
   options.vocabulary =
       sampling::TokenVocabulary::ForWorker(f.common.model, (*model)->config().vocab_size);
   if (Status st = serving::ApplySpecSettings(f.spec_method, f.spec_tokens, f.common.model, **model,
@@ -130,7 +131,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   }
   DecodeService service(&engine, receiver.get());
   serving::EngineMetrics engine_metrics(*metrics, &engine, "decode");
-  auto load = [&engine] { return serving::ToWorkerLoad(engine.Stats()); };
+  auto load = [&engine] { return serving::WorkerLoadOf(engine); };
   // Drained once nothing runs and no lease waits for a prefill worker's delivery.
   auto idle = [&engine, &receiver] {
     const serving::ServingStats stats = engine.Stats();

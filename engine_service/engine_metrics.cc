@@ -70,7 +70,20 @@ EngineMetrics::EngineMetrics(prometheus::Registry& registry, const ServingEngine
                                 "KV cache bytes per token of context, summed over layers: a "
                                 "window row and a compressed entry's share (--kv-cache-dtype)")),
       cache_reserved_(Gauge(registry, "pdspark_cache_reserved_bytes",
-                            "worst-case cache of the admitted requests")) {
+                            "worst-case cache of the admitted requests")),
+      prefix_query_tokens_(Counter(registry, "pdspark_prefix_cache_queries_total",
+                                   "tokens of the requests looked up in the prefix cache")),
+      prefix_hit_tokens_(Counter(registry, "pdspark_prefix_cache_hits_total",
+                                 "tokens reused from the prefix cache instead of computed")),
+      prefix_lookups_(Counter(registry, "pdspark_prefix_cache_lookups_total",
+                              "requests looked up in the prefix cache")),
+      prefix_lookup_hits_(Counter(registry, "pdspark_prefix_cache_lookup_hits_total",
+                                  "requests that reused a cached prefix")),
+      prefix_evictions_(Counter(registry, "pdspark_prefix_cache_evictions_total",
+                                "cached states dropped to free KV pool pages")),
+      prefix_entries_(Gauge(registry, "pdspark_prefix_cache_entries", "cached states held")),
+      prefix_bytes_(Gauge(registry, "pdspark_prefix_cache_bytes",
+                          "KV pool bytes only the prefix cache holds (reclaimed on demand)")) {
   if (decode_) {
     generated_ = &Counter(registry, "pdspark_generation_tokens_total", "tokens committed");
     drafts_ = &Counter(registry, "pdspark_spec_decode_drafts_total", "DSpark verification rounds");
@@ -116,6 +129,7 @@ void EngineMetrics::Sample() {
   metrics::ExportGrowth(stats.prefill_seconds, last_.prefill_seconds, prefill_seconds_);
   Grow(prompt_tokens_, stats.prompt_tokens, last_.prompt_tokens);
   SampleCache(stats);
+  SamplePrefixCache(stats);
   if (decode_) {
     Grow(*generated_, stats.generated_tokens, last_.generated_tokens);
     SampleSpec(stats.spec);
@@ -135,6 +149,18 @@ void EngineMetrics::SampleCache(const ServingStats& stats) {
           .Set(static_cast<double>(bytes) / static_cast<double>(stats.cache_capacity_bytes));
     }
   }
+}
+
+void EngineMetrics::SamplePrefixCache(const ServingStats& stats) {
+  const PrefixCacheStats& now = stats.prefix_cache;
+  const PrefixCacheStats& before = last_.prefix_cache;
+  Grow(prefix_query_tokens_, now.query_tokens, before.query_tokens);
+  Grow(prefix_hit_tokens_, now.hit_tokens, before.hit_tokens);
+  Grow(prefix_lookups_, now.queries, before.queries);
+  Grow(prefix_lookup_hits_, now.hits, before.hits);
+  Grow(prefix_evictions_, now.evicted, before.evicted);
+  prefix_entries_.Set(static_cast<double>(now.entries));
+  prefix_bytes_.Set(static_cast<double>(stats.prefix_cache_bytes));
 }
 
 void EngineMetrics::SampleSpec(const SpecStats& spec) {

@@ -32,6 +32,7 @@ class EngineMetrics {
 
  private:
   void SampleCache(const ServingStats& stats);
+  void SamplePrefixCache(const ServingStats& stats);
   void SampleSpec(const SpecStats& spec);
 
   const ServingEngine* engine_;
@@ -49,6 +50,13 @@ class EngineMetrics {
   prometheus::Gauge& cache_high_water_;
   prometheus::Gauge& kv_bytes_per_token_;
   prometheus::Gauge& cache_reserved_;
+  prometheus::Counter& prefix_query_tokens_;
+  prometheus::Counter& prefix_hit_tokens_;
+  prometheus::Counter& prefix_lookups_;
+  prometheus::Counter& prefix_lookup_hits_;
+  prometheus::Counter& prefix_evictions_;
+  prometheus::Gauge& prefix_entries_;
+  prometheus::Gauge& prefix_bytes_;
   // Decode only (nullptr on a prefill worker).
   prometheus::Counter* generated_ = nullptr;
   prometheus::Counter* drafts_ = nullptr;

@@ -119,6 +119,17 @@ v1::WorkerLoad ToWorkerLoad(const ServingStats& stats) {
   return load;
 }
 
+v1::WorkerLoad WorkerLoadOf(const ServingEngine& engine) {
+  v1::WorkerLoad load = ToWorkerLoad(engine.Stats());
+  const PrefixCache::Published cached = engine.CachedPrefixes();
+  load.set_cache_version(cached.version);
+  for (const auto& [tokens, hash] : cached.prefixes) {
+    load.add_cached_prefixes(hash);
+    load.add_cached_prefix_lengths(static_cast<uint32_t>(tokens));
+  }
+  return load;
+}
+
 std::string EngineRequestId(const v1::RequestContext& context) {
   return absl::StrCat(context.request_id(), "#", context.attempt());
 }

@@ -31,6 +31,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // What a worker reports in its heartbeats.
 v1::WorkerLoad ToWorkerLoad(const ServingStats& stats);
+// The load a worker heartbeats: ToWorkerLoad, and the prefix cache's entries for kv_aware.
+v1::WorkerLoad WorkerLoadOf(const ServingEngine& engine);
 
 // The engine's id for one attempt of a request: a retry reuses the router's request id.
 std::string EngineRequestId(const v1::RequestContext& context);

@@ -60,6 +60,7 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   options.max_num_seqs = f.common.max_num_seqs;
   options.max_model_len = f.common.max_model_len;
   options.max_batch_tokens = f.common.max_batch_tokens;
+  options.enable_prefix_caching = f.common.enable_prefix_caching;
   options.vocabulary =
       sampling::TokenVocabulary::ForWorker(f.common.model, (*model)->config().vocab_size);
   if (Status st = ApplyDrafter(f, **model, options); !st.ok()) {
@@ -90,7 +91,7 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   transfer.stall = std::chrono::milliseconds(f.transfer_stall_ms);
   PrefillService service(&engine, agent->get(), link, transfer, &transfer_metrics);
   serving::EngineMetrics engine_metrics(*metrics, &engine, "prefill");
-  auto load = [&engine] { return serving::ToWorkerLoad(engine.Stats()); };
+  auto load = [&engine] { return serving::WorkerLoadOf(engine); };
   return worker::ServeUntilSignal(f.common, identity, {&service}, load, metrics, signals);
 }
 

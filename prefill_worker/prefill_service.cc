@@ -253,6 +253,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                  std::chrono::duration<double>(now - done.prefill_end()).count());
   v1::PrefillProgress completed = Progress(v1::PrefillProgress::STAGE_COMPLETED);
   completed.set_first_token_id(static_cast<uint32_t>(first->tokens.front()));
+  completed.set_cached_prompt_tokens(static_cast<uint32_t>(first->cached_tokens));
   if (!first->logprobs.empty()) {
     *completed.mutable_first_token_logprob() = serving::ToProto(first->logprobs.front());
   }

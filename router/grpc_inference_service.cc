@@ -195,6 +195,7 @@ grpc::Status GrpcInferenceService::Generate(grpc::ServerContext* context,
   last.set_finish_reason(ToProto(outcome.finish));
   last.mutable_usage()->set_prompt_tokens(outcome.usage.prompt_tokens);
   last.mutable_usage()->set_completion_tokens(outcome.usage.completion_tokens);
+  last.mutable_usage()->set_cached_prompt_tokens(outcome.usage.cached_tokens);
   *last.mutable_spec() = outcome.spec;
   writer->Write(last);
   return grpc::Status::OK;

@@ -222,6 +222,11 @@ UsageCounts OpenAiGeneration::Usage(const std::vector<const Sample*>& chosen) co
   UsageCounts usage;
   for (uint32_t tokens : prompt_tokens_) usage.prompt_tokens += tokens;
   for (const Sample* s : chosen) usage.completion_tokens += s->outcome.usage.completion_tokens;
+  // Each prompt's reuse, as its first sample saw it.
+  const size_t per_prompt = samples_.size() / prompt_tokens_.size();
+  for (size_t p = 0; p < prompt_tokens_.size(); ++p) {
+    usage.cached_tokens += samples_[p * per_prompt].outcome.usage.cached_tokens;
+  }
   return usage;
 }
 

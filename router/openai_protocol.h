@@ -175,6 +175,7 @@ std::string_view FinishReasonName(ApiFinishReason reason);
 struct UsageCounts {
   uint32_t prompt_tokens = 0;
   uint32_t completion_tokens = 0;
+  uint32_t cached_tokens = 0;  // of prompt_tokens, reused from a worker's prefix cache
 };
 
 // Identity fields shared by every response and chunk of one request.

@@ -40,7 +40,8 @@ json FinishJson(ApiFinishReason finish) {
 json UsageJson(const UsageCounts& usage) {
   return {{"prompt_tokens", usage.prompt_tokens},
           {"completion_tokens", usage.completion_tokens},
-          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
 json HeaderJson(const ResponseHeader& header, std::string_view object) {

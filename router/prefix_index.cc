@@ -61,4 +61,13 @@ void PrefixIndex::Retain(const std::vector<std::string>& live) {
   std::erase_if(workers_, [&](const auto& kv) { return keep.count(kv.first) == 0; });
 }
 
+void PrefixIndex::Supersede(const std::string& worker_id, const void* report) {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerBlocks& blocks = workers_[worker_id];
+  if (blocks.report == report) return;
+  blocks.report = report;
+  blocks.lru.clear();
+  blocks.where.clear();
+}
+
 }  // namespace pdspark::router

@@ -2,6 +2,8 @@
 // cache_aware idea: no KV events needed). Prompts are cut into fixed blocks; each block is keyed
 // by a hash chained over everything before it, so "block i is present" means "this whole prefix
 // was sent". The workers' caches evict on their own, so this is a hint, bounded by an LRU cap.
+// Workers that report their prefix cache (heartbeats) are scored by the report; this index then
+// only covers what was sent to them since their last report.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +26,16 @@ class PrefixIndex {
   void Record(const std::string& worker_id, const std::vector<uint32_t>& prompt);
   // Drops workers not in `live` (gone or replaced incarnations).
   void Retain(const std::vector<std::string>& live);
+  // A worker reported what its prefix cache holds (`report` identifies that report): what was
+  // sent to it before is superseded by the report, so it is forgotten once per new report.
+  void Supersede(const std::string& worker_id, const void* report);
 
   uint32_t block_tokens() const { return block_tokens_; }
 
  private:
   struct WorkerBlocks {
-    std::list<uint64_t> lru;  // front = most recent
+    const void* report = nullptr;  // the last report that superseded what was sent
+    std::list<uint64_t> lru;       // front = most recent
     std::unordered_map<uint64_t, std::list<uint64_t>::iterator> where;
   };
   std::vector<uint64_t> BlockHashes(const std::vector<uint32_t>& prompt) const;

@@ -482,6 +482,9 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
       break;
     }
     if (response.has_spec()) outcome.spec = response.spec();
+    if (response.cached_prompt_tokens() > 0) {
+      outcome.usage.cached_tokens = response.cached_prompt_tokens();
+    }
     const ApiFinishReason worker_finish = FromProto(response.finish_reason());
     if (outcome.finish != ApiFinishReason::kNone && worker_finish == ApiFinishReason::kNone) {
       cancel_downstream = true;
@@ -723,6 +726,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
   }
 
   // 3. The first token goes to the client now; decode continues after it.
+  outcome.usage.cached_tokens = progress.cached_prompt_tokens();
   const uint32_t first = progress.first_token_id();
   google::protobuf::RepeatedPtrField<v1::TokenLogprob> first_logprob;
   if (progress.has_first_token_logprob()) *first_logprob.Add() = progress.first_token_logprob();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/prefix_hash.h"
 
 namespace pdspark::router {
 
@@ -103,6 +104,16 @@ bool Scheduler::Imbalanced(const std::vector<WorkerSnapshot>& candidates) const 
   return hi - lo > kv_.imbalance_abs && hi > kv_.imbalance_ratio * lo;
 }
 
+// What the worker reported cached (its prefix cache's entries), or, when more, what this router
+// sent it since that report (cached, but not reported yet).
+uint32_t Scheduler::CachedTokens(const WorkerSnapshot& worker, const std::vector<uint32_t>& prompt,
+                                 std::span<const uint64_t> prefix_hashes) {
+  if (worker.cached_prefixes) index_.Supersede(worker.worker_id, worker.cached_prefixes.get());
+  const uint32_t sent = index_.OverlapTokens(worker.worker_id, prompt);
+  if (!worker.cached_prefixes) return sent;
+  return std::max(sent, worker.cached_prefixes->LongestPrefix(prefix_hashes));
+}
+
 std::optional<WorkerSnapshot> Scheduler::Choose(std::vector<WorkerSnapshot> candidates,
                                                 SchedulingPolicy policy,
                                                 std::atomic<uint64_t>* cursor,
@@ -114,8 +125,9 @@ std::optional<WorkerSnapshot> Scheduler::Choose(std::vector<WorkerSnapshot> cand
   }
   if (policy == SchedulingPolicy::kKvAware && !Imbalanced(candidates)) {
     const uint64_t prompt_tokens = prompt.size();
+    const std::vector<uint64_t> hashes = PrefixHashes(std::span<const uint32_t>(prompt));
     return candidates[ArgMin(candidates, turn, [&](const WorkerSnapshot& w) {
-      const uint64_t uncached = prompt_tokens - index_.OverlapTokens(w.worker_id, prompt);
+      const uint64_t uncached = prompt_tokens - CachedTokens(w, prompt, hashes);
       return uncached + uint64_t{kv_.load_cost_tokens} * LoadScore(w);
     })];
   }

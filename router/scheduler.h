@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -67,6 +68,9 @@ class Scheduler {
   template <typename Cost>
   size_t ArgMin(const std::vector<WorkerSnapshot>& candidates, uint64_t turn, Cost cost) const;
   bool Imbalanced(const std::vector<WorkerSnapshot>& candidates) const;
+  // Prompt tokens the worker is believed to have cached (kv_aware).
+  uint32_t CachedTokens(const WorkerSnapshot& worker, const std::vector<uint32_t>& prompt,
+                        std::span<const uint64_t> prefix_hashes);
 
   WorkerRegistry* registry_;
   SchedulingPolicy prefill_policy_;

@@ -1,6 +1,7 @@
 #include "router/worker_registry.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -53,6 +54,28 @@ std::string WorkerRegistry::Register(const v1::RegisterRequest& request) {
   return id;
 }
 
+uint32_t CachedPrefixes::LongestPrefix(std::span<const uint64_t> hashes) const {
+  for (const auto& [tokens, hash] : prefixes) {
+    if (tokens < hashes.size() && hashes[tokens] == hash) return tokens;
+  }
+  return 0;
+}
+
+namespace {
+
+std::shared_ptr<const CachedPrefixes> ReportedPrefixes(const v1::WorkerLoad& load) {
+  if (load.cache_version() == 0) return nullptr;
+  auto cached = std::make_shared<CachedPrefixes>();
+  const int n = std::min(load.cached_prefixes_size(), load.cached_prefix_lengths_size());
+  for (int i = 0; i < n; ++i) {
+    cached->prefixes.emplace_back(load.cached_prefix_lengths(i), load.cached_prefixes(i));
+  }
+  std::sort(cached->prefixes.begin(), cached->prefixes.end(), std::greater<>());
+  return cached;
+}
+
+}  // namespace
+
 bool WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string& incarnation_id,
                                const v1::WorkerLoad& load) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -64,6 +87,9 @@ bool WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string& 
   }
   e.last_seen = clock_->Now();
   e.snapshot.load = load;
+  e.snapshot.load.clear_cached_prefixes();
+  e.snapshot.load.clear_cached_prefix_lengths();
+  if (!load.cached_prefixes_unchanged()) e.snapshot.cached_prefixes = ReportedPrefixes(load);
   e.snapshot.assigned_since_heartbeat = 0;
   return true;
 }

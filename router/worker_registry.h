@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,15 @@
 namespace pdspark::router {
 
 enum class WorkerState { kHealthy, kUnhealthy, kDraining };
+
+// The token prefixes a worker's prefix cache holds, as it last reported them
+// (v1::WorkerLoad::cached_prefixes): (tokens, prefix hash), longest first.
+struct CachedPrefixes {
+  std::vector<std::pair<uint32_t, uint64_t>> prefixes;
+  // The longest reported prefix of a prompt whose prefix hashes are `hashes` (hashes[p]: the
+  // first p tokens, common/base/prefix_hash.h); 0 when none.
+  uint32_t LongestPrefix(std::span<const uint64_t> hashes) const;
+};
 
 // A copy of one worker's entry, taken under the lock.
 struct WorkerSnapshot {
@@ -31,7 +42,9 @@ struct WorkerSnapshot {
   uint32_t max_num_seqs = 0;
   uint32_t max_model_len = 0;
   uint32_t block_size = 0;
-  v1::WorkerLoad load;
+  v1::WorkerLoad load;  // without the cached prefixes, which are below
+  // Null when the worker reports no prefix cache; shared, so snapshots stay cheap to copy.
+  std::shared_ptr<const CachedPrefixes> cached_prefixes;
   // Requests this router sent since the worker's last heartbeat: the load the heartbeat does
   // not show yet, so least_loaded does not pile a burst onto one worker.
   uint32_t assigned_since_heartbeat = 0;

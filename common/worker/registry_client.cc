@@ -27,6 +27,7 @@ struct RegistryClient::RouterLink {
   std::string worker_id;  // empty until registered
   std::chrono::milliseconds interval{1000};
   std::chrono::steady_clock::time_point next;
+  uint64_t sent_cache_version = 0;  // the cached prefixes this router has (0: none)
 };
 
 namespace {
@@ -152,6 +153,7 @@ void RegistryClient::Tick(RouterLink& link) {
       return;
     }
     link.worker_id = response.worker_id();
+    link.sent_cache_version = 0;
     link.interval =
         std::chrono::milliseconds(std::max<uint32_t>(100, response.heartbeat_interval_ms()));
     ++registered_count_;
@@ -164,9 +166,17 @@ void RegistryClient::Tick(RouterLink& link) {
   request.set_worker_id(link.worker_id);
   request.set_incarnation_id(registration_.incarnation_id());
   *request.mutable_load() = load_();
+  // The cached prefixes go whole, and only when they changed since this router got them.
+  const uint64_t cache_version = request.load().cache_version();
+  if (cache_version != 0 && cache_version == link.sent_cache_version) {
+    request.mutable_load()->clear_cached_prefixes();
+    request.mutable_load()->clear_cached_prefix_lengths();
+    request.mutable_load()->set_cached_prefixes_unchanged(true);
+  }
   v1::HeartbeatResponse response;
   grpc::Status status = link.stub->Heartbeat(&ctx, request, &response);
   if (status.ok() && response.known()) {
+    link.sent_cache_version = cache_version;
     link.next = now + link.interval;
     return;
   }

@@ -51,6 +51,11 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
                  "bytes); prefill and decode workers must agree")
       ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}))
       ->capture_default_str();
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
+               "reuse the computed state of earlier prompts and answers that a request starts "
+               "with (on by default; the cache lives in the KV pool and gives pages back on "
+               "demand)")
+      ->capture_default_str();
   app.add_option("--ucx-tls", f.ucx_tls, "UCX transports for KV transfer (UCX_TLS)")
       ->capture_default_str();
   app.add_option("--ucx-net-devices", f.ucx_net_devices, "UCX_NET_DEVICES");

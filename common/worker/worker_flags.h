@@ -24,6 +24,7 @@ struct WorkerFlags {
   int64_t kv_cache_memory_bytes = 0;      // the KV pool's size; 0 = the fraction below
   double kv_cache_memory_fraction = 0.5;  // of the memory free after loading the weights
   std::string kv_cache_dtype = "auto";    // auto | fp8 (both workers of a link must agree)
+  bool enable_prefix_caching = true;
   std::string ucx_tls = "tcp";
   std::string ucx_net_devices;
   int metrics_port = 0;

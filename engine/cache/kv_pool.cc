@@ -21,21 +21,45 @@ PageGroup::PageGroup(KvPool* pool, std::string name, int64_t row_bytes)
   }
 }
 
-int32_t PageGroup::Allocate() {
+int32_t PageGroup::Allocate(PageHolder holder) {
+  int32_t page = kNoPage;
+  {
+    std::lock_guard lock(pool_->mutex_);
+    page = pool_->TakeFreePage(holder);
+    if (page != kNoPage || !pool_->reclaimer_) {
+      if (page != kNoPage) Took(holder);
+      return page;
+    }
+  }
+  pool_->reclaimer_(1);
   std::lock_guard lock(pool_->mutex_);
-  if (pool_->free_.empty()) return kNoPage;
-  const int32_t page = pool_->free_.back();
-  pool_->free_.pop_back();
-  ++pages_in_use_;
-  const int64_t in_use = pool_->num_pages_ - static_cast<int64_t>(pool_->free_.size());
-  pool_->high_water_ = std::max(pool_->high_water_, in_use);
+  page = pool_->TakeFreePage(holder);
+  if (page != kNoPage) Took(holder);
   return page;
 }
 
-void PageGroup::Free(int32_t page) {
+void PageGroup::Took(PageHolder holder) {
+  ++pages_in_use_;
+  if (holder == PageHolder::kCache) ++reclaimable_;
+}
+
+void PageGroup::Free(int32_t page, PageHolder holder) {
   std::lock_guard lock(pool_->mutex_);
+  bool freed = false;
+  reclaimable_ += pool_->AddHolders(page, holder, -1, &freed);
+  if (!freed) return;
   --pages_in_use_;
   pool_->free_.push_back(page);
+}
+
+void PageGroup::Share(int32_t page, PageHolder holder) {
+  std::lock_guard lock(pool_->mutex_);
+  reclaimable_ += pool_->AddHolders(page, holder, 1);
+}
+
+bool PageGroup::IsShared(int32_t page) const {
+  std::lock_guard lock(pool_->mutex_);
+  return pool_->holders_[page] > 1;
 }
 
 char* PageGroup::Row(int32_t page, int64_t index) const {
@@ -54,6 +78,8 @@ KvPool::KvPool(void* memory, int64_t page_bytes, int64_t num_pages)
     std::abort();
   }
   free_.reserve(num_pages);
+  holders_.assign(num_pages, 0);
+  cache_holders_.assign(num_pages, 0);
   // Page 0 on top of the stack: a fresh pool hands pages out from the start of the arena.
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
 }
@@ -63,6 +89,33 @@ PageGroup& KvPool::ForGroup(const std::string& name, int64_t row_bytes) {
   auto& group = groups_[{name, row_bytes}];
   if (!group) group = std::make_unique<PageGroup>(this, name, row_bytes);
   return *group;
+}
+
+int32_t KvPool::TakeFreePage(PageHolder holder) {
+  if (free_.empty()) return kNoPage;
+  const int32_t page = free_.back();
+  free_.pop_back();
+  AddHolders(page, holder, 1);
+  const int64_t in_use = num_pages_ - static_cast<int64_t>(free_.size());
+  high_water_ = std::max(high_water_, in_use);
+  return page;
+}
+
+int KvPool::AddHolders(int32_t page, PageHolder holder, int32_t delta, bool* freed) {
+  const bool was_reclaimable = holders_[page] > 0 && holders_[page] == cache_holders_[page];
+  holders_[page] += delta;
+  if (holder == PageHolder::kCache) cache_holders_[page] += delta;
+  const bool reclaimable = holders_[page] > 0 && holders_[page] == cache_holders_[page];
+  const int change = static_cast<int>(reclaimable) - static_cast<int>(was_reclaimable);
+  reclaimable_ += change;
+  if (freed != nullptr) *freed = holders_[page] == 0;
+  return change;
+}
+
+bool KvPool::EnsureFree(int64_t pages) {
+  if (free_pages() >= pages) return true;
+  if (reclaimer_) reclaimer_(pages);
+  return free_pages() >= pages;
 }
 
 int64_t KvPool::free_pages() const {
@@ -75,6 +128,11 @@ int64_t KvPool::pages_in_use() const {
   return num_pages_ - static_cast<int64_t>(free_.size());
 }
 
+int64_t KvPool::reclaimable_pages() const {
+  std::lock_guard lock(mutex_);
+  return reclaimable_;
+}
+
 int64_t KvPool::high_water_pages() const {
   std::lock_guard lock(mutex_);
   return high_water_;
@@ -83,7 +141,9 @@ int64_t KvPool::high_water_pages() const {
 std::map<std::string, int64_t> KvPool::BytesInUseByGroup() const {
   std::lock_guard lock(mutex_);
   std::map<std::string, int64_t> bytes;
-  for (const auto& [key, group] : groups_) bytes[key.first] += group->pages_in_use_ * page_bytes_;
+  for (const auto& [key, group] : groups_) {
+    bytes[key.first] += (group->pages_in_use_ - group->reclaimable_) * page_bytes_;
+  }
   return bytes;
 }
 

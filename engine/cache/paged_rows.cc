@@ -18,7 +18,9 @@ PagedRows::PagedRows(PagedRows&& other) noexcept
       fp8_(other.fp8_),
       pages_(std::move(other.pages_)),
       first_block_(other.first_block_),
-      size_(other.size_) {
+      size_(other.size_),
+      holder_(other.holder_),
+      forked_(other.forked_) {
   other.pages_.clear();
   other.size_ = 0;
   other.first_block_ = 0;
@@ -29,14 +31,46 @@ int64_t PagedRows::PagesToGrow(int64_t size) const {
   // The page Append starts next: after the table, or (empty table) the one holding size_.
   const int64_t next =
       pages_.empty() ? size_ / rows : first_block_ + static_cast<int64_t>(pages_.size());
-  return std::max<int64_t>(0, (size + rows - 1) / rows - next);
+  int64_t pages = std::max<int64_t>(0, (size + rows - 1) / rows - next);
+  const int64_t index = size_ / rows - first_block_;
+  if (forked_ && size > size_ && index >= 0 && index < static_cast<int64_t>(pages_.size()) &&
+      group_->IsShared(pages_[index])) {
+    ++pages;  // the page the next row goes to is copied first
+  }
+  return pages;
+}
+
+PagedRows PagedRows::Fork(PageHolder holder) {
+  PagedRows fork(group_, fp8_);
+  fork.holder_ = holder;
+  for (int32_t page : pages_) group_->Share(page, holder);
+  fork.pages_ = pages_;
+  fork.first_block_ = first_block_;
+  fork.size_ = size_;
+  fork.forked_ = forked_ = true;
+  return fork;
+}
+
+void PagedRows::Unshare(size_t index, int64_t rows) {
+  if (!forked_ || !group_->IsShared(pages_[index])) return;
+  const int32_t page = group_->Allocate(holder_);
+  if (page == kNoPage) {
+    LOG_ERROR(
+        "KV pool exhausted copying a shared page (cache group {}): PagesToGrow was not "
+        "checked",
+        group_->name());
+    std::abort();
+  }
+  std::memcpy(group_->Row(page, 0), group_->Row(pages_[index], 0), rows * row_bytes());
+  group_->Free(pages_[index], holder_);
+  pages_[index] = page;
 }
 
 char* PagedRows::Append() {
   const int64_t rows = rows_per_page();
   const int64_t block = size_ / rows;
   if (block - first_block_ >= static_cast<int64_t>(pages_.size())) {
-    const int32_t page = group_->Allocate();
+    const int32_t page = group_->Allocate(holder_);
     if (page == kNoPage) {
       // Model::Step and SequenceState::RestoreRows check PagesToGrow first: a bug, not load.
       LOG_ERROR("KV pool exhausted inside a step (cache group {}): PagesToGrow was not checked",
@@ -45,6 +79,8 @@ char* PagedRows::Append() {
     }
     if (pages_.empty()) first_block_ = block;
     pages_.push_back(page);
+  } else {
+    Unshare(static_cast<size_t>(block - first_block_), size_ % rows);
   }
   ++size_;
   return RowIn(size_ - 1);
@@ -70,7 +106,7 @@ void PagedRows::Truncate(int64_t size) {
   const int64_t rows = rows_per_page();
   const int64_t blocks_needed = (size_ + rows - 1) / rows - first_block_;
   while (static_cast<int64_t>(pages_.size()) > std::max<int64_t>(blocks_needed, 0)) {
-    group_->Free(pages_.back());
+    group_->Free(pages_.back(), holder_);
     pages_.pop_back();
   }
   if (pages_.empty()) first_block_ = size_ / rows;
@@ -82,14 +118,14 @@ void PagedRows::ReleaseBelow(int64_t row) {
   size_t released = 0;
   while (released < pages_.size() && (first_block_ + 1) * rows <= row &&
          (first_block_ + 1) * rows < size_) {
-    group_->Free(pages_[released++]);
+    group_->Free(pages_[released++], holder_);
     ++first_block_;
   }
   pages_.erase(pages_.begin(), pages_.begin() + static_cast<std::ptrdiff_t>(released));
 }
 
 void PagedRows::Clear() {
-  for (int32_t page : pages_) group_->Free(page);
+  for (int32_t page : pages_) group_->Free(page, holder_);
   pages_.clear();
   first_block_ = 0;
   size_ = 0;
@@ -142,7 +178,7 @@ Status PagedRows::Assign(int64_t first, int64_t size, const char* rows) {
   first_block_ = (size > first ? first : size) / per_page;
   const int64_t pages = size > first ? (size + per_page - 1) / per_page - first_block_ : 0;
   for (int64_t i = 0; i < pages; ++i) {
-    const int32_t page = group_->Allocate();
+    const int32_t page = group_->Allocate(holder_);
     if (page == kNoPage) {
       Clear();
       return absl::ResourceExhaustedError(absl::StrCat("KV pool full: ", group_->name(), " needs ",

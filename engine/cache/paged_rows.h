@@ -4,7 +4,8 @@
 // index / rows_per_page to a page id. Whole pages that fall below the retention point can be
 // released, so a sliding-window group keeps O(window) memory while its indices keep counting from
 // 0. Append needs a free page every rows_per_page rows: callers check PagesToGrow against the pool
-// first (SequenceState::PagesToGrow, Model::Step).
+// first (SequenceState::PagesToGrow, Model::Step). Pages can be shared with a fork (the prefix
+// cache): appending into a shared page copies it first, so a fork never sees another's rows.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +35,14 @@ class PagedRows {
   // The page ids holding rows [first_row(), size()), in order.
   const std::vector<int32_t>& block_table() const { return pages_; }
 
-  // Pages Append needs to reach `size` rows.
+  // Pages Append needs to reach `size` rows (a shared page it would write into counts: it is
+  // copied first).
   int64_t PagesToGrow(int64_t size) const;
+  // A copy that shares every page with this one (no row is copied), held by `holder`; either
+  // side copies a shared page before appending to it.
+  PagedRows Fork(PageHolder holder);
+  // Whose pages these are (the pool counts pages only the prefix cache holds); set while empty.
+  void HoldFor(PageHolder holder) { holder_ = holder; }
   // The next row; its page must be available (see PagesToGrow).
   char* Append();
   char* Row(int64_t row) { return RowIn(row); }
@@ -72,12 +79,17 @@ class PagedRows {
 
  private:
   char* RowIn(int64_t row) const;
+  // Gives the page at pages_[index] to this group alone (a copy of its first `rows` rows) when
+  // another holder shares it.
+  void Unshare(size_t index, int64_t rows);
 
   PageGroup* group_;
   kernels::cpu::Fp8KvRow fp8_;
   std::vector<int32_t> pages_;
   int64_t first_block_ = 0;  // logical index of pages_.front()
   int64_t size_ = 0;
+  PageHolder holder_ = PageHolder::kRequest;
+  bool forked_ = false;  // pages may be shared: check before writing
 };
 
 }  // namespace pdspark::engine

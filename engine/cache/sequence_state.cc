@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cache/staging_layout.h"
 
 namespace pdspark::engine {
 namespace {
@@ -30,6 +31,34 @@ SequenceState::SequenceState(const CacheLayout* layout, KvPool* pool) : layout_(
       groups_[l].emplace_back(&pool->ForGroup(spec.name, spec.row_bytes), spec.fp8);
     }
   }
+}
+
+std::unique_ptr<SequenceState> SequenceState::Fork(PageHolder holder) {
+  std::unique_ptr<SequenceState> fork(new SequenceState(layout_));
+  fork->groups_.resize(groups_.size());
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    for (PagedRows& rows : groups_[l]) fork->groups_[l].push_back(rows.Fork(holder));
+  }
+  fork->num_tokens_ = num_tokens_;
+  return fork;
+}
+
+bool SequenceState::HoldsRowsOfAFreshState(std::span<const int64_t> keep_rows_from) const {
+  size_t flat = 0;
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    const auto& specs = layout_->layers[l].groups;
+    for (size_t g = 0; g < specs.size(); ++g, ++flat) {
+      const PagedRows& rows = groups_[l][g];
+      const int64_t per_page = rows.rows_per_page();
+      int64_t first = RetainedFirstRow(specs[g], num_tokens_, per_page);
+      if (flat < keep_rows_from.size()) {
+        first = std::min(first, keep_rows_from[flat] / per_page * per_page);
+      }
+      if (rows.size() != num_tokens_ / specs[g].tokens_per_row) return false;
+      if (rows.first_row() > first) return false;
+    }
+  }
+  return true;
 }
 
 int64_t SequenceState::PagesToGrow(int64_t count) const {

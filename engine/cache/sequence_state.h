@@ -42,6 +42,19 @@ class SequenceState {
   // however far the window moves: a KV transfer ships them from their pages.
   void KeepRowsFrom(std::vector<int64_t> first_rows) { keep_rows_from_ = std::move(first_rows); }
 
+  // A state of the same tokens sharing every page with this one (the prefix cache's entries and
+  // the requests that reuse them); whichever side appends first copies the page it writes to.
+  // The fork keeps no KeepRowsFrom.
+  std::unique_ptr<SequenceState> Fork(PageHolder holder = PageHolder::kRequest);
+  // Releases what a sequence of num_tokens() would no longer hold (CommitTokens of nothing):
+  // a fork made from a state that kept rows for a transfer drops them.
+  void ReleaseOutOfWindow() { CommitTokens(0); }
+
+  // Whether this state holds every row a state of num_tokens() tokens built from scratch would
+  // (with KeepRowsFrom(keep_rows_from), which may be empty): then the forward can continue from
+  // it. A fork of a state that kept fewer rows (another window, rows released) cannot.
+  bool HoldsRowsOfAFreshState(std::span<const int64_t> keep_rows_from) const;
+
   // Rolls back to the first `position` tokens. Fails (state unchanged) when the state needed
   // to continue from `position` was already released (beyond max_rollback_tokens).
   Status Truncate(int64_t position);
@@ -68,6 +81,8 @@ class SequenceState {
   void Free();
 
  private:
+  explicit SequenceState(const CacheLayout* layout) : layout_(layout) {}
+
   const CacheLayout* layout_;
   std::vector<std::vector<PagedRows>> groups_;  // [layer][group]
   std::vector<int64_t> keep_rows_from_;         // empty, or one per group (layer-major)

@@ -9,7 +9,8 @@ namespace pdspark::dspark {
 
 StatusOr<std::unique_ptr<DrafterState>> DrafterState::Create(engine::KvPool& pool, int64_t stages,
                                                              int64_t window, int64_t max_rollback,
-                                                             int64_t row_width) {
+                                                             int64_t row_width,
+                                                             engine::PageHolder holder) {
   if (row_width * static_cast<int64_t>(sizeof(float)) > pool.page_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat("DSpark context rows of ", row_width,
                                                    " floats do not fit a ", pool.page_bytes(),
@@ -18,6 +19,7 @@ StatusOr<std::unique_ptr<DrafterState>> DrafterState::Create(engine::KvPool& poo
   std::unique_ptr<DrafterState> state(
       new DrafterState(&pool.ForGroup("drafter", row_width * sizeof(float)), stages, window,
                        max_rollback, row_width));
+  state->ring_.HoldFor(holder);
   RETURN_IF_ERROR(state->ring_.Resize(state->ring_rows()));
   // Pages come back with another request's rows: slots not appended yet are shipped and
   // compared as they are (Serialize), so they start as zeros, as a fresh ring always did.
@@ -28,11 +30,21 @@ StatusOr<std::unique_ptr<DrafterState>> DrafterState::Create(engine::KvPool& poo
 
 DrafterState::DrafterState(engine::PageGroup* group, int64_t stages, int64_t window,
                            int64_t max_rollback, int64_t row_width)
-    : stages_(stages),
+    : pool_(&group->pool()),
+      stages_(stages),
       window_(window),
       max_rollback_(max_rollback),
       row_width_(row_width),
       ring_(group) {}
+
+StatusOr<std::unique_ptr<DrafterState>> DrafterState::Clone(engine::PageHolder holder) const {
+  ASSIGN_OR_RETURN(auto copy, Create(*pool_, stages_, window_, max_rollback_, row_width_, holder));
+  for (int64_t r = 0; r < ring_rows(); ++r) {
+    std::copy_n(ring_.Floats(r), row_width_, copy->ring_.Floats(r));
+  }
+  copy->num_positions_ = num_positions_;
+  return copy;
+}
 
 void DrafterState::Append(const float* rows) {
   const int64_t slot = num_positions_ % capacity();

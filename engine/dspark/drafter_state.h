@@ -20,9 +20,9 @@ namespace pdspark::dspark {
 class DrafterState {
  public:
   // ResourceExhausted when the pool has no room for the ring.
-  static StatusOr<std::unique_ptr<DrafterState>> Create(engine::KvPool& pool, int64_t stages,
-                                                        int64_t window, int64_t max_rollback,
-                                                        int64_t row_width);
+  static StatusOr<std::unique_ptr<DrafterState>> Create(
+      engine::KvPool& pool, int64_t stages, int64_t window, int64_t max_rollback, int64_t row_width,
+      engine::PageHolder holder = engine::PageHolder::kRequest);
 
   int64_t num_positions() const { return num_positions_; }
   int64_t stages() const { return stages_; }
@@ -42,6 +42,10 @@ class DrafterState {
   Status Truncate(int64_t position);
   std::string Serialize() const;
   Status Restore(std::string_view bytes);
+  // A copy in fresh pages of the same pool held by `holder` (the prefix cache keeps a prompt's
+  // ring so); ResourceExhausted when the pool has no room.
+  StatusOr<std::unique_ptr<DrafterState>> Clone(
+      engine::PageHolder holder = engine::PageHolder::kRequest) const;
   // Size of Serialize()'s bytes for a ring of these dimensions.
   static uint64_t SerializedBytes(int64_t stages, int64_t window, int64_t max_rollback,
                                   int64_t row_width);
@@ -53,6 +57,7 @@ class DrafterState {
                int64_t row_width);
   int64_t ring_rows() const { return capacity() * stages_; }
 
+  engine::KvPool* pool_;
   int64_t stages_, window_, max_rollback_, row_width_;
   int64_t num_positions_ = 0;
   engine::PagedRows ring_;  // rows [slot * stages + stage], row_width floats each

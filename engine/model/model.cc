@@ -186,7 +186,8 @@ StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOp
   for (const StepInput& in : inputs) {
     pages += in.sequence->PagesToGrow(static_cast<int64_t>(in.tokens.size()));
   }
-  if (const int64_t free = kv_pool_->free_pages(); pages > free) {
+  if (!kv_pool_->EnsureFree(pages)) {
+    const int64_t free = kv_pool_->free_pages();
     return absl::ResourceExhaustedError(absl::StrCat("KV pool full: the step needs ", pages,
                                                      " pages, ", free,
                                                      " are free (--kv-cache-memory-bytes)"));

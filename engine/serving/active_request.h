@@ -48,6 +48,11 @@ struct ActiveRequest {
   // this request's next draft (a running mean of its calibrated survivals; empty = none yet).
   std::vector<float> draft_logits;
   std::vector<double> predicted_survival;
+  // Prefix caching: tokens reused from the cache, the position where a step must end so that
+  // the state there is stored (0: none), and whether the prompt's state was stored.
+  int64_t cached_tokens = 0;
+  int64_t store_at = 0;
+  bool prompt_stored = false;
 
   int64_t fed() const { return state ? state->num_tokens() : 0; }
   int64_t pending() const { return static_cast<int64_t>(tokens.size()) - fed(); }

@@ -109,6 +109,8 @@ struct RequestEvent {
   sampling::FinishReason finish_reason = sampling::FinishReason::kNone;
   std::string error;
   int64_t prompt_tokens = 0;
+  // Prompt tokens reused from the prefix cache instead of computed (final event).
+  int64_t cached_tokens = 0;
   int64_t generated_tokens = 0;
   SpecStats spec;
   // prefill_only without an observer: SequenceState::Serialize() after the prompt, and the

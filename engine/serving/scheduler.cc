@@ -70,7 +70,9 @@ std::vector<ActiveRequest*> Scheduler::PlanStep(
         continue;
       }
     }
-    const int64_t take = std::min(r->pending(), std::max<int64_t>(budget, planned.empty() ? 1 : 0));
+    int64_t take = std::min(r->pending(), std::max<int64_t>(budget, planned.empty() ? 1 : 0));
+    // A prefill chunk ends where the prefix cache wants the state stored.
+    if (r->store_at > r->fed()) take = std::min(take, r->store_at - r->fed());
     if (take <= 0) break;
     budget -= take;
     chunks.emplace_back(r->tokens.begin() + r->fed(), r->tokens.begin() + r->fed() + take);

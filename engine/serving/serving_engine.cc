@@ -33,6 +33,11 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
                  spec_.enabled() ? options.drafter->StatePoolBytes(model_->kv_pool()) : 0),
       output_(model_->config().vocab_size, eos_ids_, &spec_, options.vocabulary.get()),
       step_timer_(model_->backend(0).NewTimer()) {
+  if (options.enable_prefix_caching) {
+    prefix_cache_ = std::make_unique<PrefixCache>(
+        &model_->kv_pool(), options.prefix_cache_block_tokens, options.prefix_cache_max_entries);
+  }
+  stats_.prefix_caching = prefix_cache_ != nullptr;
   stats_.cache_capacity_bytes = scheduler_.capacity_bytes();
   stats_.kv_bytes_per_token = engine::KvBytesPerToken(model_->cache_layout());
   loop_ = std::thread([this] { Loop(); });
@@ -128,6 +133,10 @@ ServingStats ServingEngine::Stats() const {
   return stats;
 }
 
+PrefixCache::Published ServingEngine::CachedPrefixes() const {
+  return prefix_cache_ ? prefix_cache_->Publish() : PrefixCache::Published{};
+}
+
 void ServingEngine::Loop() {
   while (true) {
     std::vector<std::string> cancels;
@@ -190,12 +199,15 @@ Status ServingEngine::StartRequest(ActiveRequest& request) {
     for (size_t i = 0; i < spec.generated.size(); ++i) request.sampler->Uniform();
   }
   RETURN_IF_ERROR(runner_.InitStates(request));
-  if (request.drafter_state) {
-    request.pending_context.emplace(spec_.FeatureWidth(), *request.drafter_state);
-  }
   request.tokens = spec.prompt;
   request.tokens.insert(request.tokens.end(), spec.generated.begin(), spec.generated.end());
   request.generated = static_cast<int64_t>(spec.generated.size());
+  ReusePrefix(request);
+  if (request.drafter_state) {
+    request.pending_context.emplace(spec_.FeatureWidth(), *request.drafter_state);
+  }
+  // A prefilled request brings its prompt's state: stored as a colocated prefill's would be.
+  if (spec.prefilled) StorePrefix(request);
   if (!spec.generated.empty()) {
     // The first token may already end the request (EOS, max_tokens = 1).
     std::vector<int32_t> last(spec.generated.end() - 1, spec.generated.end());
@@ -206,6 +218,37 @@ Status ServingEngine::StartRequest(ActiveRequest& request) {
     }
   }
   return absl::OkStatus();
+}
+
+void ServingEngine::ReusePrefix(ActiveRequest& request) {
+  if (!prefix_cache_ || request.spec.prefilled) return;
+  // Prompt logprobs need every prompt position's logits: such a request computes them all.
+  if (request.spec.sampling.prompt_logprobs < 0) {
+    PrefixHit hit = prefix_cache_->Lookup(request.tokens, request.spec.keep_rows_from,
+                                          request.drafter_state != nullptr);
+    if (hit.tokens > 0) {
+      request.state = std::move(hit.state);
+      if (request.drafter_state) request.drafter_state = std::move(hit.ring);
+      request.cached_tokens = hit.tokens;
+    }
+  }
+  request.store_at = prefix_cache_->BranchPoint(request.tokens, request.fed());
+}
+
+// After a step fed the request's tokens (not a verify round, whose state holds drafts).
+void ServingEngine::StorePrefixAtStepEnd(ActiveRequest& request) {
+  if (!prefix_cache_ || request.done) return;
+  const bool branch_point = request.store_at > 0 && request.fed() == request.store_at;
+  const bool prompt_in = request.pending() == 0 && !request.prompt_stored;
+  if (branch_point || prompt_in) StorePrefix(request);
+}
+
+void ServingEngine::StorePrefix(ActiveRequest& request) {
+  if (!prefix_cache_) return;
+  if (request.pending() <= 1) request.prompt_stored = true;
+  // The entry's ring must hold every position its state does.
+  if (request.drafter_state) spec_.CatchUpRing(request);
+  prefix_cache_->Store(request.tokens, *request.state, request.drafter_state.get());
 }
 
 StatusOr<std::unique_ptr<dspark::DrafterState>> ServingEngine::NewDrafterState() const {
@@ -258,6 +301,7 @@ void ServingEngine::RunStep() {
       r.pending_context->Add(output.features.data() + begin * feature_width, end - begin);
       if (r.pending_context->MustFlush()) spec_.CatchUpRing(r);
     }
+    if (r.draft.empty()) StorePrefixAtStepEnd(r);
     if (!r.draft.empty()) {
       AfterVerify(r, step->Rows(i, vocab));
       continue;
@@ -317,16 +361,20 @@ void ServingEngine::Emit(ActiveRequest& request, Emission emission) {
       stats_.prefill_seconds.Observe(
           std::chrono::duration<double>(Clock::now() - request.submitted).count());
       stats_.prompt_tokens +=
-          static_cast<int64_t>(request.spec.prompt.size() + request.spec.generated.size());
+          static_cast<int64_t>(request.spec.prompt.size() + request.spec.generated.size()) -
+          request.cached_tokens;
     }
   }
   if (reason == sampling::FinishReason::kNone && !request.spec.prefill_only) {
     request.sink(event);
     return;
   }
+  // The next turn of a conversation starts with this one's prompt and answer.
+  if (!request.spec.prefill_only) StorePrefix(request);
   event.outcome = Outcome::kFinished;
   event.finish_reason = reason;
   event.prompt_tokens = static_cast<int64_t>(request.spec.prompt.size());
+  event.cached_tokens = request.cached_tokens;
   event.generated_tokens = request.generated;
   event.spec = request.spec_stats;
   MarkDone(request);
@@ -375,6 +423,7 @@ void ServingEngine::Finish(ActiveRequest& request, Outcome outcome, sampling::Fi
   event.finish_reason = reason;
   event.error = std::move(error);
   event.prompt_tokens = static_cast<int64_t>(request.spec.prompt.size());
+  event.cached_tokens = request.cached_tokens;
   event.generated_tokens = request.generated;
   event.spec = request.spec_stats;
   request.sink(event);
@@ -388,8 +437,12 @@ void ServingEngine::ReapFinished() {
 
 void ServingEngine::FillCacheStats(ServingStats& stats) const {
   const engine::KvPool& pool = model_->kv_pool();
-  stats.cache_bytes_in_use = pool.bytes_in_use();
-  stats.cache_blocks_in_use = pool.pages_in_use();
+  // Pages only the prefix cache holds are as good as free: the pool reclaims them on demand.
+  const int64_t reclaimable = pool.reclaimable_pages();
+  stats.cache_bytes_in_use = (pool.pages_in_use() - reclaimable) * pool.page_bytes();
+  stats.cache_blocks_in_use = pool.pages_in_use() - reclaimable;
+  stats.prefix_cache_bytes = reclaimable * pool.page_bytes();
+  if (prefix_cache_) stats.prefix_cache = prefix_cache_->Stats();
   stats.cache_high_water_bytes = pool.high_water_pages() * pool.page_bytes();
   stats.cache_bytes_by_group = pool.BytesInUseByGroup();
 }

@@ -27,6 +27,7 @@
 #include "engine/serving/cache_ledger.h"
 #include "engine/serving/model_runner.h"
 #include "engine/serving/output_processor.h"
+#include "engine/serving/prefix_cache.h"
 #include "engine/serving/request.h"
 #include "engine/serving/scheduler.h"
 #include "engine/serving/serving_options.h"
@@ -60,6 +61,12 @@ struct ServingStats {
   int64_t prompt_tokens = 0;
   // auto: the current STS temperatures of greedy requests' confidences (per draft slot).
   std::vector<double> spec_temperatures;
+  // Prefix caching (ServingOptions::enable_prefix_caching); pages only the cache holds are
+  // counted free in cache_bytes_in_use (they are reclaimed on demand), and in
+  // prefix_cache_bytes.
+  bool prefix_caching = false;
+  PrefixCacheStats prefix_cache;
+  int64_t prefix_cache_bytes = 0;
 };
 
 class ServingEngine {
@@ -75,6 +82,8 @@ class ServingEngine {
   // Whether the request waits in the queue (for cache, or for a batch slot).
   bool IsQueued(const std::string& id) const;
   ServingStats Stats() const;
+  // The prefix cache's entries for the router (version 0 and none when caching is off).
+  PrefixCache::Published CachedPrefixes() const;
   // Worst-case cache bytes of a sequence of `tokens` tokens (a drafting one also holds a DSpark
   // context ring): what admission reserves of the model's KV pool (--kv-cache-memory-bytes).
   int64_t CacheBytesFor(int64_t tokens, bool drafting) const;
@@ -116,6 +125,12 @@ class ServingEngine {
   void ReapFinished();
   void FillCacheStats(ServingStats& stats) const;
   Status StartRequest(ActiveRequest& request);
+  // Prefix caching: a new request takes the longest cached prefix of its tokens and learns
+  // where to end a step for a branch point; states are stored when a prompt is in, at branch
+  // points and when a request finishes.
+  void ReusePrefix(ActiveRequest& request);
+  void StorePrefixAtStepEnd(ActiveRequest& request);
+  void StorePrefix(ActiveRequest& request);
 
   std::unique_ptr<engine::Model> model_;
   const ServingOptions options_;
@@ -129,6 +144,7 @@ class ServingEngine {
   ModelRunner runner_;
   Scheduler scheduler_;
   OutputProcessor output_;
+  std::unique_ptr<PrefixCache> prefix_cache_;  // null when caching is off
 
   mutable std::mutex mu_;
   std::condition_variable wake_;

@@ -38,6 +38,13 @@ struct ServingOptions {
   // SpecCostModel::Unprofiled(): every step costs the same and drafting is free, so every
   // candidate drafts and verifies whatever clears the survival floor.
   std::optional<SpecCostModel> spec_auto_costs;
+  // Automatic prefix caching (engine/serving/prefix_cache.h): requests reuse the state of
+  // prompts (and finished requests) computed before. Off in the library, on in the workers
+  // (--enable-prefix-caching, as vLLM). Branch points fall on multiples of
+  // prefix_cache_block_tokens; at most prefix_cache_max_entries states are kept.
+  bool enable_prefix_caching = false;
+  int64_t prefix_cache_block_tokens = 32;
+  int64_t prefix_cache_max_entries = 4096;
   // The tokens' bytes, for structured output (TokenVocabulary::FromModelDir); unset: requests
   // with a grammar are refused.
   std::shared_ptr<const sampling::TokenVocabulary> vocabulary;

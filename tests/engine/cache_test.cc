@@ -1,6 +1,9 @@
 // The KV pool and the paged rows of one cache group: pages come from one bounded arena, groups
 // with other row widths fit other row counts in the same page, running out is reported (never
-// a crash), and PagesToGrow predicts exactly what Append takes.
+// a crash), and PagesToGrow predicts exactly what Append takes. Forks share pages by reference
+// count and copy a shared page before writing into it; pages only the prefix cache holds are
+// counted reclaimable and handed back through the pool's reclaimer.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -118,6 +121,74 @@ TEST(PagedRows, SerialiseRoundTripKeepsLogicalIndices) {
   std::string truncated = bytes.substr(0, bytes.size() - 1);
   offset = 0;
   EXPECT_FALSE(copy.ReadFrom(truncated, offset).ok());
+}
+
+void AppendValue(PagedRows& rows, float v) {
+  float* r = rows.AppendFloats();
+  r[0] = v;
+  r[1] = -v;
+}
+
+TEST(PagedRows, ForkSharesPagesAndCopiesAPartlyFilledPageBeforeWriting) {
+  SmallPool arena(8);
+  KvPool& pool = arena.pool;
+  PagedRows rows(&pool.ForGroup("g", 2 * sizeof(float)));
+  for (int i = 0; i < 6; ++i) AppendValue(rows, i);  // pages: [0,4) full, [4,6) partly
+  PagedRows fork = rows.Fork(PageHolder::kCache);
+  EXPECT_EQ(fork.block_table(), rows.block_table());
+  EXPECT_EQ(pool.pages_in_use(), 2);
+  EXPECT_EQ(pool.reclaimable_pages(), 0);  // the request holds them too
+  // Appending to the shared partly filled page copies it first: one more page.
+  EXPECT_EQ(rows.PagesToGrow(7), 1);
+  AppendValue(rows, 100);
+  EXPECT_EQ(pool.pages_in_use(), 3);
+  EXPECT_EQ(rows.block_table()[0], fork.block_table()[0]);  // the full page stays shared
+  EXPECT_NE(rows.block_table()[1], fork.block_table()[1]);
+  EXPECT_EQ(pool.reclaimable_pages(), 1);  // the fork's old partly filled page
+  EXPECT_EQ(rows.Floats(5)[0], 5.0f);      // rows copied with the page
+  EXPECT_EQ(rows.Floats(6)[0], 100.0f);
+  EXPECT_EQ(fork.size(), 6);
+  // The fork rolls back one row and writes its own: the request's rows are untouched.
+  fork.Truncate(5);
+  EXPECT_EQ(fork.PagesToGrow(6), 0);  // that page is the fork's alone now
+  AppendValue(fork, 200);
+  EXPECT_EQ(fork.Floats(5)[0], 200.0f);
+  EXPECT_EQ(rows.Floats(5)[0], 5.0f);
+  // A truncation into a shared full page: the next write copies it.
+  rows.Truncate(2);
+  EXPECT_EQ(rows.PagesToGrow(3), 1);
+  AppendValue(rows, 300);
+  EXPECT_EQ(fork.Floats(2)[0], 2.0f);
+  EXPECT_EQ(rows.Floats(2)[0], 300.0f);
+  rows.Clear();
+  fork.Clear();
+  EXPECT_EQ(pool.pages_in_use(), 0);
+  EXPECT_EQ(pool.reclaimable_pages(), 0);
+}
+
+TEST(KvPool, ReclaimerIsAskedForPagesWhenNoneIsFree) {
+  SmallPool arena(2);
+  KvPool& pool = arena.pool;
+  PageGroup& group = pool.ForGroup("g", 2 * sizeof(float));
+  auto cached = std::make_unique<PagedRows>(&group);
+  cached->HoldFor(PageHolder::kCache);
+  for (int i = 0; i < 8; ++i) AppendValue(*cached, i);
+  EXPECT_EQ(pool.reclaimable_pages(), 2);
+  int64_t asked = 0;
+  pool.SetReclaimer([&](int64_t pages) {
+    asked = pages;
+    cached.reset();
+  });
+  EXPECT_TRUE(pool.EnsureFree(2));
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(pool.reclaimable_pages(), 0);
+  // Allocation asks too, and fails cleanly when nothing can be reclaimed.
+  PagedRows live(&group);
+  for (int i = 0; i < 8; ++i) AppendValue(live, i);
+  asked = 0;
+  EXPECT_EQ(group.Allocate(), kNoPage);
+  EXPECT_EQ(asked, 1);
+  pool.SetReclaimer(nullptr);
 }
 
 }  // namespace

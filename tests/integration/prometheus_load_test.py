@@ -155,6 +155,7 @@ class PrometheusLoadTest(unittest.TestCase):
             "batch_count": (d, "pdspark_decode_batch_size_count", (DECODE,)),
             "prefills": (p, "pdspark_prefill_seconds_count", (PREFILL,)),
             "prefill_prompt": (p, "pdspark_prefill_prompt_tokens_total", (PREFILL,)),
+            "prefill_reused": (p, "pdspark_prefix_cache_hits_total", (PREFILL,)),
             "kv_sent": (p, "pdspark_kv_transfer_bytes_total", (PREFILL, 'direction="send"')),
             "kv_received": (d, "pdspark_kv_transfer_bytes_total", (DECODE, 'direction="receive"')),
             "kv_transfers": (p, "pdspark_kv_transfer_seconds_count", (PREFILL,)),
@@ -216,7 +217,11 @@ class PrometheusLoadTest(unittest.TestCase):
         self.assertEqual(delta["router_prompt"], result["total_input_tokens"])
         self.assertEqual(delta["decode_tokens"], result["total_output_tokens"] - result["completed"])
         self.assertEqual(delta["prefills"], result["completed"])
-        self.assertEqual(delta["prefill_prompt"], result["total_input_tokens"])
+        # Every prompt token was computed or reused from the prefix cache, which the client's
+        # prompt-length probes (the same prompts) filled: all but each prompt's last token.
+        self.assertEqual(delta["prefill_prompt"] + delta["prefill_reused"],
+                         result["total_input_tokens"])
+        self.assertEqual(delta["prefill_prompt"], result["completed"])
         self.assertEqual(delta["kv_transfers"], result["completed"])
         self.assertGreater(delta["kv_sent"], 0)
         self.assertEqual(delta["kv_sent"], delta["kv_received"])

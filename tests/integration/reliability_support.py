@@ -167,6 +167,23 @@ def threads(pid):
     return _status_field(pid, "Threads")
 
 
+def mapping_rss_kib(pid, size_bytes):
+    """Resident KiB of the process's one mapping of `size_bytes` (rounded up to whole pages,
+    plus at most two pages of allocator header): the KV pool, which the allocator maps on its
+    own. 0 when there is no such mapping."""
+    low, high = size_bytes, size_bytes + 3 * 4096
+    size = None
+    with open("/proc/%d/smaps" % pid) as f:
+        for line in f:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                size = end - start if low <= end - start <= high else None
+            elif size is not None and fields[0] == "Rss:":
+                return int(fields[1])
+    return 0
+
+
 def open_fds(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "common/base/prefix_hash.h"
 #include "gtest/gtest.h"
 #include "router/prefix_index.h"
 #include "router/scheduler.h"
@@ -241,6 +242,49 @@ TEST_F(SchedulerTest, KvAwareImbalanceGuardFallsBackToLeastLoaded) {
   registry_.Heartbeat(a, "inc-a:1", Load(100));
   registry_.Heartbeat(b, "inc-b:2", Load(10));
   EXPECT_EQ(s.Pick(p)->decode.worker_id, b);  // 4096 cached tokens, but a is swamped
+}
+
+// A worker's heartbeat says which prefixes its prefix cache holds (the hash of each cached
+// token prefix, with its length); kv_aware sends a prompt that starts with one of them there,
+// though this router never sent that prefix anywhere.
+TEST_F(SchedulerTest, KvAwareScoresThePrefixesWorkersReportCached) {
+  std::string a = AddDecode("a:1"), b = AddDecode("b:1");
+  Scheduler s(&registry_, SchedulingPolicy::kKvAware, SchedulingPolicy::kKvAware);
+  const std::vector<uint32_t> prompt = Prompt(3, 900);
+  const std::vector<uint64_t> hashes = PrefixHashes(std::span<const uint32_t>(prompt));
+  auto report = [&](uint64_t version, std::vector<uint32_t> lengths) {
+    v1::WorkerLoad load = Load(0);
+    load.set_cache_version(version);
+    for (uint32_t n : lengths) {
+      load.add_cached_prefixes(hashes[n]);
+      load.add_cached_prefix_lengths(n);
+    }
+    return load;
+  };
+  registry_.Heartbeat(a, "inc-a:1", report(7, {}));
+  registry_.Heartbeat(b, "inc-b:1", report(3, {100, 800, 850}));
+  EXPECT_EQ(registry_.Find(b)->cached_prefixes->prefixes.front().first, 850u);
+  EXPECT_EQ(registry_.Find(b)->load.cached_prefixes_size(), 0);  // kept once, not per snapshot
+  EXPECT_EQ(s.Pick(prompt)->decode.worker_id, b);
+  // Unchanged since the last report: the router keeps what it has.
+  v1::WorkerLoad unchanged = Load(0);
+  unchanged.set_cache_version(3);
+  unchanged.set_cached_prefixes_unchanged(true);
+  registry_.Heartbeat(b, "inc-b:1", unchanged);
+  registry_.Heartbeat(a, "inc-a:1", report(7, {}));
+  EXPECT_EQ(s.Pick(Prompt(3, 860))->decode.worker_id, b);
+  // Another prompt with the same first tokens but a different 851st token: only the 800 match.
+  std::vector<uint32_t> other = prompt;
+  other[820] = 1;
+  registry_.Heartbeat(a, "inc-a:1", report(7, {}));
+  registry_.Heartbeat(b, "inc-b:1", unchanged);
+  EXPECT_EQ(registry_.Find(b)->cached_prefixes->LongestPrefix(
+                PrefixHashes(std::span<const uint32_t>(other))),
+            800u);
+  // b evicted everything and a reports a longer prefix: a wins.
+  registry_.Heartbeat(b, "inc-b:1", report(4, {}));
+  registry_.Heartbeat(a, "inc-a:1", report(8, {880}));
+  EXPECT_EQ(s.Pick(prompt)->decode.worker_id, a);
 }
 
 TEST(PrefixIndexTest, CountsLeadingWholeBlocksAndEvicts) {
