@@ -137,7 +137,7 @@ COUNTERS = ["pdspark_prefill_prompt_tokens_total", "pdspark_prefix_cache_hits_to
 
 def start_cluster(args, config):
     c = Cluster(args.bin_dir, args.model)
-    common = ["--threads", str(args.threads), "--max-num-seqs", "32"]
+    common = ["--threads", str(args.threads), "--max-num-seqs", "32", "--kv-cache-memory-bytes", "2G"]
     if config in ("off", "on"):
         router = c.start_router("router")
         extra = ["--no-enable-prefix-caching"] if config == "off" else []
@@ -158,6 +158,7 @@ def run_config(args, config, workload, concurrency):
     try:
         before = {name: sum(metric(w.metrics, name) for w in workers) for name in COUNTERS}
         first, later = replay(router.http, workload, concurrency, args.max_tokens)
+        time.sleep(1.5)  # the workers export their counters every 500 ms
         after = {name: sum(metric(w.metrics, name) for w in workers) for name in COUNTERS}
     finally:
         cluster.stop_all()

@@ -207,7 +207,10 @@ Status ServingEngine::StartRequest(ActiveRequest& request) {
     request.pending_context.emplace(spec_.FeatureWidth(), *request.drafter_state);
   }
   // A prefilled request brings its prompt's state: stored as a colocated prefill's would be.
-  if (spec.prefilled) StorePrefix(request);
+  if (spec.prefilled) {
+    request.prompt_stored = true;
+    StorePrefix(request);
+  }
   if (!spec.generated.empty()) {
     // The first token may already end the request (EOS, max_tokens = 1).
     std::vector<int32_t> last(spec.generated.end() - 1, spec.generated.end());
@@ -240,12 +243,12 @@ void ServingEngine::StorePrefixAtStepEnd(ActiveRequest& request) {
   if (!prefix_cache_ || request.done) return;
   const bool branch_point = request.store_at > 0 && request.fed() == request.store_at;
   const bool prompt_in = request.pending() == 0 && !request.prompt_stored;
+  if (prompt_in) request.prompt_stored = true;
   if (branch_point || prompt_in) StorePrefix(request);
 }
 
 void ServingEngine::StorePrefix(ActiveRequest& request) {
   if (!prefix_cache_) return;
-  if (request.pending() <= 1) request.prompt_stored = true;
   // The entry's ring must hold every position its state does.
   if (request.drafter_state) spec_.CatchUpRing(request);
   prefix_cache_->Store(request.tokens, *request.state, request.drafter_state.get());
