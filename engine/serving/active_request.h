@@ -49,7 +49,8 @@ struct ActiveRequest {
   std::vector<float> draft_logits;
   std::vector<double> predicted_survival;
   // Prefix caching: tokens reused from the cache, the position where a step must end so that
-  // the state there is stored (0: none), and whether the prompt's state was stored.
+  // the state there is stored (0: none), and whether the request is past its prompt (whose
+  // state was stored then, unless a verify round took the prompt's last token).
   int64_t cached_tokens = 0;
   int64_t store_at = 0;
   bool prompt_stored = false;

@@ -175,6 +175,7 @@ void ServingEngine::Loop() {
         Finish(*request, Outcome::kFailed, sampling::FinishReason::kNone,
                "deadline exceeded before the request finished");
       } else if (!request->started) {
+        if (WaitsForASharedPrompt(*request)) continue;
         request->started = true;
         Status st = StartRequest(*request);
         if (!st.ok()) {
@@ -221,6 +222,28 @@ Status ServingEngine::StartRequest(ActiveRequest& request) {
     }
   }
   return absl::OkStatus();
+}
+
+// Requests that arrive together with one prompt (n samples, a burst of one system prompt and
+// question) would each compute it; all but the first wait until its state is stored and then
+// reuse it. Only running requests are waited for, which always reach the end of their prompt.
+bool ServingEngine::WaitsForASharedPrompt(const ActiveRequest& request) const {
+  const RequestSpec& spec = request.spec;
+  if (!prefix_cache_ || spec.prefilled || spec.sampling.prompt_logprobs >= 0) return false;
+  std::vector<int32_t> tokens = spec.prompt;
+  tokens.insert(tokens.end(), spec.generated.begin(), spec.generated.end());
+  for (const auto& other : running_) {
+    if (!other->live() || other->prompt_stored || other->spec.prefilled) continue;
+    const int64_t prompt = static_cast<int64_t>(other->spec.prompt.size());
+    if (prompt < options_.prefix_cache_block_tokens || prompt > std::ssize(tokens) ||
+        other->fed() >= prompt) {
+      continue;
+    }
+    if (std::equal(other->spec.prompt.begin(), other->spec.prompt.end(), tokens.begin())) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void ServingEngine::ReusePrefix(ActiveRequest& request) {
@@ -304,7 +327,13 @@ void ServingEngine::RunStep() {
       r.pending_context->Add(output.features.data() + begin * feature_width, end - begin);
       if (r.pending_context->MustFlush()) spec_.CatchUpRing(r);
     }
-    if (r.draft.empty()) StorePrefixAtStepEnd(r);
+    if (r.draft.empty()) {
+      StorePrefixAtStepEnd(r);
+    } else {
+      // A verify round is past the prompt (its last token may have come with drafts, when a
+      // prefill chunk left it alone): the state holds drafts and is not stored.
+      r.prompt_stored = true;
+    }
     if (!r.draft.empty()) {
       AfterVerify(r, step->Rows(i, vocab));
       continue;

@@ -128,6 +128,7 @@ class ServingEngine {
   // Prefix caching: a new request takes the longest cached prefix of its tokens and learns
   // where to end a step for a branch point; states are stored when a prompt is in, at branch
   // points and when a request finishes.
+  bool WaitsForASharedPrompt(const ActiveRequest& request) const;
   void ReusePrefix(ActiveRequest& request);
   void StorePrefixAtStepEnd(ActiveRequest& request);
   void StorePrefix(ActiveRequest& request);

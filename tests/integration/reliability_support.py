@@ -29,13 +29,21 @@ def stubs(source_dir):
     return _STUBS["mods"]
 
 
+def token_counts(usage):
+    """An OpenAI usage object without prompt_tokens_details: what equal requests share."""
+    return {k: v for k, v in usage.items() if k != "prompt_tokens_details"}
+
+
 class Stream:
-    """One streaming /v1/completions call, read event by event. `text`, `finish`, `usage`,
-    `error` (the OpenAI error object of a mid-stream error) and `status` (HTTP) are filled in as
-    it goes; `exception` is set when the connection broke (router killed)."""
+    """One streaming /v1/completions call, read event by event. `text`, `finish`, `usage`
+    (token counts, without the prompt tokens a worker reused from its prefix cache, which depend
+    on what ran before: those are in `cached_tokens`), `error` (the OpenAI error object of a
+    mid-stream error) and `status` (HTTP) are filled in as it goes; `exception` is set when the
+    connection broke (router killed)."""
 
     def __init__(self, router_port, body, host="127.0.0.1", timeout=300):
         self.text, self.finish, self.usage, self.error = "", None, None, None
+        self.cached_tokens = None
         self.status, self.exception, self.done, self.events = None, None, False, 0
         body = dict(body, stream=True, stream_options={"include_usage": True})
         self.conn = http.client.HTTPConnection(host, router_port, timeout=timeout)
@@ -71,7 +79,9 @@ class Stream:
         if "error" in event:
             self.error = event["error"]
         elif event.get("usage"):
-            self.usage = event["usage"]
+            self.usage = token_counts(event["usage"])
+            self.cached_tokens = event["usage"].get("prompt_tokens_details", {}).get(
+                "cached_tokens")
         for choice in event.get("choices", []):
             self.text += choice.get("text", "")
             if choice.get("finish_reason"):

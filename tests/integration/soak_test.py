@@ -21,7 +21,7 @@ import unittest
 
 from cluster import Cluster, health, http_json, metric
 from reliability_support import (assert_nothing_held, completion, mapping_rss_kib, open_fds,
-                                 parse_args, rss_kib, stubs, threads)
+                                 parse_args, rss_kib, stubs, threads, token_counts)
 
 ARGS = None
 CONCURRENCY = 64
@@ -133,7 +133,8 @@ class SoakTest(unittest.TestCase):
                 else:
                     status, r = http_json(self.router.http, "/v1/completions", body, timeout=600)
                     ok = status == 200 and r["choices"][0]["finish_reason"] == "length"
-                    out = (r["choices"][0]["text"] if ok else None, r.get("usage"),
+                    out = (r["choices"][0]["text"] if ok else None,
+                           token_counts(r["usage"]) if ok else None,
                            None if ok else r)
                 with lock:
                     results.append((kind, ok, out))

@@ -172,6 +172,44 @@ TEST_F(PrefixCacheTest, DivergingContinuationsDoNotOverwriteEachOthersEntries) {
   ExpectSame(hit, Run(*cold, Spec("d", d, 10)), "continuation of b");
 }
 
+// Samples of one prompt submitted together (the router's n): the first computes the prompt,
+// the others wait for its state and reuse all of it but the last token.
+TEST_F(PrefixCacheTest, RequestsArrivingTogetherComputeTheirPromptOnce) {
+  // Seeded sampling without a drafter (each token is one draw of the request's own generator,
+  // whatever else runs; with DSpark the draws follow the drafts, which batches change), and
+  // greedy with DSpark.
+  for (const auto& [spec_tokens, temperature] : {std::pair<int64_t, float>{0, 0.9f}, {3, 0.f}}) {
+    auto cached = Engine({.caching = true, .spec_tokens = spec_tokens});
+    auto cold = Engine({.caching = false, .spec_tokens = spec_tokens});
+    const std::vector<int32_t> prompt = Prompt(140, 17);
+    auto submit_all = [&](ServingEngine& engine) {
+      std::vector<Output> outs(4);
+      std::vector<RequestCollector> collectors(4);
+      for (int i = 0; i < 4; ++i) {
+        RequestSpec spec = Spec("n" + std::to_string(i), prompt, 10, temperature, 40 + i);
+        spec.sampling.logprobs = 5;
+        EXPECT_TRUE(engine.Submit(spec, collectors[i].Sink()).ok());
+      }
+      for (int i = 0; i < 4; ++i) {
+        outs[i].final_event = collectors[i].Wait();
+        EXPECT_EQ(outs[i].final_event.outcome, Outcome::kFinished) << outs[i].final_event.error;
+        outs[i].tokens = collectors[i].tokens();
+        outs[i].logprobs = collectors[i].logprobs();
+      }
+      return outs;
+    };
+    const std::vector<Output> hit = submit_all(*cached), reference = submit_all(*cold);
+    int64_t reused = 0;
+    for (int i = 0; i < 4; ++i) {
+      reused += hit[i].final_event.cached_tokens;
+      ExpectSame(hit[i], reference[i], "sample " + std::to_string(i));
+    }
+    EXPECT_EQ(reused, 3 * 139) << "spec " << spec_tokens;
+    EXPECT_EQ(cached->Stats().prompt_tokens, 140 + 3);
+    EXPECT_EQ(cold->Stats().prompt_tokens, 4 * 140);
+  }
+}
+
 // Seeded sampling with DSpark on: the random draws line up with an uncached run's.
 TEST_F(PrefixCacheTest, SeededSamplingMatchesAnUncachedEngine) {
   auto cached = Engine({.caching = true});
