@@ -40,13 +40,27 @@ int64_t PagedRows::PagesToGrow(int64_t size) const {
   return pages;
 }
 
-PagedRows PagedRows::Fork(PageHolder holder) {
+StatusOr<PagedRows> PagedRows::Fork(PageHolder holder, bool own_last_page) {
   PagedRows fork(group_, fp8_);
   fork.holder_ = holder;
-  for (int32_t page : pages_) group_->Share(page, holder);
   fork.pages_ = pages_;
   fork.first_block_ = first_block_;
   fork.size_ = size_;
+  const int64_t partial_rows = size_ % rows_per_page();
+  const bool copy_last =
+      own_last_page && partial_rows > 0 && !pages_.empty() &&
+      (size_ - 1) / rows_per_page() - first_block_ == static_cast<int64_t>(pages_.size()) - 1;
+  if (copy_last) {
+    const int32_t page = group_->Allocate(holder);
+    if (page == kNoPage) {
+      fork.pages_.clear();
+      return absl::ResourceExhaustedError(
+          absl::StrCat("KV pool full: no page to fork cache group ", group_->name()));
+    }
+    std::memcpy(group_->Row(page, 0), group_->Row(pages_.back(), 0), partial_rows * row_bytes());
+    fork.pages_.back() = page;
+  }
+  for (size_t i = 0; i + (copy_last ? 1 : 0) < pages_.size(); ++i) group_->Share(pages_[i], holder);
   fork.forked_ = forked_ = true;
   return fork;
 }

@@ -39,8 +39,11 @@ class PagedRows {
   // copied first).
   int64_t PagesToGrow(int64_t size) const;
   // A copy that shares every page with this one (no row is copied), held by `holder`; either
-  // side copies a shared page before appending to it.
-  PagedRows Fork(PageHolder holder);
+  // side copies a shared page before appending to it. With `own_last_page` the copy takes a
+  // copy of a partly filled last page instead, so this side keeps appending to a page nobody
+  // else holds (a prefill worker's transfer reads the pages this side writes); fails like
+  // Assign when the pool has no page for it.
+  StatusOr<PagedRows> Fork(PageHolder holder, bool own_last_page = false);
   // Whose pages these are (the pool counts pages only the prefix cache holds); set while empty.
   void HoldFor(PageHolder holder) { holder_ = holder; }
   // The next row; its page must be available (see PagesToGrow).

@@ -33,11 +33,15 @@ SequenceState::SequenceState(const CacheLayout* layout, KvPool* pool) : layout_(
   }
 }
 
-std::unique_ptr<SequenceState> SequenceState::Fork(PageHolder holder) {
+StatusOr<std::unique_ptr<SequenceState>> SequenceState::Fork(PageHolder holder,
+                                                             bool own_last_pages) {
   std::unique_ptr<SequenceState> fork(new SequenceState(layout_));
   fork->groups_.resize(groups_.size());
   for (size_t l = 0; l < groups_.size(); ++l) {
-    for (PagedRows& rows : groups_[l]) fork->groups_[l].push_back(rows.Fork(holder));
+    for (PagedRows& rows : groups_[l]) {
+      ASSIGN_OR_RETURN(PagedRows copy, rows.Fork(holder, own_last_pages));
+      fork->groups_[l].push_back(std::move(copy));
+    }
   }
   fork->num_tokens_ = num_tokens_;
   return fork;

@@ -44,8 +44,11 @@ class SequenceState {
 
   // A state of the same tokens sharing every page with this one (the prefix cache's entries and
   // the requests that reuse them); whichever side appends first copies the page it writes to.
-  // The fork keeps no KeepRowsFrom.
-  std::unique_ptr<SequenceState> Fork(PageHolder holder = PageHolder::kRequest);
+  // The fork keeps no KeepRowsFrom. With `own_last_pages` (the prefix cache storing a live
+  // request's state) the fork copies each group's partly filled last page, so the request never
+  // has to copy a page it writes (PagedRows::Fork); ResourceExhausted when the pool is short.
+  StatusOr<std::unique_ptr<SequenceState>> Fork(PageHolder holder = PageHolder::kRequest,
+                                                bool own_last_pages = false);
   // Releases what a sequence of num_tokens() would no longer hold (CommitTokens of nothing):
   // a fork made from a state that kept rows for a transfer drops them.
   void ReleaseOutOfWindow() { CommitTokens(0); }

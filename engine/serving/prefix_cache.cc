@@ -67,7 +67,9 @@ PrefixHit PrefixCache::Adopt(const Entry& entry, int64_t tokens,
                              std::span<const int64_t> keep_rows_from, bool with_ring) const {
   if (tokens <= 0 || (with_ring && !entry.ring)) return {};
   PrefixHit hit;
-  hit.state = entry.state->Fork();
+  auto fork = entry.state->Fork();
+  if (!fork.ok()) return {};
+  hit.state = *std::move(fork);
   if (!hit.state->Truncate(tokens).ok()) return {};
   hit.state->KeepRowsFrom({keep_rows_from.begin(), keep_rows_from.end()});
   hit.state->ReleaseOutOfWindow();
@@ -126,7 +128,11 @@ void PrefixCache::Store(std::span<const int32_t> tokens, engine::SequenceState& 
   auto entry = std::make_shared<Entry>();
   entry->tokens.assign(tokens.begin(), tokens.begin() + length);
   entry->hash = hash;
-  entry->state = state.Fork(engine::PageHolder::kCache);
+  // The entry takes copies of the partly filled last pages: the request goes on writing its own
+  // (a prefill worker's transfer may be reading them), and nothing ever writes the entry's.
+  auto fork = state.Fork(engine::PageHolder::kCache, /*own_last_pages=*/true);
+  if (!fork.ok()) return;
+  entry->state = *std::move(fork);
   if (ring != nullptr) {
     auto copy = ring->Clone(engine::PageHolder::kCache);  // may reclaim: outside the lock
     if (!copy.ok()) return;

@@ -134,7 +134,7 @@ TEST(PagedRows, ForkSharesPagesAndCopiesAPartlyFilledPageBeforeWriting) {
   KvPool& pool = arena.pool;
   PagedRows rows(&pool.ForGroup("g", 2 * sizeof(float)));
   for (int i = 0; i < 6; ++i) AppendValue(rows, i);  // pages: [0,4) full, [4,6) partly
-  PagedRows fork = rows.Fork(PageHolder::kCache);
+  PagedRows fork = std::move(rows.Fork(PageHolder::kCache)).value();
   EXPECT_EQ(fork.block_table(), rows.block_table());
   EXPECT_EQ(pool.pages_in_use(), 2);
   EXPECT_EQ(pool.reclaimable_pages(), 0);  // the request holds them too
@@ -164,6 +164,30 @@ TEST(PagedRows, ForkSharesPagesAndCopiesAPartlyFilledPageBeforeWriting) {
   fork.Clear();
   EXPECT_EQ(pool.pages_in_use(), 0);
   EXPECT_EQ(pool.reclaimable_pages(), 0);
+}
+
+// The prefix cache's forks own a copy of the partly filled last page: the request they were
+// taken from keeps writing to pages nobody else holds.
+TEST(PagedRows, ForkThatOwnsItsLastPageLeavesTheSourceItsOwnPages) {
+  SmallPool arena(8);
+  KvPool& pool = arena.pool;
+  PagedRows rows(&pool.ForGroup("g", 2 * sizeof(float)));
+  for (int i = 0; i < 6; ++i) AppendValue(rows, i);
+  const std::vector<int32_t> before = rows.block_table();
+  PagedRows fork = std::move(rows.Fork(PageHolder::kCache, /*own_last_page=*/true)).value();
+  EXPECT_EQ(fork.block_table()[0], before[0]);  // the full page is shared
+  EXPECT_NE(fork.block_table()[1], before[1]);  // the partly filled one copied
+  EXPECT_EQ(fork.Floats(5)[0], 5.0f);
+  EXPECT_EQ(rows.PagesToGrow(7), 0);  // no copy before writing
+  AppendValue(rows, 100);
+  EXPECT_EQ(rows.block_table(), before);
+  EXPECT_EQ(fork.size(), 6);
+  EXPECT_EQ(pool.reclaimable_pages(), 1);  // the fork's copy; the full page has two holders
+  // No page for the copy: the fork fails and holds nothing.
+  PagedRows filler(&pool.ForGroup("g", 2 * sizeof(float)));
+  while (pool.free_pages() > 0) AppendValue(filler, 0);
+  EXPECT_FALSE(rows.Fork(PageHolder::kCache, /*own_last_page=*/true).ok());
+  EXPECT_EQ(pool.reclaimable_pages(), 1);
 }
 
 TEST(KvPool, ReclaimerIsAskedForPagesWhenNoneIsFree) {
