@@ -4,8 +4,8 @@ prompt lengths (short ones prefill on the decode worker, long ones go through th
 and UCX), streaming and not, greedy and seeded, in a warm-up phase and --phases identical load
 phases. Pass: no request fails, every greedy repeat of a prompt gives the same text, every cache
 block and lease is free when idle after each phase, and no process's idle RSS (less the KV
-pool's resident pages, which the prefix cache fills by design) climbs more than 5% above its
-high-water mark of the first two phases, nor its threads or open files.
+pool's resident pages, which the prefix cache fills by design) climbs more than 5% (at least
+8 MiB) above its high-water mark of the first two phases, nor its threads or open files.
 
     tests/integration/soak_test.py --bin-dir build/bin --model-dir models/tiny-dsv4-dspark \\
         --duration-s 1800 --phases 9     # the long run; CTest runs 160 s in 4 phases
@@ -202,13 +202,15 @@ class SoakTest(unittest.TestCase):
         self.assertGreater(figures["drafts"], 0, "DSpark did not run")
         # The high-water mark of the first two phases is the base: idle RSS moves up and down
         # with what the allocator keeps from each phase's peak (the prefill worker's staged
-        # states, the decode batch), but a later phase may not climb more than 5% above it;
-        # threads and open files may not grow at all beyond a few pooled connections.
+        # states, the decode batch), but a later phase may not climb more than 5% above it, or
+        # 8 MiB where that is more (without the pool a worker holds about 60 MB, and its
+        # allocator's arenas swing by a few MB from phase to phase); threads and open files may
+        # not grow at all beyond a few pooled connections.
         for name in readings[0]:
             high = max(r[name]["rss_kib"] for r in readings[:2])
             for phase, r in enumerate(readings[2:], start=2):
                 a = r[name]
-                self.assertLessEqual(a["rss_kib"], 1.05 * high,
+                self.assertLessEqual(a["rss_kib"], max(1.05 * high, high + 8 * 1024),
                                      "%s RSS %d KiB after phase %d, high-water %d KiB" %
                                      (name, a["rss_kib"], phase, high))
                 self.assertLessEqual(a["fds"], readings[1][name]["fds"] + 4, name)
