@@ -36,4 +36,11 @@ inline std::vector<uint64_t> PrefixHashes(std::span<const int32_t> tokens) {
   return PrefixHashes<int32_t>(tokens);
 }
 
+// The hash of all of `tokens` (PrefixHashes(tokens).back(), without the others).
+inline uint64_t PrefixHash(std::span<const int32_t> tokens) {
+  uint64_t hash = kEmptyPrefixHash;
+  for (int32_t token : tokens) hash = ExtendPrefixHash(hash, token);
+  return hash;
+}
+
 }  // namespace pdspark

@@ -39,16 +39,10 @@ PrefixHit PrefixCache::Lookup(std::span<const int32_t> tokens,
     }
     std::sort(lengths.rbegin(), lengths.rend());
     for (int64_t length : lengths) {
-      auto [begin, end] = by_hash_.equal_range(hashes[length]);
-      for (auto it = begin; it != end; ++it) {
-        const std::shared_ptr<Entry>& entry = *it->second;
-        if (static_cast<int64_t>(entry->tokens.size()) == length &&
-            std::equal(entry->tokens.begin(), entry->tokens.end(), tokens.begin())) {
-          candidates.emplace_back(length, entry);
-          lru_.splice(lru_.begin(), lru_, it->second);
-          break;
-        }
-      }
+      auto it = FindLocked(hashes[length], tokens.first(length));
+      if (it == lru_.end()) continue;
+      candidates.emplace_back(length, *it);
+      lru_.splice(lru_.begin(), lru_, it);
     }
   }
   // Adopting allocates (a ring copy), which may reclaim: outside the lock.
@@ -112,17 +106,12 @@ void PrefixCache::Store(std::span<const int32_t> tokens, engine::SequenceState& 
   const int64_t length = state.num_tokens();
   if (length <= 0 || length > static_cast<int64_t>(tokens.size())) return;
   if (ring != nullptr && ring->num_positions() != length) return;
-  const uint64_t hash = PrefixHashes(tokens.first(length))[length];
+  const uint64_t hash = PrefixHash(tokens.first(length));
   {
     std::lock_guard lock(mu_);
-    auto [begin, end] = by_hash_.equal_range(hash);
-    for (auto it = begin; it != end; ++it) {
-      if (std::equal((*it->second)->tokens.begin(), (*it->second)->tokens.end(), tokens.begin(),
-                     tokens.begin() + length) &&
-          static_cast<int64_t>((*it->second)->tokens.size()) == length) {
-        lru_.splice(lru_.begin(), lru_, it->second);
-        return;  // already stored
-      }
+    if (auto it = FindLocked(hash, tokens.first(length)); it != lru_.end()) {
+      lru_.splice(lru_.begin(), lru_, it);
+      return;  // already stored
     }
   }
   auto entry = std::make_shared<Entry>();
@@ -148,6 +137,16 @@ void PrefixCache::Store(std::span<const int32_t> tokens, engine::SequenceState& 
     ++version_;
     dropped = TrimLocked();
   }
+}
+
+PrefixCache::EntryList::iterator PrefixCache::FindLocked(uint64_t hash,
+                                                         std::span<const int32_t> prefix) {
+  auto [begin, end] = by_hash_.equal_range(hash);
+  for (auto it = begin; it != end; ++it) {
+    const std::vector<int32_t>& tokens = (*it->second)->tokens;
+    if (std::equal(tokens.begin(), tokens.end(), prefix.begin(), prefix.end())) return it->second;
+  }
+  return lru_.end();
 }
 
 std::vector<std::shared_ptr<PrefixCache::Entry>> PrefixCache::TrimLocked() {

@@ -103,6 +103,8 @@ class PrefixCache {
   // destroyed outside the lock.
   std::vector<std::shared_ptr<Entry>> TrimLocked();
   void EraseLocked(EntryList::iterator it);
+  // The entry of exactly `prefix` (whose hash is `hash`), or lru_.end().
+  EntryList::iterator FindLocked(uint64_t hash, std::span<const int32_t> prefix);
   // The reused state for `entry` (a fork, truncated to `tokens`); null when it cannot serve.
   PrefixHit Adopt(const Entry& entry, int64_t tokens, std::span<const int64_t> keep_rows_from,
                   bool with_ring) const;

@@ -230,18 +230,19 @@ Status ServingEngine::StartRequest(ActiveRequest& request) {
 bool ServingEngine::WaitsForASharedPrompt(const ActiveRequest& request) const {
   const RequestSpec& spec = request.spec;
   if (!prefix_cache_ || spec.prefilled || spec.sampling.prompt_logprobs >= 0) return false;
-  std::vector<int32_t> tokens = spec.prompt;
-  tokens.insert(tokens.end(), spec.generated.begin(), spec.generated.end());
+  // Whether `prefix` starts this request's tokens (its prompt, then what it already generated).
+  auto starts_this = [&spec](const std::vector<int32_t>& prefix) {
+    const size_t in_prompt = std::min(prefix.size(), spec.prompt.size());
+    const size_t rest = prefix.size() - in_prompt;
+    return rest <= spec.generated.size() &&
+           std::equal(prefix.begin(), prefix.begin() + in_prompt, spec.prompt.begin()) &&
+           std::equal(prefix.begin() + in_prompt, prefix.end(), spec.generated.begin());
+  };
   for (const auto& other : running_) {
     if (!other->live() || other->prompt_stored || other->spec.prefilled) continue;
     const int64_t prompt = static_cast<int64_t>(other->spec.prompt.size());
-    if (prompt < options_.prefix_cache_block_tokens || prompt > std::ssize(tokens) ||
-        other->fed() >= prompt) {
-      continue;
-    }
-    if (std::equal(other->spec.prompt.begin(), other->spec.prompt.end(), tokens.begin())) {
-      return true;
-    }
+    if (prompt < options_.prefix_cache_block_tokens || other->fed() >= prompt) continue;
+    if (starts_this(other->spec.prompt)) return true;
   }
   return false;
 }
