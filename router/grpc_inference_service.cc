@@ -1,7 +1,10 @@
 #include "router/grpc_inference_service.h"
 
+#include <atomic>
 #include <chrono>
+#include <deque>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -31,29 +34,154 @@ v1::FinishReason ToProto(ApiFinishReason r) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
-class GrpcObserver : public StreamObserver {
+// One Generate stream: runs the request and writes its chunks, one write in flight at a time.
+// gRPC deletes it (OnDone) after Finish, which comes only once the request has ended.
+class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                           public StreamObserver {
  public:
-  GrpcObserver(grpc::ServerContext* context, grpc::ServerWriter<v1::GenerateResponse>* writer,
-               std::string request_id)
-      : context_(context), writer_(writer), request_id_(std::move(request_id)) {}
+  // Responses queued beyond this make the request wait for the client (WhenWritable).
+  static constexpr size_t kMaxQueued = 8;
+
+  // A call refused before it ran.
+  explicit GenerateCall(const grpc::Status& refusal) { Finish(refusal); }
+
+  GenerateCall(grpc::CallbackServerContext* context, RequestHandler* handler,
+               std::unique_ptr<AdmittedRequest> request)
+      : context_(context), request_(std::move(request)) {
+    Spawn(handler->Run(*request_, *this),
+          [this](GenerateOutcome outcome) { OnOutcome(std::move(outcome)); });
+  }
 
   bool OnChunk(const TokenChunk& chunk) override {
     v1::GenerateResponse response;
-    response.set_request_id(request_id_);
+    response.set_request_id(request_->request_id());
     response.mutable_token_ids()->Assign(chunk.token_ids.begin(), chunk.token_ids.end());
     response.set_text(chunk.text);
     response.mutable_logprobs()->Add(chunk.logprobs.begin(), chunk.logprobs.end());
     response.mutable_prompt_logprobs()->Add(chunk.prompt_logprobs.begin(),
                                             chunk.prompt_logprobs.end());
-    return writer_->Write(response);
+    return Queue(response);
   }
-  bool ClientGone() const override { return context_->IsCancelled(); }
+  bool ClientGone() const override { return gone_.load(); }
+  void WhenWritable(std::function<void()> ready) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!gone_ && queue_.size() > kMaxQueued) {
+        ready_ = std::move(ready);
+        return;
+      }
+    }
+    ready();
+  }
 
  private:
-  grpc::ServerContext* context_;
-  grpc::ServerWriter<v1::GenerateResponse>* writer_;
-  std::string request_id_;
+  void OnOutcome(GenerateOutcome outcome) {
+    const std::string request_id = request_->request_id();
+    request_.reset();  // frees its admission slot now
+    grpc::Status status = grpc::Status::OK;
+    if (outcome.error) {
+      status = grpc::Status(GrpcCodeFor(*outcome.error), outcome.error->message);
+    } else if (outcome.finish == ApiFinishReason::kAbort && context_->IsCancelled()) {
+      status = grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
+    } else {
+      v1::GenerateResponse last;
+      last.set_request_id(request_id);
+      last.set_finish_reason(ToProto(outcome.finish));
+      last.mutable_usage()->set_prompt_tokens(outcome.usage.prompt_tokens);
+      last.mutable_usage()->set_completion_tokens(outcome.usage.completion_tokens);
+      last.mutable_usage()->set_cached_prompt_tokens(outcome.usage.cached_tokens);
+      *last.mutable_spec() = outcome.spec;
+      Queue(last);
+    }
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      final_status_ = std::move(status);
+      finish = ShouldFinishLocked();
+    }
+    if (finish) Finish(*final_status_);  // last: OnDone may delete this at once
+  }
+
+  // gRPC calls (StartWrite, Finish) are made outside mu_: they may run this reactor's
+  // reactions on the calling thread.
+  bool Queue(const v1::GenerateResponse& response) {
+    grpc::ByteBuffer bytes;
+    bool own = false;
+    grpc::SerializationTraits<v1::GenerateResponse>::Serialize(response, &bytes, &own);
+    const grpc::ByteBuffer* write = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (gone_) return false;
+      queue_.push_back(std::move(bytes));
+      if (!writing_) {
+        writing_ = true;
+        write = &queue_.front();
+      }
+    }
+    if (write != nullptr) StartWrite(write);
+    return true;
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::function<void()> ready;
+    const grpc::ByteBuffer* next = nullptr;
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.pop_front();
+      writing_ = false;
+      if (!ok) {
+        gone_ = true;
+        queue_.clear();
+      }
+      if (!queue_.empty()) {
+        writing_ = true;
+        next = &queue_.front();
+      }
+      if (ready_ && (gone_ || queue_.size() <= kMaxQueued)) ready = std::exchange(ready_, {});
+      finish = ShouldFinishLocked();
+    }
+    if (next != nullptr) StartWrite(next);
+    if (ready) ready();
+    if (finish) Finish(*final_status_);  // last: OnDone may delete this at once
+  }
+
+  void OnCancel() override {
+    std::function<void()> ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gone_ = true;
+      ready = std::exchange(ready_, {});
+    }
+    if (ready) ready();
+  }
+
+  void OnDone() override { delete this; }
+
+  // Finish once the request has ended and every queued response is written.
+  bool ShouldFinishLocked() {
+    if (!final_status_ || writing_ || finished_) return false;
+    finished_ = true;
+    return true;
+  }
+
+  grpc::CallbackServerContext* context_ = nullptr;
+  std::unique_ptr<AdmittedRequest> request_;
+  std::mutex mu_;
+  std::deque<grpc::ByteBuffer> queue_;  // front: the write in flight
+  bool writing_ = false;
+  std::atomic<bool> gone_{false};
+  std::function<void()> ready_;
+  std::optional<grpc::Status> final_status_;
+  bool finished_ = false;
 };
+
+// A unary call answered at once.
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
 
 // Token ids travel as int32 downstream (the HTTP API refuses larger ones while parsing).
 std::optional<ApiError> CheckTokenIds(const std::vector<uint32_t>& ids, const std::string& param) {
@@ -68,7 +196,7 @@ std::optional<ApiError> CheckTokenIds(const std::vector<uint32_t>& ids, const st
 
 }  // namespace
 
-grpc::Status GrpcInferenceService::CheckAccess(const grpc::ServerContext& context,
+grpc::Status GrpcInferenceService::CheckAccess(const grpc::ServerContextBase& context,
                                                bool generate) const {
   if (!api_key_.empty()) {
     auto it = context.client_metadata().find("authorization");
@@ -90,7 +218,7 @@ grpc::Status GrpcInferenceService::CheckAccess(const grpc::ServerContext& contex
 }
 
 std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
-    const grpc::ServerContext& context, const v1::GenerateRequest& request) const {
+    const grpc::ServerContextBase& context, const v1::GenerateRequest& request) const {
   GenerateInput input;
   input.request_id = request.request_id();
   input.prompt_param = "input";
@@ -175,58 +303,58 @@ std::variant<GenerateInput, ApiError> GrpcInferenceService::ToInput(
   return input;
 }
 
-grpc::Status GrpcInferenceService::Generate(grpc::ServerContext* context,
-                                            const v1::GenerateRequest* request,
-                                            grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  if (grpc::Status access = CheckAccess(*context, true); !access.ok()) return access;
-  auto input = ToInput(*context, *request);
-  if (auto* e = std::get_if<ApiError>(&input)) return ToGrpc(*e);
-  auto admitted = handler_->Admit(std::get<GenerateInput>(std::move(input)));
-  if (auto* e = std::get_if<ApiError>(&admitted)) return ToGrpc(*e);
-  AdmittedRequest& req = *std::get<std::unique_ptr<AdmittedRequest>>(admitted);
-  GrpcObserver observer(context, writer, req.request_id());
-  GenerateOutcome outcome = handler_->Run(req, observer);
-  if (outcome.error) return ToGrpc(*outcome.error);
-  if (outcome.finish == ApiFinishReason::kAbort && context->IsCancelled()) {
-    return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GrpcInferenceService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+  if (grpc::Status access = CheckAccess(*context, true); !access.ok()) {
+    return new GenerateCall(access);
   }
-  v1::GenerateResponse last;
-  last.set_request_id(req.request_id());
-  last.set_finish_reason(ToProto(outcome.finish));
-  last.mutable_usage()->set_prompt_tokens(outcome.usage.prompt_tokens);
-  last.mutable_usage()->set_completion_tokens(outcome.usage.completion_tokens);
-  last.mutable_usage()->set_cached_prompt_tokens(outcome.usage.cached_tokens);
-  *last.mutable_spec() = outcome.spec;
-  writer->Write(last);
-  return grpc::Status::OK;
+  v1::GenerateRequest request;
+  grpc::ByteBuffer copy(*bytes);  // Deserialize consumes its buffer
+  if (!grpc::SerializationTraits<v1::GenerateRequest>::Deserialize(&copy, &request).ok()) {
+    return new GenerateCall(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "the request is not a valid pdspark.v1.GenerateRequest (a string field that is not "
+        "UTF-8, or malformed protobuf)"));
+  }
+  auto input = ToInput(*context, request);
+  if (auto* e = std::get_if<ApiError>(&input)) return new GenerateCall(ToGrpc(*e));
+  auto admitted = handler_->Admit(std::get<GenerateInput>(std::move(input)));
+  if (auto* e = std::get_if<ApiError>(&admitted)) return new GenerateCall(ToGrpc(*e));
+  return new GenerateCall(context, handler_,
+                          std::get<std::unique_ptr<AdmittedRequest>>(std::move(admitted)));
 }
 
-grpc::Status GrpcInferenceService::Abort(grpc::ServerContext* context,
-                                         const v1::AbortRequest* request,
-                                         v1::AbortResponse* response) {
-  if (grpc::Status access = CheckAccess(*context, false); !access.ok()) return access;
+grpc::ServerUnaryReactor* GrpcInferenceService::Abort(grpc::CallbackServerContext* context,
+                                                      const v1::AbortRequest* request,
+                                                      v1::AbortResponse* response) {
+  if (grpc::Status access = CheckAccess(*context, false); !access.ok()) {
+    return Answer(context, access);
+  }
   response->set_found(handler_->Abort(request->request_id()));
-  return grpc::Status::OK;
+  return Answer(context, grpc::Status::OK);
 }
 
-grpc::Status GrpcInferenceService::ListModels(grpc::ServerContext* context,
-                                              const v1::ListModelsRequest*,
-                                              v1::ListModelsResponse* response) {
-  if (grpc::Status access = CheckAccess(*context, false); !access.ok()) return access;
+grpc::ServerUnaryReactor* GrpcInferenceService::ListModels(grpc::CallbackServerContext* context,
+                                                           const v1::ListModelsRequest*,
+                                                           v1::ListModelsResponse* response) {
+  if (grpc::Status access = CheckAccess(*context, false); !access.ok()) {
+    return Answer(context, access);
+  }
   v1::ModelInfo* model = response->add_models();
   model->set_id(model_name_);
   model->set_max_model_len(handler_->options().max_model_len);
-  return grpc::Status::OK;
+  return Answer(context, grpc::Status::OK);
 }
 
-grpc::Status GrpcInferenceService::Health(grpc::ServerContext*, const v1::HealthRequest*,
-                                          v1::HealthResponse* response) {
+grpc::ServerUnaryReactor* GrpcInferenceService::Health(grpc::CallbackServerContext* context,
+                                                       const v1::HealthRequest*,
+                                                       v1::HealthResponse* response) {
   const size_t decode = registry_->Healthy(v1::WORKER_ROLE_DECODE).size();
   response->set_decode_workers(static_cast<uint32_t>(decode));
   response->set_prefill_workers(
       static_cast<uint32_t>(registry_->Healthy(v1::WORKER_ROLE_PREFILL).size()));
   response->set_serving(decode > 0);
-  return grpc::Status::OK;
+  return Answer(context, grpc::Status::OK);
 }
 
 }  // namespace pdspark::router

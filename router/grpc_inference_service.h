@@ -1,5 +1,6 @@
 // The gRPC client API (`pdspark.v1.Inference`): Generate streams token ids and text deltas,
-// Abort cancels by request id, ListModels and Health describe the deployment.
+// Abort cancels by request id, ListModels and Health describe the deployment. On gRPC's callback
+// API: a stream holds no thread while it waits for its worker or its client.
 #pragma once
 
 #include <string>
@@ -11,7 +12,11 @@
 
 namespace pdspark::router {
 
-class GrpcInferenceService final : public v1::Inference::Service {
+// Generate takes its request as raw bytes and parses it itself, so a request that is not a
+// valid GenerateRequest (a `text` that is not UTF-8) gets INVALID_ARGUMENT saying so; the gRPC
+// library would answer UNIMPLEMENTED.
+class GrpcInferenceService final
+    : public v1::Inference::WithRawCallbackMethod_Generate<v1::Inference::CallbackService> {
  public:
   GrpcInferenceService(RequestHandler* handler, WorkerRegistry* registry, std::string model_name)
       : handler_(handler), registry_(registry), model_name_(std::move(model_name)) {}
@@ -23,22 +28,25 @@ class GrpcInferenceService final : public v1::Inference::Service {
     limiter_ = limiter;
   }
 
-  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
-  grpc::Status Abort(grpc::ServerContext* context, const v1::AbortRequest* request,
-                     v1::AbortResponse* response) override;
-  grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
-                          v1::ListModelsResponse* response) override;
-  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
-                      v1::HealthResponse* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
+                                  const v1::AbortRequest* request,
+                                  v1::AbortResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
+                                   const v1::HealthRequest* request,
+                                   v1::HealthResponse* response) override;
 
  private:
   // The request as the handler takes it; an ApiError for bad input.
-  std::variant<GenerateInput, ApiError> ToInput(const grpc::ServerContext& context,
+  std::variant<GenerateInput, ApiError> ToInput(const grpc::ServerContextBase& context,
                                                 const v1::GenerateRequest& request) const;
 
   // OK, UNAUTHENTICATED (wrong or missing key) or RESOURCE_EXHAUSTED (rate limit).
-  grpc::Status CheckAccess(const grpc::ServerContext& context, bool generate) const;
+  grpc::Status CheckAccess(const grpc::ServerContextBase& context, bool generate) const;
 
   RequestHandler* handler_;
   WorkerRegistry* registry_;

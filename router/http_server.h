@@ -1,25 +1,22 @@
 // The OpenAI-compatible HTTP API: POST /v1/completions, POST /v1/chat/completions (JSON or SSE
-// streaming), GET /v1/models, GET /health (200 only with a healthy decode worker), GET /metrics.
+// streaming), GET /v1/models, GET /health (200 only with a healthy decode worker), GET /metrics,
+// POST /tokenize and /detokenize. On the event-driven HttpTransport: a request waiting for its
+// worker or its client holds no thread.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 
 #include "common/base/status.h"
 #include "common/security/tls_options.h"
+#include "router/http_transport.h"
 #include "router/openai_generation.h"
 #include "router/openai_protocol.h"
 #include "router/rate_limiter.h"
 #include "router/request_handler.h"
 #include "router/router_metrics.h"
 #include "router/worker_registry.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace pdspark::router {
 
@@ -32,8 +29,8 @@ class HttpServer {
     // The name clients put in "model"; the model directory path is accepted too.
     std::string model_name;
     std::string model_path;
-    // Each streaming request holds a thread for its duration.
-    int threads = 64;
+    // Event-loop threads (HTTP parsing, tokenization, SSE formatting); requests hold none.
+    int threads = 2;
     // Required as `Authorization: Bearer <key>` on /v1/*; /health and /metrics stay open.
     std::string api_key;
     // HTTPS when tls has a certificate; client certificates are required with
@@ -53,20 +50,23 @@ class HttpServer {
              RouterMetrics* metrics);
   ~HttpServer();
 
-  // Binds and starts serving on a background thread.
+  // Binds and starts serving on background threads.
   Status Start();
   void Stop();
-  int port() const { return port_; }
+  int port() const { return transport_.port(); }
 
  private:
-  // Authentication and rate limits before any handler runs: true when `res` is the answer.
-  bool RefuseBeforeRouting(const httplib::Request& req, httplib::Response& res);
-  void HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res);
-  void HandleModels(httplib::Response& res);
+  void Handle(const HttpRequest& req, std::shared_ptr<HttpExchange> exchange);
+  // Authentication and rate limits before any handler runs: the answer, if refused.
+  std::optional<HttpResponse> RefuseBeforeRouting(const HttpRequest& req);
+  // Answers through `exchange` when the generation ends; the rest answer at once.
+  void HandleGenerate(ApiKind kind, const HttpRequest& req, std::shared_ptr<HttpExchange> exchange);
+  HttpResponse HandleModels();
   // vLLM's /tokenize and /detokenize: what the router would feed the model, and back.
-  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
-  void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
-  void HandleHealth(httplib::Response& res);
+  HttpResponse HandleTokenize(const HttpRequest& req);
+  HttpResponse HandleDetokenize(const HttpRequest& req);
+  HttpResponse HandleHealth();
+  HttpResponse HandleMetrics();
   OpenAiGeneration::Parsers Parsers() const;
   std::optional<ApiError> CheckModel(const std::string& model) const;
 
@@ -74,9 +74,7 @@ class HttpServer {
   RequestHandler* handler_;
   WorkerRegistry* registry_;
   RouterMetrics* metrics_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  HttpTransport transport_;
   int64_t created_ = 0;
 };
 

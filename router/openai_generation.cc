@@ -1,8 +1,6 @@
 #include "router/openai_generation.h"
 
 #include <algorithm>
-#include <mutex>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "router/chat_template.h"
@@ -15,19 +13,19 @@ ApiError InvalidPrompt(const Status& status, const std::string& param) {
                   "invalid_value"};
 }
 
-// Gathers one sample's choice; the probe notices a client that hung up meanwhile.
+// Gathers one sample's choice; notices a client that hung up meanwhile.
 class CollectingObserver : public StreamObserver {
  public:
-  CollectingObserver(const ConnectionProbe* probe, ChoiceBuilder* choice)
-      : probe_(probe), choice_(choice) {}
+  CollectingObserver(const ClientStream& client, ChoiceBuilder* choice)
+      : client_(client), choice_(choice) {}
   bool OnChunk(const TokenChunk& chunk) override {
     choice_->Add(chunk);
     return true;
   }
-  bool ClientGone() const override { return probe_->Gone(); }
+  bool ClientGone() const override { return client_.Gone(); }
 
  private:
-  const ConnectionProbe* probe_;
+  const ClientStream& client_;
   ChoiceBuilder* choice_;
 };
 
@@ -38,54 +36,32 @@ ApiFinishReason FinishOf(const ChoiceBuilder& choice, ApiFinishReason finish) {
              : finish;
 }
 
-// The stream all samples write into, one event at a time.
-class SharedStream {
- public:
-  explicit SharedStream(const std::function<bool(const std::string&)>& write) : write_(write) {}
-  bool Write(const std::string& event) {
-    std::lock_guard lock(mu_);
-    if (!gone_ && !write_(event)) gone_ = true;
-    return !gone_;
-  }
-  bool gone() {
-    std::lock_guard lock(mu_);
-    return gone_;
-  }
-
- private:
-  const std::function<bool(const std::string&)>& write_;
-  std::mutex mu_;
-  bool gone_ = false;
-};
-
-// Streams one sample's chunks that carry text or logprobs as its choice's events.
+// Streams one sample's chunks that carry text or logprobs as its choice's events, into the
+// stream every sample of the request writes.
 class SseObserver : public StreamObserver {
  public:
   SseObserver(ApiKind kind, const ResponseHeader& header, uint32_t index, ChoiceBuilder choice,
-              SharedStream& stream, const ConnectionProbe* probe)
-      : kind_(kind),
-        header_(header),
-        index_(index),
-        choice_(std::move(choice)),
-        stream_(stream),
-        probe_(probe) {}
+              ClientStream& client)
+      : kind_(kind), header_(header), index_(index), choice_(std::move(choice)), client_(client) {}
 
   bool OnChunk(const TokenChunk& chunk) override { return Send(choice_.Add(chunk)); }
   // The end of the output: what the parsers held back, then the finish reason.
   void Finish(ApiFinishReason finish) {
     Send(choice_.Finish());
-    stream_.Write(FormatStreamChunk(
+    client_.Write(FormatStreamChunk(
         kind_, header_, StreamDelta{.index = index_, .finish = FinishOf(choice_, finish)}));
   }
-  // Between tokens (a long prefill) only the probe can tell.
-  bool ClientGone() const override { return probe_->Gone(); }
+  bool ClientGone() const override { return client_.Gone(); }
+  void WhenWritable(std::function<void()> ready) override {
+    client_.WhenWritable(std::move(ready));
+  }
 
  private:
   bool Send(const ChoicePart& part) {
     if (part.text.empty() && part.reasoning.empty() && part.tool_calls.empty() && !part.logprobs) {
-      return !stream_.gone();
+      return !client_.Gone();
     }
-    return stream_.Write(
+    return client_.Write(
         FormatStreamChunk(kind_, header_,
                           StreamDelta{.index = index_,
                                       .text = part.text,
@@ -98,8 +74,7 @@ class SseObserver : public StreamObserver {
   const ResponseHeader& header_;
   uint32_t index_;
   ChoiceBuilder choice_;
-  SharedStream& stream_;
-  const ConnectionProbe* probe_;
+  ClientStream& client_;
 };
 
 // What `echo` shows of a prompt: its text as sent, or its ids' text.
@@ -193,15 +168,6 @@ std::variant<std::unique_ptr<OpenAiGeneration>, ApiError> OpenAiGeneration::Admi
   return generation;
 }
 
-void OpenAiGeneration::RunAll(const std::function<void(Sample&)>& run) {
-  std::vector<std::thread> others;
-  for (size_t i = 1; i < samples_.size(); ++i) {
-    others.emplace_back([&run, this, i] { run(samples_[i]); });
-  }
-  run(samples_[0]);
-  for (std::thread& t : others) t.join();
-}
-
 std::vector<const OpenAiGeneration::Sample*> OpenAiGeneration::Chosen(
     const std::vector<ChoiceBuilder>& built) const {
   std::vector<const Sample*> chosen;
@@ -230,18 +196,24 @@ UsageCounts OpenAiGeneration::Usage(const std::vector<const Sample*>& chosen) co
   return usage;
 }
 
-std::variant<std::string, ApiError> OpenAiGeneration::Collect(const ConnectionProbe* probe) {
+Task<void> OpenAiGeneration::CollectSample(Sample& sample, ChoiceBuilder& choice,
+                                           const ClientStream& client) {
+  CollectingObserver observer(client, &choice);
+  sample.outcome = co_await handler_.Run(*sample.request, observer);
+  sample.request.reset();  // frees its admission slot now
+  choice.Finish();
+}
+
+Task<std::variant<std::string, ApiError>> OpenAiGeneration::Collect(const ClientStream& client) {
   std::vector<ChoiceBuilder> built;
   for (const Sample& s : samples_) built.emplace_back(s.choice, handler_.codec());
-  RunAll([&](Sample& s) {
-    ChoiceBuilder& choice = built[&s - samples_.data()];
-    CollectingObserver observer(probe, &choice);
-    s.outcome = handler_.Run(*s.request, observer);
-    s.request.reset();  // frees its admission slot now
-    choice.Finish();
-  });
+  std::vector<Task<void>> runs;
+  for (size_t i = 0; i < samples_.size(); ++i) {
+    runs.push_back(CollectSample(samples_[i], built[i], client));
+  }
+  co_await WhenAll(std::move(runs));
   for (const Sample& s : samples_) {
-    if (s.outcome.error) return *s.outcome.error;
+    if (s.outcome.error) co_return *s.outcome.error;
   }
   const std::vector<const Sample*> chosen = Chosen(built);
   std::vector<ApiChoice> choices;
@@ -256,24 +228,26 @@ std::variant<std::string, ApiError> OpenAiGeneration::Collect(const ConnectionPr
     if (b.logprobs()) c.logprobs = *b.logprobs();
     if (b.prompt_logprobs()) c.prompt_logprobs = *b.prompt_logprobs();
   }
-  return FormatResponse(kind_, header_, choices, Usage(chosen));
+  co_return FormatResponse(kind_, header_, choices, Usage(chosen));
 }
 
-bool OpenAiGeneration::Stream(const ConnectionProbe* probe,
-                              const std::function<bool(const std::string&)>& write) {
-  SharedStream stream(write);
+Task<void> OpenAiGeneration::StreamSample(Sample& sample, ClientStream& client) {
+  SseObserver observer(kind_, header_, sample.index, ChoiceBuilder(sample.choice, handler_.codec()),
+                       client);
+  sample.outcome = co_await handler_.Run(*sample.request, observer);
+  sample.request.reset();
+  if (!sample.outcome.error) observer.Finish(sample.outcome.finish);
+}
+
+Task<void> OpenAiGeneration::Stream(ClientStream& client) {
   if (kind_ == ApiKind::kChat) {
     for (const Sample& s : samples_) {
-      stream.Write(FormatStreamChunk(kind_, header_, StreamDelta{.index = s.index, .first = true}));
+      client.Write(FormatStreamChunk(kind_, header_, StreamDelta{.index = s.index, .first = true}));
     }
   }
-  RunAll([&](Sample& s) {
-    SseObserver observer(kind_, header_, s.index, ChoiceBuilder(s.choice, handler_.codec()), stream,
-                         probe);
-    s.outcome = handler_.Run(*s.request, observer);
-    s.request.reset();
-    if (!s.outcome.error) observer.Finish(s.outcome.finish);
-  });
+  std::vector<Task<void>> runs;
+  for (Sample& s : samples_) runs.push_back(StreamSample(s, client));
+  co_await WhenAll(std::move(runs));
   std::vector<const Sample*> all;
   const ApiError* error = nullptr;
   for (const Sample& s : samples_) {
@@ -281,12 +255,11 @@ bool OpenAiGeneration::Stream(const ConnectionProbe* probe,
     if (s.outcome.error && error == nullptr) error = &*s.outcome.error;
   }
   if (error != nullptr) {
-    stream.Write(FormatStreamError(*error));
+    client.Write(FormatStreamError(*error));
   } else if (include_usage_) {
-    stream.Write(FormatUsageChunk(kind_, header_, Usage(all)));
+    client.Write(FormatUsageChunk(kind_, header_, Usage(all)));
   }
-  stream.Write(std::string(kSseDone));
-  return !stream.gone();
+  client.Write(std::string(kSseDone));
 }
 
 }  // namespace pdspark::router

@@ -17,8 +17,9 @@
 #include <variant>
 #include <vector>
 
+#include "common/base/task.h"
 #include "router/choice_builder.h"
-#include "router/connection_probe.h"
+#include "router/client_stream.h"
 #include "router/openai_protocol.h"
 #include "router/request_handler.h"
 
@@ -39,11 +40,11 @@ class OpenAiGeneration {
       RequestHandler& handler, const OpenAiRequest& request,
       const std::vector<std::vector<uint32_t>>& prompt_ids, ResponseHeader header, Parsers parsers);
 
-  // Runs every sample; the response body, or the first failed sample's error.
-  std::variant<std::string, ApiError> Collect(const ConnectionProbe* probe);
-  // Runs every sample, writing the SSE events (the last one [DONE]) through `write`, which
-  // returns false once the client is gone. Returns false then.
-  bool Stream(const ConnectionProbe* probe, const std::function<bool(const std::string&)>& write);
+  // Runs every sample; the response body, or the first failed sample's error. `client` tells
+  // when the client has hung up (the samples are cancelled then).
+  Task<std::variant<std::string, ApiError>> Collect(const ClientStream& client);
+  // Runs every sample, writing the SSE events (the last one [DONE]) to `client`.
+  Task<void> Stream(ClientStream& client);
 
  private:
   struct Sample {
@@ -61,8 +62,10 @@ class OpenAiGeneration {
         include_usage_(request.include_usage),
         header_(std::move(header)) {}
 
-  // Runs run(sample) for every sample, each on its own thread, and waits for them all.
-  void RunAll(const std::function<void(Sample&)>& run);
+  // One sample of Collect, gathered into `choice`.
+  Task<void> CollectSample(Sample& sample, ChoiceBuilder& choice, const ClientStream& client);
+  // One sample of Stream, written as its choice's events.
+  Task<void> StreamSample(Sample& sample, ClientStream& client);
   // The n samples of each prompt that become its choices, in choice order.
   std::vector<const Sample*> Chosen(const std::vector<ChoiceBuilder>& built) const;
   UsageCounts Usage(const std::vector<const Sample*>& chosen) const;

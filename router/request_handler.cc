@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
+#include "router/async_rpc.h"
 #include "router/stop_matcher.h"
 
 namespace pdspark::router {
@@ -90,13 +91,16 @@ int64_t UnixMicros(std::chrono::system_clock::time_point t) {
 
 }  // namespace
 
-// A live request, as cancellation and the watchdog see it.
+// A live request, as cancellation and the watchdog see it. TryCancel is never called under
+// `mu`: on gRPC's callback API it may run the call's reactions (and so the request's coroutine)
+// on the calling thread, which would take `mu` again. The call's context is shared for that:
+// it outlives a call that ends while it is being cancelled.
 struct RequestHandler::Live {
   std::mutex mu;
   StreamObserver* observer = nullptr;  // set while Run streams
   bool cancelled = false;              // Abort or client gone
   // The worker call in progress, watched for stalls (docs/reliability.md).
-  grpc::ClientContext* downstream = nullptr;
+  std::shared_ptr<grpc::ClientContext> downstream;
   bool cancellable = true;  // false: Cancel() lets the call finish (a Reserve, released after)
   std::string worker_id;
   Steady::time_point progress_at;              // the call's last message, or its start
@@ -104,20 +108,24 @@ struct RequestHandler::Live {
   std::string stalled;                         // why the watchdog cancelled the call
 
   void Cancel() {
-    std::lock_guard<std::mutex> lock(mu);
-    cancelled = true;
-    if (downstream != nullptr && cancellable) downstream->TryCancel();
+    std::shared_ptr<grpc::ClientContext> call;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      cancelled = true;
+      if (cancellable) call = downstream;
+    }
+    if (call != nullptr) call->TryCancel();
   }
   bool IsCancelled() {
     std::lock_guard<std::mutex> lock(mu);
     return cancelled;
   }
   // Starts watching a call to `worker`; false when the request is already cancelled.
-  bool Watch(grpc::ClientContext* ctx, const std::string& worker, std::chrono::milliseconds stall,
-             bool cancel_on_abort = true) {
+  bool Watch(std::shared_ptr<grpc::ClientContext> ctx, const std::string& worker,
+             std::chrono::milliseconds stall, bool cancel_on_abort = true) {
     std::lock_guard<std::mutex> lock(mu);
     if (cancelled) return false;
-    downstream = ctx;
+    downstream = std::move(ctx);
     cancellable = cancel_on_abort;
     worker_id = worker;
     progress_at = Steady::now();
@@ -132,7 +140,7 @@ struct RequestHandler::Live {
   // Stops watching; returns why the watchdog cancelled the call (empty when it did not).
   std::string Unwatch() {
     std::lock_guard<std::mutex> lock(mu);
-    downstream = nullptr;
+    downstream.reset();
     worker_id.clear();
     return std::exchange(stalled, {});
   }
@@ -142,18 +150,32 @@ struct RequestHandler::Live {
   // left alone.
   void CheckStall(Steady::time_point now, const std::set<std::string>& silent_workers,
                   std::chrono::milliseconds silence) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (cancelled || downstream == nullptr || !stalled.empty()) return;
-    if (stall_timeout.count() > 0 && now - progress_at > stall_timeout) {
-      stalled = absl::StrCat("no progress for ", stall_timeout.count(), " ms");
-    } else if (silent_workers.contains(worker_id) && now - progress_at > silence) {
-      stalled =
-          absl::StrCat("the worker sent no heartbeat and no progress for ", silence.count(), " ms");
-    } else {
-      return;
+    std::shared_ptr<grpc::ClientContext> call;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (cancelled || downstream == nullptr || !stalled.empty()) return;
+      if (stall_timeout.count() > 0 && now - progress_at > stall_timeout) {
+        stalled = absl::StrCat("no progress for ", stall_timeout.count(), " ms");
+      } else if (silent_workers.contains(worker_id) && now - progress_at > silence) {
+        stalled = absl::StrCat("the worker sent no heartbeat and no progress for ", silence.count(),
+                               " ms");
+      } else {
+        return;
+      }
+      call = downstream;
     }
-    downstream->TryCancel();
+    call->TryCancel();
   }
+};
+
+// Resumes once the client can take more (StreamObserver::WhenWritable).
+struct ClientWritable {
+  StreamObserver& observer;
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> waiter) {
+    observer.WhenWritable([waiter] { waiter.resume(); });
+  }
+  void await_resume() const noexcept {}
 };
 
 // Output state carried across attempts of one request.
@@ -284,7 +306,7 @@ std::variant<std::unique_ptr<AdmittedRequest>, ApiError> RequestHandler::Admit(
   return admitted;
 }
 
-GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& observer) {
+Task<GenerateOutcome> RequestHandler::Run(AdmittedRequest& request, StreamObserver& observer) {
   std::shared_ptr<Live> live;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -308,9 +330,12 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
   std::string reservation;
   const bool disaggregated = request.assignment_.prefill.has_value() &&
                              request.prompt_tokens() >= options_.disagg_min_prompt_tokens;
-  if (!disaggregated ||
-      !PrefillStage(request, *live, observer, state, outcome, &worker, &reservation)) {
-    DecodeStage(request, *live, observer, state, outcome, &worker, std::move(reservation));
+  bool ended = false;
+  if (disaggregated) {
+    ended = co_await PrefillStage(request, *live, observer, state, outcome, &worker, &reservation);
+  }
+  if (!ended) {
+    co_await DecodeStage(request, *live, observer, state, outcome, &worker, std::move(reservation));
   }
   state.life.Enter(outcome.finish == ApiFinishReason::kAbort ? RequestState::kCancelled
                    : outcome.error || outcome.finish == ApiFinishReason::kError
@@ -337,33 +362,29 @@ GenerateOutcome RequestHandler::Run(AdmittedRequest& request, StreamObserver& ob
   metrics_->e2e().Observe(e2e);
   if (state.generated > 1) metrics_->tpot().Observe((e2e - state.ttft_s) / (state.generated - 1));
   metrics_->RequestFinished(OutcomeStatus(outcome), FinishReasonName(outcome.finish));
-  return outcome;
+  co_return outcome;
 }
 
-bool RequestHandler::PrefillStage(AdmittedRequest& request, Live& live, StreamObserver& observer,
-                                  Attempt& state, GenerateOutcome& outcome, WorkerSnapshot* decode,
-                                  std::string* reservation) {
+Task<bool> RequestHandler::PrefillStage(AdmittedRequest& request, Live& live,
+                                        StreamObserver& observer, Attempt& state,
+                                        GenerateOutcome& outcome, WorkerSnapshot* decode,
+                                        std::string* reservation) {
   // Bounded attempts on distinct prefill workers; a failed or stalled attempt released its
   // reservation first, so nothing is held on the decode side between attempts. When they are
   // used up the decode worker prefills itself.
   WorkerSnapshot prefill = *request.assignment_.prefill;
   std::vector<std::string> failed;
   for (uint32_t attempt = 1;; ++attempt) {
-    switch (RunPrefill(request, prefill, *decode, live, observer, state, outcome, reservation)) {
-      case PrefillResult::kReady:
-      case PrefillResult::kFallback:
-        return false;
-      case PrefillResult::kDone:
-        return true;
-      case PrefillResult::kRetry:
-        break;
-    }
+    const PrefillResult result =
+        co_await RunPrefill(request, prefill, *decode, live, observer, state, outcome, reservation);
+    if (result == PrefillResult::kDone) co_return true;
+    if (result != PrefillResult::kRetry) co_return false;  // kReady, kFallback
     metrics_->Retried("prefill");
     failed.push_back(prefill.worker_id);
-    if (attempt >= options_.max_attempts) return false;
+    if (attempt >= options_.max_attempts) co_return false;
     std::optional<WorkerSnapshot> next =
         scheduler_->PickReplacement(v1::WORKER_ROLE_PREFILL, request.input_.prompt_ids, failed);
-    if (!next) return false;
+    if (!next) co_return false;
     // The transfer may have failed on the decode side: keep that worker only while healthy.
     std::optional<WorkerSnapshot> current = scheduler_->registry().Find(decode->worker_id);
     if (!current || current->state == WorkerState::kUnhealthy) {
@@ -377,9 +398,10 @@ bool RequestHandler::PrefillStage(AdmittedRequest& request, Live& live, StreamOb
   }
 }
 
-void RequestHandler::DecodeStage(AdmittedRequest& request, Live& live, StreamObserver& observer,
-                                 Attempt& state, GenerateOutcome& outcome, WorkerSnapshot* worker,
-                                 std::string reservation) {
+Task<void> RequestHandler::DecodeStage(AdmittedRequest& request, Live& live,
+                                       StreamObserver& observer, Attempt& state,
+                                       GenerateOutcome& outcome, WorkerSnapshot* worker,
+                                       std::string reservation) {
   // A worker that fails before any token reached the client is replaced by a plain retry; one
   // that fails mid-stream by a migration: the new worker prefills prompt + the tokens the
   // client has seen (replaying their sampler draws, so a seeded stream stays the same) and
@@ -390,15 +412,16 @@ void RequestHandler::DecodeStage(AdmittedRequest& request, Live& live, StreamObs
       SendRelease(*worker, reservation, /*transfer_completed=*/true);
       outcome.finish = ApiFinishReason::kError;
       outcome.error = state.DeadlineError();
-      return;
+      co_return;
     }
-    const bool ended = RunAttempt(request, *worker, reservation, live, observer, state, outcome);
+    const bool ended =
+        co_await RunAttempt(request, *worker, reservation, live, observer, state, outcome);
     // Unless the request finished, free the lease: a call cancelled before its message was
     // sent never reaches the worker, whose Take would have freed it (a no-op if taken).
     if (outcome.finish != ApiFinishReason::kStop && outcome.finish != ApiFinishReason::kLength) {
       SendRelease(*worker, reservation, /*transfer_completed=*/true);
     }
-    if (ended) return;
+    if (ended) co_return;
     reservation.clear();
     failed.push_back(worker->worker_id);
     std::optional<WorkerSnapshot> other;
@@ -413,7 +436,7 @@ void RequestHandler::DecodeStage(AdmittedRequest& request, Live& live, StreamObs
       if (failed.size() > 1 && outcome.error) {
         absl::StrAppend(&outcome.error->message, " (after ", failed.size(), " decode workers)");
       }
-      return;
+      co_return;
     }
     if (state.generated > 0) {
       LOG_WARN("request migrated request={} failed_worker={} new_worker={} replayed_tokens={}",
@@ -431,11 +454,12 @@ void RequestHandler::DecodeStage(AdmittedRequest& request, Live& live, StreamObs
   }
 }
 
-bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
-                                const std::string& reservation, Live& live,
-                                StreamObserver& observer, Attempt& state,
-                                GenerateOutcome& outcome) {
-  grpc::ClientContext ctx;
+Task<bool> RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
+                                      const std::string& reservation, Live& live,
+                                      StreamObserver& observer, Attempt& state,
+                                      GenerateOutcome& outcome) {
+  StreamReader<v1::WorkerGenerateResponse> reader;
+  grpc::ClientContext& ctx = *reader.context();
   ctx.set_deadline(request.deadline_);
   v1::WorkerGenerateRequest call;
   call.mutable_context()->set_request_id(request.request_id_);
@@ -451,13 +475,13 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   if (!reservation.empty()) call.set_reservation_id(reservation);
   call.mutable_generated_token_ids()->Assign(state.ids.begin(), state.ids.end());
   state.life.Enter(RequestState::kDecoding);
-  if (!live.Watch(&ctx, worker.worker_id, options_.decode_stall_timeout)) {
+  if (!live.Watch(reader.context(), worker.worker_id, options_.decode_stall_timeout)) {
     outcome.finish = ApiFinishReason::kAbort;
-    return true;
+    co_return true;
   }
   auto stub = v1::DecodeWorker::NewStub(channels_->Get(worker.address));
-  std::unique_ptr<grpc::ClientReader<v1::WorkerGenerateResponse>> reader =
-      stub->Generate(&ctx, call);
+  stub->async()->Generate(&ctx, &call, &reader);
+  reader.Start();
   // The router ended the request (stop string, its own max_tokens count) while the worker
   // would go on: cancel the stream and tell the worker to free the cache.
   bool cancel_downstream = false;
@@ -465,7 +489,7 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   bool stream_ended = false;  // the worker ended the stream (its status tells how)
   v1::WorkerGenerateResponse response;
   while (outcome.finish == ApiFinishReason::kNone) {
-    if (!reader->Read(&response)) {
+    if (!co_await reader.Read(&response)) {
       stream_ended = true;
       break;
     }
@@ -475,9 +499,11 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
       break;
     }
     bool stopped = false;
-    if (!Deliver(response.token_ids().data(), response.token_ids_size(),
-                 {&response.logprobs(), &response.prompt_logprobs()}, request, state, observer,
-                 outcome, &stopped)) {
+    const bool client_stayed =
+        co_await Deliver(response.token_ids().data(), response.token_ids_size(),
+                         {&response.logprobs(), &response.prompt_logprobs()}, request, state,
+                         observer, outcome, &stopped);
+    if (!client_stayed) {
       live.Cancel();
       break;
     }
@@ -497,13 +523,13 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
     ctx.TryCancel();
   }
   const std::string stalled = live.Unwatch();
-  const grpc::Status status = reader->Finish();
+  const grpc::Status status = co_await reader.Finish();
   if (live.IsCancelled()) {
     outcome.finish = ApiFinishReason::kAbort;
     cancel_downstream = true;
   }
   if (cancel_downstream) SendCancel(worker, request.request_id_);
-  if (outcome.finish != ApiFinishReason::kNone) return true;
+  if (outcome.finish != ApiFinishReason::kNone) co_return true;
 
   // Past the deadline the worker may end the call first (CANCELLED, or an error in the
   // stream) or the client timer may (DEADLINE_EXCEEDED); either way it is a timeout.
@@ -512,12 +538,12 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
     outcome.finish = ApiFinishReason::kError;
     outcome.error = state.DeadlineError();
     SendCancel(worker, request.request_id_);
-    return true;
+    co_return true;
   }
   if (status.ok() && worker_error.empty()) {
     // A stream that ends cleanly without a finish reason: treat as a stop.
     outcome.finish = ApiFinishReason::kStop;
-    return true;
+    co_return true;
   }
   if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
       status.error_code() == grpc::StatusCode::OUT_OF_RANGE) {
@@ -526,7 +552,7 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
     outcome.error = ApiError{
         400, absl::StrCat("the decode worker refused the request: ", status.error_message()),
         "invalid_request_error", "", "invalid_value"};
-    return true;
+    co_return true;
   }
   std::string why = !worker_error.empty() ? worker_error
                     : !stalled.empty()    ? stalled
@@ -539,12 +565,13 @@ bool RequestHandler::RunAttempt(AdmittedRequest& request, const WorkerSnapshot& 
   // error is what the client gets when no other worker can take it.
   outcome.error = ApiError{502, absl::StrCat("decode worker ", worker.worker_id, " failed: ", why),
                            "server_error", "", "worker_failed"};
-  return false;
+  co_return false;
 }
 
-bool RequestHandler::Deliver(const uint32_t* ids, size_t n, const WorkerLogprobs& logprobs,
-                             AdmittedRequest& request, Attempt& state, StreamObserver& observer,
-                             GenerateOutcome& outcome, bool* stopped_here) {
+Task<bool> RequestHandler::Deliver(const uint32_t* ids, size_t n, const WorkerLogprobs& logprobs,
+                                   AdmittedRequest& request, Attempt& state,
+                                   StreamObserver& observer, GenerateOutcome& outcome,
+                                   bool* stopped_here) {
   TokenChunk chunk;
   if (logprobs.prompt != nullptr && !state.first_sent) {
     chunk.prompt_logprobs.assign(logprobs.prompt->begin(), logprobs.prompt->end());
@@ -567,7 +594,7 @@ bool RequestHandler::Deliver(const uint32_t* ids, size_t n, const WorkerLogprobs
       break;
     }
   }
-  if (chunk.token_ids.empty()) return true;
+  if (chunk.token_ids.empty()) co_return true;
   const auto now = Steady::now();
   if (!state.first_sent) {
     state.ttft_s = SecondsSince(request.input_.arrival);
@@ -578,15 +605,16 @@ bool RequestHandler::Deliver(const uint32_t* ids, size_t n, const WorkerLogprobs
                             chunk.token_ids.size());
   }
   state.last_chunk = now;
-  return observer.OnChunk(chunk);
+  if (!observer.OnChunk(chunk)) co_return false;
+  ClientWritable writable{observer};  // named: see common/base/task.h on GCC 12
+  co_await writable;
+  co_return !observer.ClientGone();
 }
 
-RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& request,
-                                                         const WorkerSnapshot& prefill,
-                                                         const WorkerSnapshot& decode, Live& live,
-                                                         StreamObserver& observer, Attempt& state,
-                                                         GenerateOutcome& outcome,
-                                                         std::string* reservation) {
+Task<RequestHandler::PrefillResult> RequestHandler::RunPrefill(
+    AdmittedRequest& request, const WorkerSnapshot& prefill, const WorkerSnapshot& decode,
+    Live& live, StreamObserver& observer, Attempt& state, GenerateOutcome& outcome,
+    std::string* reservation) {
   const std::string policy(SchedulingPolicyName(scheduler_->prefill_policy()));
   metrics_->SchedulingDecision(policy, "prefill", "chosen");
   v1::RequestContext context;
@@ -595,7 +623,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
   if (state.life.Expired()) {
     outcome.finish = ApiFinishReason::kError;
     outcome.error = state.DeadlineError();
-    return PrefillResult::kDone;
+    co_return PrefillResult::kDone;
   }
 
   // 1. Cache on the decode worker, leased until the prefill side delivers.
@@ -610,18 +638,20 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
   const auto give_up_waiting = Steady::now() + options_.reserve_wait;
   auto backoff = std::chrono::milliseconds(20);
   while (true) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(
+    auto ctx = std::make_shared<grpc::ClientContext>();
+    ctx->set_deadline(
         std::min(request.deadline_, std::chrono::system_clock::now() + options_.reservation_lease));
     // A client that leaves now does not cancel the call: cancelled, the worker could still
     // make the reservation and the router would not know its id to release it.
-    if (!live.Watch(&ctx, decode.worker_id, std::chrono::milliseconds(0),
+    if (!live.Watch(ctx, decode.worker_id, std::chrono::milliseconds(0),
                     /*cancel_on_abort=*/false)) {
       outcome.finish = ApiFinishReason::kAbort;
-      return PrefillResult::kDone;
+      co_return PrefillResult::kDone;
     }
-    grpc::Status status = v1::DecodeWorker::NewStub(channels_->Get(decode.address))
-                              ->Reserve(&ctx, reserve, &reserved);
+    auto stub = v1::DecodeWorker::NewStub(channels_->Get(decode.address));
+    grpc::Status status = co_await UnaryCall([&](auto done) {
+      stub->async()->Reserve(ctx.get(), &reserve, &reserved, std::move(done));
+    });
     const std::string stalled = live.Unwatch();
     if (status.ok()) break;
     const bool pool_full =
@@ -630,9 +660,9 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
       if (state.life.Expired()) {
         outcome.finish = ApiFinishReason::kError;
         outcome.error = state.DeadlineError();
-        return PrefillResult::kDone;
+        co_return PrefillResult::kDone;
       }
-      std::this_thread::sleep_for(backoff);
+      co_await Sleep(backoff);
       backoff = std::min(2 * backoff, std::chrono::milliseconds(500));
       continue;
     }
@@ -640,7 +670,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
              request.request_id_, decode.worker_id,
              stalled.empty() ? status.error_message() : stalled);
     metrics_->SchedulingDecision(policy, "prefill", "reserve_refused");
-    return PrefillResult::kFallback;
+    co_return PrefillResult::kFallback;
   }
   *reservation = reserved.reservation_id();
   state.life.Enter(RequestState::kReserved);
@@ -656,16 +686,21 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
   call.set_transfer_descriptor(reserved.transfer_descriptor());
   // The stall timer: a prefill worker that is stopped, partitioned or wedged mid-transfer
   // never ends the stream by itself (the watchdog also ends it once it misses heartbeats).
-  grpc::ClientContext ctx;
+  StreamReader<v1::PrefillProgress> reader;
+  grpc::ClientContext& ctx = *reader.context();
   ctx.set_deadline(std::min(request.deadline_,
                             std::chrono::system_clock::now() + options_.prefill_attempt_timeout));
   state.life.Enter(RequestState::kPrefilling);
-  if (!live.Watch(&ctx, prefill.worker_id, std::chrono::milliseconds(0))) ctx.TryCancel();
-  auto reader = v1::PrefillWorker::NewStub(channels_->Get(prefill.address))->Prefill(&ctx, call);
+  if (!live.Watch(reader.context(), prefill.worker_id, std::chrono::milliseconds(0))) {
+    ctx.TryCancel();
+  }
+  auto stub = v1::PrefillWorker::NewStub(channels_->Get(prefill.address));
+  stub->async()->Prefill(&ctx, &call, &reader);
+  reader.Start();
   v1::PrefillProgress progress;
   bool completed = false;
   std::string failure;
-  while (reader->Read(&progress)) {
+  while (co_await reader.Read(&progress)) {
     if (progress.stage() == v1::PrefillProgress::STAGE_COMPLETED) {
       completed = true;
       break;
@@ -680,7 +715,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
     }
   }
   const std::string stalled = live.Unwatch();
-  grpc::Status status = reader->Finish();
+  grpc::Status status = co_await reader.Finish();
 
   auto give_up = [&] {
     SendPrefillCancel(prefill, request.request_id_);
@@ -690,14 +725,14 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
   if (live.IsCancelled()) {
     give_up();
     outcome.finish = ApiFinishReason::kAbort;
-    return PrefillResult::kDone;
+    co_return PrefillResult::kDone;
   }
   if (!completed) {
     give_up();
     if (state.life.Expired()) {
       outcome.finish = ApiFinishReason::kError;
       outcome.error = state.DeadlineError();
-      return PrefillResult::kDone;
+      co_return PrefillResult::kDone;
     }
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
       // The prompt itself is wrong (a token id outside the vocabulary): no retry helps.
@@ -705,7 +740,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
       outcome.error = ApiError{
           400, absl::StrCat("the prefill worker refused the request: ", status.error_message()),
           "invalid_request_error", "", "invalid_value"};
-      return PrefillResult::kDone;
+      co_return PrefillResult::kDone;
     }
     if (!stalled.empty()) {
       failure = stalled;
@@ -718,7 +753,7 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
     LOG_WARN("prefill attempt failed request={} worker={} stage={} error={}", request.request_id_,
              prefill.worker_id, RequestStateName(state.life.state()), failure);
     state.life.Enter(RequestState::kQueued);
-    return PrefillResult::kRetry;
+    co_return PrefillResult::kRetry;
   }
   // Completed: the state is on the decode side.
   if (state.life.state() == RequestState::kPrefilling) {
@@ -731,17 +766,19 @@ RequestHandler::PrefillResult RequestHandler::RunPrefill(AdmittedRequest& reques
   google::protobuf::RepeatedPtrField<v1::TokenLogprob> first_logprob;
   if (progress.has_first_token_logprob()) *first_logprob.Add() = progress.first_token_logprob();
   bool stopped = false;
-  if (!Deliver(&first, 1, {&first_logprob, &progress.prompt_logprobs()}, request, state, observer,
-               outcome, &stopped)) {
+  const bool client_stayed =
+      co_await Deliver(&first, 1, {&first_logprob, &progress.prompt_logprobs()}, request, state,
+                       observer, outcome, &stopped);
+  if (!client_stayed) {
     live.Cancel();
     outcome.finish = ApiFinishReason::kAbort;
   }
   if (outcome.finish != ApiFinishReason::kNone) {
     SendRelease(decode, *reservation, /*transfer_completed=*/true);
     reservation->clear();
-    return PrefillResult::kDone;
+    co_return PrefillResult::kDone;
   }
-  return PrefillResult::kReady;
+  co_return PrefillResult::kReady;
 }
 
 // Fire-and-forget unary calls (cancel, release): the request path does not wait for them.
@@ -819,8 +856,21 @@ void RequestHandler::Drain(std::chrono::milliseconds grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     lock.lock();
   }
-  if (!live_.empty()) LOG_WARN("shutdown cancels requests in flight count={}", live_.size());
-  for (auto& [id, live] : live_) live->Cancel();
+  if (live_.empty()) return;
+  LOG_WARN("shutdown cancels requests in flight count={}", live_.size());
+  std::vector<std::shared_ptr<Live>> cancel;
+  for (auto& [id, live] : live_) cancel.push_back(live);
+  lock.unlock();
+  for (auto& live : cancel) live->Cancel();  // not under mu_: see Live
+  lock.lock();
+  // The cancelled requests end on gRPC and HTTP threads; let them answer their clients before
+  // the servers go away.
+  const auto cancelled_by = Steady::now() + std::chrono::seconds(5);
+  while (!live_.empty() && Steady::now() < cancelled_by) {
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    lock.lock();
+  }
 }
 
 void RequestHandler::PollCancellations() {

@@ -25,6 +25,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/base/task.h"
 #include "pdspark/v1/worker.grpc.pb.h"
 #include "router/admission_control.h"
 #include "router/openai_protocol.h"
@@ -58,14 +59,20 @@ struct TokenChunk {
   std::vector<v1::TokenLogprob> prompt_logprobs;
 };
 
-// The front end's side of one request.
+// The front end's side of one request. Called from whichever thread runs the request; none of
+// these may block.
 class StreamObserver {
  public:
   virtual ~StreamObserver() = default;
-  // False when the client is gone: the request is cancelled.
+  // Takes a chunk for the client. False when the client is gone: the request is cancelled.
   virtual bool OnChunk(const TokenChunk& chunk) = 0;
   // Polled while the worker is silent, so a disconnect is noticed between tokens too.
   virtual bool ClientGone() const { return false; }
+  // Backpressure: calls `ready` once the client has taken enough of what it was given that
+  // more may follow (at once when little is pending), and also when the client is gone. The
+  // request reads nothing more from its worker until then, so a slow client holds a bounded
+  // amount of the router's memory.
+  virtual void WhenWritable(std::function<void()> ready) { ready(); }
 };
 
 struct GenerateOutcome {
@@ -144,8 +151,9 @@ class RequestHandler {
   // 400 (too long, duplicate id), 429 (full), 503 (no decode worker).
   std::variant<std::unique_ptr<AdmittedRequest>, ApiError> Admit(GenerateInput input);
 
-  // Streams the request to `observer`; blocks until it finishes.
-  GenerateOutcome Run(AdmittedRequest& request, StreamObserver& observer);
+  // Streams the request to `observer`; the task returns when the request has finished. It
+  // holds no thread while it waits for a worker or the client.
+  Task<GenerateOutcome> Run(AdmittedRequest& request, StreamObserver& observer);
 
   // Cancels a live request; false if none has this id.
   bool Abort(const std::string& request_id);
@@ -168,32 +176,35 @@ class RequestHandler {
   // The prefill stage: RunPrefill on up to max_attempts prefill workers (replacing the decode
   // worker too when it went unhealthy). True when the request ended there; false when the
   // decode stage goes on, from `*reservation` or colocated when it is empty.
-  bool PrefillStage(AdmittedRequest& request, Live& live, StreamObserver& observer, Attempt& state,
-                    GenerateOutcome& outcome, WorkerSnapshot* decode, std::string* reservation);
+  Task<bool> PrefillStage(AdmittedRequest& request, Live& live, StreamObserver& observer,
+                          Attempt& state, GenerateOutcome& outcome, WorkerSnapshot* decode,
+                          std::string* reservation);
   // The decode stage: RunAttempt on up to max_attempts decode workers (retries, migrations).
-  void DecodeStage(AdmittedRequest& request, Live& live, StreamObserver& observer, Attempt& state,
-                   GenerateOutcome& outcome, WorkerSnapshot* worker, std::string reservation);
+  Task<void> DecodeStage(AdmittedRequest& request, Live& live, StreamObserver& observer,
+                         Attempt& state, GenerateOutcome& outcome, WorkerSnapshot* worker,
+                         std::string reservation);
   // Disaggregated prefill: Reserve on the decode worker, Prefill on the prefill worker (which
   // pushes the state into the reservation), then the first token to the client. kFallback:
   // prefill locally on the decode worker instead; kDone: the request ended (first token
   // finished it, cancelled, deadline).
-  PrefillResult RunPrefill(AdmittedRequest& request, const WorkerSnapshot& prefill,
-                           const WorkerSnapshot& decode, Live& live, StreamObserver& observer,
-                           Attempt& state, GenerateOutcome& outcome, std::string* reservation);
+  Task<PrefillResult> RunPrefill(AdmittedRequest& request, const WorkerSnapshot& prefill,
+                                 const WorkerSnapshot& decode, Live& live, StreamObserver& observer,
+                                 Attempt& state, GenerateOutcome& outcome,
+                                 std::string* reservation);
   // One call to a decode worker (colocated when `reservation` is empty; tokens the client has
   // already seen are replayed as generated_token_ids). Returns false when the worker failed
   // (outcome.error says how) and the request may move to another decode worker: before any
   // token that is a plain retry, after some a migration.
-  bool RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
-                  const std::string& reservation, Live& live, StreamObserver& observer,
-                  Attempt& state, GenerateOutcome& outcome);
-  // Detokenizes, matches stop strings, enforces max_tokens and hands the chunk to the client;
-  // false when the client is gone. `*stopped_here` is set when a stop string ended it.
-  // `logprobs`: one per id, or none when the request asks for none; `prompt_logprobs` go
-  // with the first chunk.
-  bool Deliver(const uint32_t* ids, size_t n, const WorkerLogprobs& logprobs,
-               AdmittedRequest& request, Attempt& state, StreamObserver& observer,
-               GenerateOutcome& outcome, bool* stopped_here);
+  Task<bool> RunAttempt(AdmittedRequest& request, const WorkerSnapshot& worker,
+                        const std::string& reservation, Live& live, StreamObserver& observer,
+                        Attempt& state, GenerateOutcome& outcome);
+  // Detokenizes, matches stop strings, enforces max_tokens and hands the chunk to the client,
+  // then waits until the client can take more; false when the client is gone. `*stopped_here` is
+  // set when a stop string ended it. `logprobs`: one per id, or none when the request asks for
+  // none; `prompt_logprobs` go with the first chunk.
+  Task<bool> Deliver(const uint32_t* ids, size_t n, const WorkerLogprobs& logprobs,
+                     AdmittedRequest& request, Attempt& state, StreamObserver& observer,
+                     GenerateOutcome& outcome, bool* stopped_here);
   void SendCancel(const WorkerSnapshot& worker, const std::string& request_id);
   void SendPrefillCancel(const WorkerSnapshot& worker, const std::string& request_id);
   // `transfer_completed`: the prefill worker reported the state delivered (STAGE_COMPLETED).

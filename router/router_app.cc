@@ -1,6 +1,7 @@
 #include "router/router_app.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -46,8 +47,8 @@ RouterApp::RouterApp(RouterOptions options, const TextCodec* codec, const Clock*
   http_options.reasoning_parser = options_.reasoning_parser;
   http_options.tool_call_parser = options_.tool_call_parser;
   http_options.enable_auto_tool_choice = options_.enable_auto_tool_choice;
-  // Every admitted streaming request holds a thread; a few more answer 429s and health checks.
-  http_options.threads = static_cast<int>(std::min<uint32_t>(options_.max_queue, 1024) + 8);
+  // Event-loop threads: parsing, tokenization and SSE formatting, never a request's wait.
+  http_options.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
   http_ = std::make_unique<HttpServer>(http_options, handler_.get(), &registry_, &metrics_);
 }
 

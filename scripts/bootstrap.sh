@@ -9,7 +9,7 @@ packages=(
   libabsl-dev libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libucx-dev ucx-utils prometheus-cpp-dev prometheus
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libre2-dev libtbb-dev
-  libopenblas-dev libcpp-httplib-dev
+  libopenblas-dev libcpp-httplib-dev libboost-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format clang-tidy
   python3-torch python3-numpy python3-tqdm python3-grpcio python3-protobuf python3-matplotlib

@@ -225,8 +225,8 @@ class BadInputTest(unittest.TestCase):
                 self.assertEqual(caught.exception.code(), code, caught.exception.details())
                 self.assertTrue(caught.exception.details())
         # A request whose `text` is not UTF-8 (protobuf strings must be): hand-encoded bytes.
-        # The gRPC library refuses it while parsing, before the router sees it: INTERNAL with
-        # no message is what it says (docs/reliability.md); the point is that nothing breaks.
+        # The router parses the bytes itself and says what is wrong (the gRPC library alone
+        # would answer UNIMPLEMENTED on the callback API, INTERNAL on the synchronous one).
         type(self).tried += 1
         generate = channel.unary_stream("/pdspark.v1.Inference/Generate",
                                         request_serializer=lambda raw: raw,
@@ -234,8 +234,8 @@ class BadInputTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as caught:
             for _ in generate(b"\x1a\x03\xff\xfe\xfd", timeout=60):  # field 3: text
                 pass
-        self.assertIn(caught.exception.code(), (invalid, grpc.StatusCode.INTERNAL),
-                      caught.exception.details())
+        self.assertEqual(caught.exception.code(), invalid, caught.exception.details())
+        self.assertIn("UTF-8", caught.exception.details())
         self.assert_still_serving()
         assert_nothing_held(self, ARGS.source_dir, self.workers)
 

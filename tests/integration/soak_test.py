@@ -55,9 +55,8 @@ class SoakTest(unittest.TestCase):
         if stubs(ARGS.source_dir) is None:
             raise unittest.SkipTest("python3-grpcio / protoc / grpc_python_plugin not installed")
         c = cls.cluster = Cluster(ARGS.bin_dir, ARGS.model_dir)
-        # The router keeps one HTTP thread per admitted request (--max-queue + 8): sized for
-        # the 64 clients (plus a few whose slot is freed just after their answer went out),
-        # every thread is warm after the first phase.
+        # --max-queue sized for the 64 clients (plus a few whose slot is freed just after
+        # their answer went out): no request gets 429.
         # Heartbeats every second, as deployed (the other tests' 200 ms, 600 ms to unhealthy,
         # is too tight for a saturated two-core machine).
         # A prefill attempt's 30 s default includes queueing on the one prefill worker: on a
