@@ -65,7 +65,14 @@ class StreamReader final : public grpc::ClientReadReactor<Response> {
  public:
   // Shared, so a watchdog may cancel it outside its own locks while the call ends.
   const std::shared_ptr<grpc::ClientContext>& context() { return context_; }
-  void Start() { this->StartCall(); }
+  // Starts the call, holding it open until the first Read (or Finish): without the hold a call
+  // that fails at once ends (OnDone) before any read is started, and a read started after that
+  // would never complete.
+  void Start() {
+    this->AddHold();
+    holding_ = true;
+    this->StartCall();
+  }
 
   auto Read(Response* message) {
     struct Awaiter {
@@ -73,8 +80,14 @@ class StreamReader final : public grpc::ClientReadReactor<Response> {
       Response* message;
       bool await_ready() const noexcept { return false; }
       void await_suspend(std::coroutine_handle<> waiter) {
-        reader->read_waiter_ = waiter;
-        reader->StartRead(message);
+        // Locals only once the read starts: it may complete, and resume the coroutine (whose
+        // frame holds this awaiter), at once. The reader itself lives on until OnDone, which the
+        // hold keeps off.
+        StreamReader* r = reader;
+        r->read_waiter_ = waiter;
+        const bool release = std::exchange(r->holding_, false);
+        r->StartRead(message);
+        if (release) r->RemoveHold();
       }
       bool await_resume() const noexcept { return reader->read_ok_; }
     };
@@ -86,9 +99,14 @@ class StreamReader final : public grpc::ClientReadReactor<Response> {
       StreamReader* reader;
       bool await_ready() const noexcept { return false; }
       bool await_suspend(std::coroutine_handle<> waiter) {
-        std::lock_guard<std::mutex> lock(reader->mu_);
-        if (reader->done_) return false;  // OnDone came first: go on at once
-        reader->done_waiter_ = waiter;
+        {
+          std::lock_guard<std::mutex> lock(reader->mu_);
+          if (reader->done_) return false;  // OnDone came first: go on at once
+          reader->done_waiter_ = waiter;
+        }
+        // Never read: let the call end now (OnDone may resume the coroutine at once).
+        StreamReader* r = reader;
+        if (std::exchange(r->holding_, false)) r->RemoveHold();
         return true;
       }
       grpc::Status await_resume() const { return reader->status_; }
@@ -115,6 +133,7 @@ class StreamReader final : public grpc::ClientReadReactor<Response> {
   std::shared_ptr<grpc::ClientContext> context_ = std::make_shared<grpc::ClientContext>();
   std::coroutine_handle<> read_waiter_;
   bool read_ok_ = false;
+  bool holding_ = false;  // the hold Start took, until the first Read or Finish
   std::mutex mu_;
   bool done_ = false;
   grpc::Status status_;

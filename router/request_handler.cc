@@ -168,6 +168,8 @@ struct RequestHandler::Live {
   }
 };
 
+namespace {
+
 // Resumes once the client can take more (StreamObserver::WhenWritable).
 struct ClientWritable {
   StreamObserver& observer;
@@ -177,6 +179,8 @@ struct ClientWritable {
   }
   void await_resume() const noexcept {}
 };
+
+}  // namespace
 
 // Output state carried across attempts of one request.
 struct RequestHandler::Attempt {

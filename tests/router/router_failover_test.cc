@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/base/free_port.h"
 #include "gtest/gtest.h"
 #include "pdspark/v1/inference.grpc.pb.h"
 #include "router/request_state.h"
@@ -132,6 +133,29 @@ TEST_F(RouterFailoverTest, AttemptsAreBoundedAndTheErrorNamesThem) {
       << error;
   EXPECT_EQ(workers[0]->requests() + workers[1]->requests() + workers[2]->requests(), 2u);
   EXPECT_EQ(Metric("pdspark_router_retries_total", "stage=\"decode\""), 1);
+}
+
+TEST_F(RouterFailoverTest, WorkerThatRefusesConnectionsIsRetriedAtOnce) {
+  // A registered decode worker whose port nothing listens on: every call to it fails as soon as
+  // it starts, before the router reads anything. Each such request must move to the live worker
+  // at once. (A stream that failed before its first read was started once hung until the
+  // deadline: the call ended before the read began, and the read never completed.)
+  StartFailoverRouter();
+  WorkerHeartbeater dead(GrpcAddress(), v1::WORKER_ROLE_DECODE,
+                         "127.0.0.1:" + std::to_string(FreeLoopbackPort()), kHeartbeat);
+  ASSERT_TRUE(dead.Register());
+  dead.Start();
+  ScriptedDecodeWorker* live = AddWorker();
+  httplib::Client c = Http();
+  c.set_read_timeout(5, 0);  // far below the 20 s deadline a hung request would end at
+  for (int i = 0; i < 40; ++i) {
+    auto res =
+        c.Post("/v1/completions", R"({"prompt": "hi", "max_tokens": 4})", "application/json");
+    ASSERT_TRUE(res) << "request " << i << " hung: " << httplib::to_string(res.error());
+    ASSERT_EQ(res->status, 200) << res->body;
+  }
+  EXPECT_EQ(live->requests(), 40u);
+  EXPECT_GE(Metric("pdspark_router_retries_total", "stage=\"decode\""), 1);
 }
 
 TEST_F(RouterFailoverTest, MidStreamFailureWithNoOtherWorkerEndsTheStreamWithAnError) {
