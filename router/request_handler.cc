@@ -1,5 +1,7 @@
 #include "router/request_handler.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -879,11 +881,14 @@ void RequestHandler::Drain(std::chrono::milliseconds grace) {
 
 void RequestHandler::PollCancellations() {
   std::unique_lock<std::mutex> lock(mu_);
+  bool busy = false;
   while (!stopping_) {
     stop_cv_.wait_for(lock, options_.cancel_poll);
     std::vector<std::shared_ptr<Live>> live;
     for (const auto& [id, l] : live_) live.push_back(l);
     lock.unlock();
+    if (live.empty() && std::exchange(busy, false)) ReturnFreeMemory();
+    busy = busy || !live.empty();
     const auto silence =
         scheduler_->registry().heartbeat_interval() * options_.give_up_missed_heartbeats;
     std::set<std::string> silent;
@@ -905,6 +910,14 @@ void RequestHandler::PollCancellations() {
     }
     lock.lock();
   }
+}
+
+void ReturnFreeMemory() {
+#ifdef __GLIBC__
+  // glibc keeps what a burst freed in its per-thread arenas; give it back once the router is
+  // idle, so its RSS follows what it holds rather than its busiest moment.
+  malloc_trim(0);
+#endif
 }
 
 grpc::StatusCode GrpcCodeFor(const ApiError& error) {

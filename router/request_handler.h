@@ -227,6 +227,10 @@ class RequestHandler {
   std::thread poller_;
 };
 
+// Returns the allocator's free memory to the system (the router calls it whenever it goes
+// idle after serving requests).
+void ReturnFreeMemory();
+
 // Maps an ApiError's HTTP status to the gRPC code for the same failure.
 grpc::StatusCode GrpcCodeFor(const ApiError& error);
 
