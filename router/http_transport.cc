@@ -34,6 +34,8 @@ struct Shared {
   HttpTransport::Options options;
   HttpHandler handler;
   std::optional<net::ssl::context> ssl;
+  // Connections with an answer not yet fully written: Stop lets them finish first.
+  std::atomic<int> answering{0};
 };
 
 std::string FormatHead(const HttpResponse& r, bool chunked, bool keep_alive) {
@@ -71,6 +73,7 @@ class Connection final : public HttpExchange,
       : stream_(MakeStream(std::move(socket), shared)),
         shared_(shared),
         deadline_(stream_.get_executor()) {}
+  ~Connection() override { SetAnswering(false); }
 
   void Start() {
     beast::error_code ec;
@@ -179,7 +182,7 @@ class Connection final : public HttpExchange,
     // Closed between requests, or a socket error: nobody to answer.
     if (ec == http::error::end_of_stream || !http_error) return Close();
     keep_alive_ = false;
-    answering_ = true;
+    SetAnswering(true);
     if (ec == http::error::body_limit) {
       return Reply(
           ErrorResponse(413, "the request body exceeds the size limit", "request_too_large"));
@@ -212,7 +215,7 @@ class Connection final : public HttpExchange,
     for (const auto& field : message) {
       request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     }
-    answering_ = true;
+    SetAnswering(true);
     Watch();
     shared_.handler(request, this->shared_from_this());
   }
@@ -261,7 +264,7 @@ class Connection final : public HttpExchange,
       std::lock_guard<std::mutex> lock(mu_);
       if (out_.empty()) {
         if (ended_ && answering_) {
-          answering_ = false;
+          SetAnswering(false);
           net::post(stream_.get_executor(),
                     [self = this->shared_from_this()] { self->AnswerDone(); });
         }
@@ -298,7 +301,7 @@ class Connection final : public HttpExchange,
     }
     if (ready) ready();
     if (ec) {
-      answering_ = false;
+      SetAnswering(false);
       return Close();
     }
     Flush();
@@ -313,6 +316,12 @@ class Connection final : public HttpExchange,
       return;
     }
     ReadRequest();
+  }
+
+  void SetAnswering(bool on) {
+    if (answering_ == on) return;
+    answering_ = on;
+    shared_.answering += on ? 1 : -1;
   }
 
   void MarkGone() {
@@ -485,6 +494,11 @@ void HttpTransport::Stop() {
     beast::error_code ignored;
     impl_->acceptor.close(ignored);
   });
+  // Answers being written (a cancelled request's last bytes) get a moment to reach their client.
+  const auto until = Steady::now() + std::chrono::seconds(2);
+  while (impl_->shared.answering.load() > 0 && Steady::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   impl_->io.stop();
   for (std::thread& t : impl_->threads) t.join();
   impl_->threads.clear();
