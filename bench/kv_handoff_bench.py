@@ -25,34 +25,18 @@ the baseline's cluster, then on this one's, and the table puts the two side by s
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
-from cluster import Cluster, health, http_json, metric  # noqa: E402
+from cluster import Cluster, health, http_json, long_context_model, metric  # noqa: E402
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
-def long_context_model(work_dir, positions):
-    """A copy of the tiny model that accepts `positions` positions (weights symlinked)."""
-    src = os.path.join(SOURCE, "models", "tiny-dsv4-dspark")
-    dst = os.path.join(os.path.abspath(work_dir), "tiny-dsv4-dspark-%d" % positions)
-    os.makedirs(dst, exist_ok=True)
-    for name in os.listdir(src):
-        target = os.path.join(dst, name)
-        if name == "config.json":
-            with open(os.path.join(src, name)) as f:
-                config = json.load(f)
-            config["max_position_embeddings"] = positions
-            with open(target, "w") as f:
-                json.dump(config, f, indent=2)
-        elif not os.path.exists(target):
-            os.symlink(os.path.join(src, name), target)
-    return dst
+TINY_MODEL = os.path.join(SOURCE, "models", "tiny-dsv4-dspark")
 
 
 def run_mode(args, bin_dir, model, mode, lengths):
@@ -119,7 +103,7 @@ def main():
     parser.add_argument("--ucx-tls", default="tcp")
     args = parser.parse_args()
     lengths = [int(t) for t in args.tokens.split(",")]
-    model = long_context_model(args.work_dir, max(lengths) + 1024)
+    model = long_context_model(TINY_MODEL, args.work_dir, max(lengths) + 1024)
     if args.baseline_bin_dir:
         compare(args, model, lengths)
         return

@@ -20,8 +20,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
-from cluster import Cluster, health, http_json, metric, request_worst_case  # noqa: E402
-from kv_handoff_bench import long_context_model  # noqa: E402
+from cluster import (Cluster, health, http_json, long_context_model, metric,  # noqa: E402
+                     request_worst_case)
+from kv_handoff_bench import TINY_MODEL  # noqa: E402
 
 SPEC = ["--spec-method", "dspark", "--spec-tokens", "5"]
 
@@ -66,7 +67,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     max_model_len = args.prompt_tokens + args.max_tokens
-    model = long_context_model(args.work_dir, 4096)
+    model = long_context_model(TINY_MODEL, args.work_dir, 4096)
     one = request_worst_case(args.bin_dir, model, max_model_len, SPEC)
     budget = args.fits * one
     sys.stderr.write("one request leases %d bytes; pool of %d bytes\n" % (one, budget))

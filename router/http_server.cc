@@ -34,16 +34,6 @@ HttpResponse Error(const ApiError& error) {
   return response;
 }
 
-HttpTransport::Options TransportOptions(const HttpServer::Options& o) {
-  HttpTransport::Options t;
-  t.host = o.host;
-  t.port = o.port;
-  t.threads = o.threads;
-  t.max_body_bytes = o.max_request_bytes;
-  t.tls = o.tls;
-  return t;
-}
-
 }  // namespace
 
 HttpServer::HttpServer(Options options, RequestHandler* handler, WorkerRegistry* registry,
@@ -52,7 +42,7 @@ HttpServer::HttpServer(Options options, RequestHandler* handler, WorkerRegistry*
       handler_(handler),
       registry_(registry),
       metrics_(metrics),
-      transport_(TransportOptions(options_),
+      transport_(options_.transport,
                  [this](const HttpRequest& req, std::shared_ptr<HttpExchange> exchange) {
                    Handle(req, std::move(exchange));
                  }),
@@ -135,7 +125,7 @@ void HttpServer::HandleGenerate(ApiKind kind, const HttpRequest& req,
     exchange->Reply(Error(e));
   };
   ParseLimits limits;
-  limits.max_body_bytes = options_.max_request_bytes;
+  limits.max_body_bytes = options_.transport.max_body_bytes;
   ParseResult parsed = ParseOpenAiRequest(req.body, kind, limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return refuse(*e);
   OpenAiRequest& request = std::get<OpenAiRequest>(parsed);
@@ -194,7 +184,7 @@ HttpResponse HttpServer::HandleTokenize(const HttpRequest& req) {
   }
   const ApiKind kind = body.contains("messages") ? ApiKind::kChat : ApiKind::kCompletion;
   ParseLimits limits;
-  limits.max_body_bytes = options_.max_request_bytes;
+  limits.max_body_bytes = options_.transport.max_body_bytes;
   ParseResult parsed = ParseOpenAiRequest(req.body, kind, limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return Error(*e);
   const OpenAiRequest& request = std::get<OpenAiRequest>(parsed);

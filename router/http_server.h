@@ -23,19 +23,14 @@ namespace pdspark::router {
 class HttpServer {
  public:
   struct Options {
-    std::string host = "127.0.0.1";
-    int port = 0;  // 0: any free port
-    size_t max_request_bytes = 8u << 20;
+    // Address, event-loop threads (HTTP parsing, tokenization, SSE formatting; requests hold
+    // none), body limit (also the JSON parser's), HTTPS.
+    HttpTransport::Options transport;
     // The name clients put in "model"; the model directory path is accepted too.
     std::string model_name;
     std::string model_path;
-    // Event-loop threads (HTTP parsing, tokenization, SSE formatting); requests hold none.
-    int threads = 2;
     // Required as `Authorization: Bearer <key>` on /v1/*; /health and /metrics stay open.
     std::string api_key;
-    // HTTPS when tls has a certificate; client certificates are required with
-    // tls.require_client_cert.
-    security::TlsOptions tls;
     RateLimiter* rate_limiter = nullptr;  // generation requests only; null: no limit
     // "deepseek_v4": chat in thinking mode answers reasoning_content apart from content
     // (vLLM's --reasoning-parser); empty: all of it is content.

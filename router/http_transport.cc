@@ -388,18 +388,16 @@ class Connection final : public HttpExchange,
 
 }  // namespace
 
-std::string HttpRequest::Header(std::string_view name) const {
+const std::string* HttpRequest::Find(std::string_view name) const {
   for (const auto& [key, value] : headers) {
-    if (beast::iequals(key, beast::string_view(name.data(), name.size()))) return value;
+    if (beast::iequals(key, beast::string_view(name.data(), name.size()))) return &value;
   }
-  return "";
+  return nullptr;
 }
 
-bool HttpRequest::HasHeader(std::string_view name) const {
-  for (const auto& [key, value] : headers) {
-    if (beast::iequals(key, beast::string_view(name.data(), name.size()))) return true;
-  }
-  return false;
+std::string HttpRequest::Header(std::string_view name) const {
+  const std::string* value = Find(name);
+  return value != nullptr ? *value : "";
 }
 
 struct HttpTransport::Impl {
@@ -468,9 +466,13 @@ Status HttpTransport::Start() {
     }
   }
   beast::error_code ec;
-  const auto address = net::ip::make_address(o.host == "localhost" ? "127.0.0.1" : o.host, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("bad HTTP host '", o.host, "'"));
-  tcp::endpoint endpoint(address, static_cast<uint16_t>(o.port));
+  tcp::resolver resolver(impl_->io);
+  const auto endpoints = resolver.resolve(o.host, std::to_string(o.port), ec);
+  if (ec || endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve the HTTP host '", o.host, "': ", ec.message()));
+  }
+  const tcp::endpoint endpoint = *endpoints.begin();
   tcp::acceptor& acceptor = impl_->acceptor;
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);

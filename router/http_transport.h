@@ -32,7 +32,10 @@ struct HttpRequest {
 
   // The first header of that name (case-insensitive), or empty.
   std::string Header(std::string_view name) const;
-  bool HasHeader(std::string_view name) const;
+  bool HasHeader(std::string_view name) const { return Find(name) != nullptr; }
+
+ private:
+  const std::string* Find(std::string_view name) const;
 };
 
 struct HttpResponse {

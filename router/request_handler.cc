@@ -87,6 +87,14 @@ std::string_view OutcomeStatus(const GenerateOutcome& outcome) {
   return "ok";
 }
 
+// glibc keeps what a burst freed in its per-thread arenas; give it back once the router is
+// idle, so its RSS follows what it holds rather than its busiest moment.
+void ReturnFreeMemory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 int64_t UnixMicros(std::chrono::system_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
 }
@@ -855,14 +863,8 @@ bool RequestHandler::Abort(const std::string& request_id) {
 
 void RequestHandler::Drain(std::chrono::milliseconds grace) {
   draining_ = true;
-  const auto until = Steady::now() + grace;
   std::unique_lock<std::mutex> lock(mu_);
-  while (!live_.empty() && Steady::now() < until) {
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    lock.lock();
-  }
-  if (live_.empty()) return;
+  if (WaitForNoLive(lock, Steady::now() + grace)) return;
   LOG_WARN("shutdown cancels requests in flight count={}", live_.size());
   std::vector<std::shared_ptr<Live>> cancel;
   for (auto& [id, live] : live_) cancel.push_back(live);
@@ -871,12 +873,16 @@ void RequestHandler::Drain(std::chrono::milliseconds grace) {
   lock.lock();
   // The cancelled requests end on gRPC and HTTP threads; let them answer their clients before
   // the servers go away.
-  const auto cancelled_by = Steady::now() + std::chrono::seconds(5);
-  while (!live_.empty() && Steady::now() < cancelled_by) {
+  WaitForNoLive(lock, Steady::now() + std::chrono::seconds(5));
+}
+
+bool RequestHandler::WaitForNoLive(std::unique_lock<std::mutex>& lock, Steady::time_point until) {
+  while (!live_.empty() && Steady::now() < until) {
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     lock.lock();
   }
+  return live_.empty();
 }
 
 void RequestHandler::PollCancellations() {
@@ -910,14 +916,6 @@ void RequestHandler::PollCancellations() {
     }
     lock.lock();
   }
-}
-
-void ReturnFreeMemory() {
-#ifdef __GLIBC__
-  // glibc keeps what a burst freed in its per-thread arenas; give it back once the router is
-  // idle, so its RSS follows what it holds rather than its busiest moment.
-  malloc_trim(0);
-#endif
 }
 
 grpc::StatusCode GrpcCodeFor(const ApiError& error) {

@@ -211,6 +211,9 @@ class RequestHandler {
   void SendRelease(const WorkerSnapshot& worker, const std::string& reservation,
                    bool transfer_completed);
   void PollCancellations();
+  // Waits (with `lock` on mu_) until no request is live or `until`; true when none is.
+  bool WaitForNoLive(std::unique_lock<std::mutex>& lock,
+                     std::chrono::steady_clock::time_point until);
 
   Options options_;
   Scheduler* scheduler_;
@@ -226,10 +229,6 @@ class RequestHandler {
   std::atomic<bool> draining_{false};
   std::thread poller_;
 };
-
-// Returns the allocator's free memory to the system (the router calls it whenever it goes
-// idle after serving requests).
-void ReturnFreeMemory();
 
 // Maps an ApiError's HTTP status to the gRPC code for the same failure.
 grpc::StatusCode GrpcCodeFor(const ApiError& error);

@@ -36,19 +36,20 @@ RouterApp::RouterApp(RouterOptions options, const TextCodec* codec, const Clock*
       std::make_unique<GrpcInferenceService>(handler_.get(), &registry_, options_.model_name);
   inference_service_->SetAccessControl(options_.api_key, rate_limiter_.get());
   HttpServer::Options http_options;
-  http_options.host = options_.host;
-  http_options.port = options_.http_port;
-  http_options.max_request_bytes = options_.max_request_bytes;
+  http_options.transport.host = options_.host;
+  http_options.transport.port = options_.http_port;
+  http_options.transport.max_body_bytes = options_.max_request_bytes;
+  http_options.transport.tls = options_.tls;
   http_options.model_name = options_.model_name;
   http_options.model_path = options_.model_path;
   http_options.api_key = options_.api_key;
-  http_options.tls = options_.tls;
   http_options.rate_limiter = rate_limiter_.get();
   http_options.reasoning_parser = options_.reasoning_parser;
   http_options.tool_call_parser = options_.tool_call_parser;
   http_options.enable_auto_tool_choice = options_.enable_auto_tool_choice;
   // Event-loop threads: parsing, tokenization and SSE formatting, never a request's wait.
-  http_options.threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
+  http_options.transport.threads =
+      static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
   http_ = std::make_unique<HttpServer>(http_options, handler_.get(), &registry_, &metrics_);
 }
 

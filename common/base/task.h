@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -46,18 +47,26 @@ struct PromiseBase {
   void unhandled_exception() const noexcept { std::terminate(); }
 };
 
+// What a Task<T> coroutine returns into: a value, or nothing for T = void.
+template <typename T>
+struct Promise : PromiseBase {
+  std::optional<T> value;
+  Task<T> get_return_object();
+  void return_value(T v) { value.emplace(std::move(v)); }
+};
+
+template <>
+struct Promise<void> : PromiseBase {
+  Task<void> get_return_object();
+  void return_void() const noexcept {}
+};
+
 }  // namespace task_internal
 
 template <typename T>
 class [[nodiscard]] Task {
  public:
-  struct promise_type : task_internal::PromiseBase {
-    std::optional<T> value;
-    Task get_return_object() {
-      return Task(std::coroutine_handle<promise_type>::from_promise(*this));
-    }
-    void return_value(T v) { value.emplace(std::move(v)); }
-  };
+  using promise_type = task_internal::Promise<T>;
 
   Task(Task&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
   Task& operator=(Task&& other) noexcept {
@@ -76,48 +85,26 @@ class [[nodiscard]] Task {
     handle_.promise().continuation = awaiting;
     return handle_;
   }
-  T await_resume() { return std::move(*handle_.promise().value); }
+  T await_resume() {
+    if constexpr (!std::is_void_v<T>) return std::move(*handle_.promise().value);
+  }
 
  private:
-  explicit Task(std::coroutine_handle<promise_type> handle) : handle_(handle) {}
-  std::coroutine_handle<promise_type> handle_;
-};
-
-template <>
-class [[nodiscard]] Task<void> {
- public:
-  struct promise_type : task_internal::PromiseBase {
-    Task get_return_object() {
-      return Task(std::coroutine_handle<promise_type>::from_promise(*this));
-    }
-    void return_void() const noexcept {}
-  };
-
-  Task(Task&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
-  Task& operator=(Task&& other) noexcept {
-    if (this != &other) {
-      if (handle_) handle_.destroy();
-      handle_ = std::exchange(other.handle_, {});
-    }
-    return *this;
-  }
-  ~Task() {
-    if (handle_) handle_.destroy();
-  }
-
-  bool await_ready() const noexcept { return false; }
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
-    handle_.promise().continuation = awaiting;
-    return handle_;
-  }
-  void await_resume() const noexcept {}
-
- private:
+  friend promise_type;
   explicit Task(std::coroutine_handle<promise_type> handle) : handle_(handle) {}
   std::coroutine_handle<promise_type> handle_;
 };
 
 namespace task_internal {
+
+template <typename T>
+Task<T> Promise<T>::get_return_object() {
+  return Task<T>(std::coroutine_handle<Promise<T>>::from_promise(*this));
+}
+
+inline Task<void> Promise<void>::get_return_object() {
+  return Task<void>(std::coroutine_handle<Promise<void>>::from_promise(*this));
+}
 
 // A coroutine nobody awaits: it starts at once and frees itself at its end.
 struct Detached {

@@ -109,6 +109,25 @@ class Cluster:
             shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
+def long_context_model(src, dst_root, positions):
+    """A copy of the model in `src` (files symlinked) whose config.json allows `positions`
+    positions, as `dst_root`/<name>-<positions>; reused when it is already there."""
+    dst = os.path.join(os.path.abspath(dst_root),
+                       "%s-%d" % (os.path.basename(os.path.normpath(src)), positions))
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        target = os.path.join(dst, name)
+        if name == "config.json":
+            with open(os.path.join(src, name)) as f:
+                config = json.load(f)
+            config["max_position_embeddings"] = positions
+            with open(target, "w") as f:
+                json.dump(config, f, indent=2)
+        elif not os.path.exists(target):
+            os.symlink(os.path.abspath(os.path.join(src, name)), target)
+    return dst
+
+
 def request_worst_case(bin_dir, model_dir, max_model_len, extra=()):
     """The KV pool bytes one --max-model-len request leases on a decode worker (started with
     `extra`): what the worker reports when a 256 KiB pool cannot hold it."""

@@ -42,7 +42,7 @@ import threading
 import time
 import unittest
 
-from cluster import Cluster, health, metric, request_worst_case, wait_for
+from cluster import Cluster, health, long_context_model, metric, request_worst_case, wait_for
 from reliability_support import (assert_nothing_held, held, open_fds, parse_args, rss_kib, stubs,
                                  threads)
 
@@ -54,23 +54,6 @@ STREAM_MAX_TOKENS = 1000
 OVERLOAD_MAX_TOKENS = 16
 IN_FLIGHT = "pdspark_requests_in_flight"
 FIGURES = {}
-
-
-def long_context_model(src, dst_root, positions):
-    """A copy of `src` (files symlinked) whose config.json allows `positions` positions."""
-    dst = os.path.join(dst_root, "model-%d" % positions)
-    os.makedirs(dst)
-    for name in os.listdir(src):
-        target = os.path.join(dst, name)
-        if name == "config.json":
-            with open(os.path.join(src, name)) as f:
-                config = json.load(f)
-            config["max_position_embeddings"] = positions
-            with open(target, "w") as f:
-                json.dump(config, f, indent=2)
-        else:
-            os.symlink(os.path.abspath(os.path.join(src, name)), target)
-    return dst
 
 
 def reading(process):
