@@ -16,6 +16,22 @@ int64_t UnixNanos() {
       .count();
 }
 
+// Where each group's transfer starts when the prompt's first tokens are already in `cached`
+// (a prefix of it): at the page boundary at or below the rows cached, when it holds every row
+// the group keeps from its first_row on; else at first_row (the group travels whole). The page
+// holding the first uncached row travels whole, so a cached page is never written.
+std::vector<int64_t> ShipFromCachedRows(const engine::StagingLayout& layout,
+                                        const engine::SequenceState& cached) {
+  std::vector<int64_t> ship_from;
+  for (const engine::StagedGroup& g : layout.groups) {
+    const engine::PagedRows& rows = cached.GroupAt(g.layer, g.group);
+    const int64_t boundary = std::min(rows.size(), g.end_row) / g.rows_per_page * g.rows_per_page;
+    const bool holds_kept_rows = rows.first_row() <= g.first_row;
+    ship_from.push_back(holds_kept_rows && boundary > g.first_row ? boundary : g.first_row);
+  }
+  return ship_from;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<KvReceiver>> KvReceiver::Create(transport::TransferAgent* agent,
@@ -113,6 +129,12 @@ StatusOr<serving::CacheLease> KvReceiver::LeaseLocked(const v1::ReserveRequest& 
 }
 
 StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& request) {
+  if (request.prompt_token_ids_size() > 0 &&
+      request.prompt_token_ids_size() != static_cast<int>(request.prompt_tokens())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt_token_ids holds ", request.prompt_token_ids_size(),
+                     " tokens, prompt_tokens says ", request.prompt_tokens()));
+  }
   Reservation reservation;
   reservation.layout =
       engine::StagingLayout::Compute(*options_.cache_layout, request.prompt_tokens(),
@@ -127,32 +149,52 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
         "the KV transport has no address (its network device is down); prefill here instead");
   }
   ASSIGN_OR_RETURN(reservation.lease, LeaseLocked(request));
-  // The pages the rows will land in, as a colocated prefill would have left them.
-  reservation.sequence = options_.new_sequence();
-  std::vector<engine::SequenceState::GroupRows> rows;
-  for (const engine::StagedGroup& g : reservation.layout.groups) {
-    rows.push_back({g.first_row, g.end_row, nullptr});
-  }
-  RETURN_IF_ERROR(reservation.sequence->RestoreRows(reservation.layout.tokens, rows));
+  RETURN_IF_ERROR(PrepareSequence(request, reservation));
   ASSIGN_OR_RETURN(reservation.offset, arena_->Allocate(reservation.layout.record_bytes()));
   // A stale record from an earlier request must not look like a delivery.
   std::memset(arena_->data() + reservation.offset, 0, transport::kRecordHeaderBytes);
   reservation.expires = now + lease;
   reservation.nonce = nonces_();
-  const v1::TransferDescriptor descriptor =
-      Describe(reservation, address, request.prompt_tokens(), lease);
+  auto descriptor = Describe(reservation, address, request.prompt_tokens(), lease);
+  if (!descriptor.ok()) {
+    arena_->Free(reservation.offset);
+    return descriptor.status();
+  }
   const std::string id = absl::StrCat("rsv-", next_id_++);
   reservations_[id] = std::move(reservation);
   metrics_->SetActiveReservations(static_cast<int64_t>(reservations_.size()));
   v1::ReserveResponse response;
   response.set_reservation_id(id);
-  response.set_transfer_descriptor(descriptor.SerializeAsString());
+  response.set_transfer_descriptor(descriptor->SerializeAsString());
   return response;
 }
 
-v1::TransferDescriptor KvReceiver::Describe(const Reservation& reservation,
-                                            const std::string& address, uint32_t prompt_tokens,
-                                            std::chrono::milliseconds lease) const {
+Status KvReceiver::PrepareSequence(const v1::ReserveRequest& request, Reservation& reservation) {
+  engine::StagingLayout& layout = reservation.layout;
+  // What a colocated prefill would have left: rows [first_row, end_row) of every group.
+  std::vector<engine::SequenceState::GroupRows> rows;
+  for (const engine::StagedGroup& g : layout.groups) rows.push_back({g.first_row, g.end_row});
+  serving::PrefixHit hit;
+  if (options_.cached_prefix && request.prompt_token_ids_size() > 0) {
+    const std::vector<int32_t> prompt(request.prompt_token_ids().begin(),
+                                      request.prompt_token_ids().end());
+    hit = options_.cached_prefix(prompt);
+  }
+  if (hit.tokens == 0) {
+    reservation.sequence = options_.new_sequence();
+    return reservation.sequence->RestoreRows(layout.tokens, rows);
+  }
+  const std::vector<int64_t> ship_from = ShipFromCachedRows(layout, *hit.state);
+  reservation.sequence = std::move(hit.state);
+  reservation.cached_tokens = hit.tokens;
+  RETURN_IF_ERROR(reservation.sequence->ExtendForTransfer(layout.tokens, rows, ship_from));
+  return layout.ShipFrom(ship_from);
+}
+
+StatusOr<v1::TransferDescriptor> KvReceiver::Describe(const Reservation& reservation,
+                                                      const std::string& address,
+                                                      uint32_t prompt_tokens,
+                                                      std::chrono::milliseconds lease) const {
   v1::TransferDescriptor descriptor;
   descriptor.set_transport(agent_->TransportName());
   descriptor.set_agent_address(address);
@@ -174,9 +216,20 @@ v1::TransferDescriptor KvReceiver::Describe(const Reservation& reservation,
   descriptor.set_pool_region(options_.pool_region.Serialize());
   descriptor.set_page_bytes(static_cast<uint64_t>(options_.page_bytes));
   for (const engine::StagedGroup& g : reservation.layout.groups) {
-    const auto& table = reservation.sequence->GroupAt(g.layer, g.group).block_table();
-    descriptor.add_page_tables()->mutable_pages()->Add(table.begin(), table.end());
+    // The pages of the rows the transfer fills; those of cached rows before them stay out.
+    const engine::PagedRows& rows = reservation.sequence->GroupAt(g.layer, g.group);
+    const auto& table = rows.block_table();
+    const int64_t skip = g.first_row / g.rows_per_page - rows.first_row() / g.rows_per_page;
+    if (skip < 0 || skip + g.PagesSpanned() > static_cast<int64_t>(table.size())) {
+      return absl::InternalError(absl::StrCat(
+          "layer ", g.layer, " group ", g.group, ": ", table.size(), " pages from row ",
+          rows.first_row(), " do not hold rows [", g.first_row, ", ", g.end_row, ")"));
+    }
+    descriptor.add_page_tables()->mutable_pages()->Add(table.begin() + skip,
+                                                       table.begin() + skip + g.PagesSpanned());
+    if (reservation.cached_tokens > 0) descriptor.add_ship_from_rows(g.first_row);
   }
+  descriptor.set_cached_tokens(static_cast<uint32_t>(reservation.cached_tokens));
   return descriptor;
 }
 
@@ -223,6 +276,7 @@ StatusOr<std::shared_ptr<serving::PrefilledState>> KvReceiver::Take(
                         absl::StrCat("reservation ", reservation_id, ": ", verified.message()));
   }
   arena_->Free(reservation.offset);
+  metrics_->ReusedPrefix(reservation.cached_tokens);
   metrics_->Received(bytes, static_cast<double>(UnixNanos() - prefill_end_ns) * 1e-9);
   // The request runs on the sequence the rows landed in, and on the lease its reservation took.
   auto prefilled = std::make_shared<serving::PrefilledState>();

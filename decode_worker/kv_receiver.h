@@ -2,6 +2,9 @@
 // from the engine (ReceiverOptions::lease_cache), prepares the request's sequence in the pool
 // with pages for every row the prompt leaves behind, and hands out their page ids with the
 // registered pool region: the prefill worker then writes the rows straight into those pages.
+// When the engine's prefix cache holds a prefix of the prompt (a conversation's earlier turn),
+// the sequence starts as that prefix, sharing its pages, and only the rows past it travel: the
+// descriptor says per cache group from which row on (ship_from_rows).
 // Only the completion record goes to a small slice of a staging arena. A request is admitted
 // only when its record is there, meant for this reservation (nonce), written by a matching
 // sender (link digest), and every segment matches its checksum, verified in place on the
@@ -27,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -39,6 +43,7 @@
 #include "common/worker/kv_transfer_metrics.h"
 #include "engine/cache/sequence_state.h"
 #include "engine/cache/staging_layout.h"
+#include "engine/serving/prefix_cache.h"
 #include "engine/serving/request.h"
 #include "pdspark/v1/transfer.pb.h"
 #include "pdspark/v1/worker.pb.h"
@@ -64,6 +69,9 @@ struct ReceiverOptions {
   // An empty sequence in the engine's KV pool (ServingEngine::NewSequence), and that pool as
   // the transfer agent registered it.
   std::function<std::unique_ptr<engine::SequenceState>()> new_sequence;
+  // The engine's longest cached prefix of a prompt (ServingEngine::CachedPrefix); unset: none.
+  // With a hit only the rest of the prompt's rows travel (a reservation names its prompt).
+  std::function<serving::PrefixHit(std::span<const int32_t>)> cached_prefix;
   transport::RemoteRegion pool_region;
   int64_t page_bytes = 0;
   std::chrono::milliseconds late_write_grace{10000};
@@ -94,7 +102,8 @@ class KvReceiver {
     uint64_t offset = 0;  // of the record's slice in the arena
     Clock::time_point expires;
     uint64_t nonce = 0;
-    engine::StagingLayout layout;
+    engine::StagingLayout layout;  // first_row: the first row the transfer fills
+    int64_t cached_tokens = 0;     // of the prompt, held here before the transfer
     serving::CacheLease lease;
     std::unique_ptr<engine::SequenceState> sequence;  // the pages the rows land in
   };
@@ -111,9 +120,13 @@ class KvReceiver {
   void FenceLocked();
   // The engine's lease for `request`; a full pool first fences to free the quarantined leases.
   StatusOr<serving::CacheLease> LeaseLocked(const v1::ReserveRequest& request);
+  // The pages the transfer fills: fresh ones for the whole prompt, or a cached prefix of it
+  // grown by pages for the rest (and reservation.layout ships only the rest).
+  Status PrepareSequence(const v1::ReserveRequest& request, Reservation& reservation);
   // The descriptor the prefill worker writes by.
-  v1::TransferDescriptor Describe(const Reservation& reservation, const std::string& address,
-                                  uint32_t prompt_tokens, std::chrono::milliseconds lease) const;
+  StatusOr<v1::TransferDescriptor> Describe(const Reservation& reservation,
+                                            const std::string& address, uint32_t prompt_tokens,
+                                            std::chrono::milliseconds lease) const;
   // Checks the delivery and restores the DSpark ring; the sequence stays in the reservation.
   Status Verify(const Reservation& reservation, dspark::DrafterState* drafter, uint64_t* bytes,
                 int64_t* prefill_end_ns) const;

@@ -122,6 +122,9 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
     staging.pool_region = pool_region->remote;
     staging.page_bytes = pool.page_bytes();
     staging.new_sequence = [&engine] { return engine.NewSequence(); };
+    staging.cached_prefix = [&engine](std::span<const int32_t> prompt) {
+      return engine.CachedPrefix(prompt);
+    };
     auto made = KvReceiver::Create(agent.get(), std::move(staging), transfer_metrics.get());
     if (!made.ok()) {
       LOG_ERROR("{}", made.status().ToString());

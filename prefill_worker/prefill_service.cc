@@ -107,6 +107,12 @@ StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngin
   }
   ASSIGN_OR_RETURN(auto pool_region,
                    transport::RemoteRegion::Deserialize(descriptor.pool_region()));
+  if (descriptor.ship_from_rows_size() > 0) {
+    // The decode worker holds a prefix of the prompt: only the rows past it travel.
+    const std::vector<int64_t> ship_from(descriptor.ship_from_rows().begin(),
+                                         descriptor.ship_from_rows().end());
+    RETURN_IF_ERROR(layout.ShipFrom(ship_from));
+  }
   ASSIGN_OR_RETURN(auto page_tables, CheckPageTables(descriptor, layout, pool_region));
   // Endpoints are cached per decode incarnation and address: a restarted decode worker, or one
   // that fenced its KV connections, gets a new link.

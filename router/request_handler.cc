@@ -644,6 +644,9 @@ Task<RequestHandler::PrefillResult> RequestHandler::RunPrefill(
   v1::ReserveRequest reserve;
   *reserve.mutable_context() = context;
   reserve.set_prompt_tokens(request.prompt_tokens());
+  // A decode worker holding a prefix of the prompt receives only the rest.
+  reserve.mutable_prompt_token_ids()->Assign(request.input_.prompt_ids.begin(),
+                                             request.input_.prompt_ids.end());
   reserve.set_max_tokens(request.max_tokens_);
   reserve.set_lease_ms(static_cast<uint32_t>(options_.reservation_lease.count()));
   v1::ReserveResponse reserved;

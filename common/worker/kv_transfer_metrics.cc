@@ -59,6 +59,12 @@ KvTransferMetrics::KvTransferMetrics(prometheus::Registry& registry, const std::
                         "posted for untaken reservations cannot land in reused pages")
                   .Register(registry)
                   .Add({})),
+      prefix_tokens_(prometheus::BuildCounter()
+                         .Name("pdspark_kv_transfer_cached_prompt_tokens_total")
+                         .Help("prompt tokens whose KV the decode worker already held (prefix "
+                               "cache), so that only the rest of the prompt was transferred")
+                         .Register(registry)
+                         .Add({})),
       handshakes_(prometheus::BuildCounter()
                       .Name("pdspark_kv_link_handshakes_total")
                       .Help("peer links by outcome")

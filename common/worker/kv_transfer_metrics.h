@@ -31,6 +31,9 @@ class KvTransferMetrics {
   // reservation's pages (decode::KvReceiver).
   void Fenced() { fences_.Increment(); }
   void SetActiveReservations(int64_t n) { active_reservations_.Set(static_cast<double>(n)); }
+  // Decode side, per admitted request: prompt tokens whose rows this worker already held (a
+  // prefix in its prefix cache), so only the rest travelled.
+  void ReusedPrefix(int64_t tokens) { prefix_tokens_.Increment(static_cast<double>(tokens)); }
 
  private:
   prometheus::Family<prometheus::Counter>& bytes_;
@@ -45,6 +48,7 @@ class KvTransferMetrics {
   prometheus::Gauge& active_reservations_;
   prometheus::Counter& expired_leases_;
   prometheus::Counter& fences_;
+  prometheus::Counter& prefix_tokens_;
   prometheus::Family<prometheus::Counter>& handshakes_;
 };
 

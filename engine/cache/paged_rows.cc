@@ -213,4 +213,25 @@ Status PagedRows::Assign(int64_t first, int64_t size, const char* rows) {
   return absl::OkStatus();
 }
 
+Status PagedRows::Extend(int64_t size) {
+  if (size <= size_) return absl::OkStatus();
+  const int64_t per_page = rows_per_page();
+  if (size_ % per_page != 0) {
+    return absl::InternalError(absl::StrCat(group_->name(), ": extending from row ", size_,
+                                            ", inside a page of ", per_page, " rows"));
+  }
+  if (pages_.empty()) first_block_ = size_ / per_page;
+  const int64_t pages = (size + per_page - 1) / per_page - size_ / per_page;
+  for (int64_t i = 0; i < pages; ++i) {
+    const int32_t page = group_->Allocate(holder_);
+    if (page == kNoPage) {
+      return absl::ResourceExhaustedError(absl::StrCat("KV pool full: ", group_->name(), " needs ",
+                                                       pages, " pages (--kv-cache-memory-bytes)"));
+    }
+    pages_.push_back(page);
+  }
+  size_ = size;
+  return absl::OkStatus();
+}
+
 }  // namespace pdspark::engine

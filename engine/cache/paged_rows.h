@@ -79,6 +79,10 @@ class PagedRows {
   // Replaces the contents with `size` rows of unspecified values (a fixed-size ring's storage).
   // Fails like Assign.
   Status Resize(int64_t size) { return Assign(0, size, nullptr); }
+  // Adds rows up to `size`, of unspecified values, in pages of their own (a KV transfer writes
+  // them). The rows held must end on a page boundary, so no page is shared with what is added.
+  // Fails like Assign, keeping the pages it took (Clear returns them).
+  Status Extend(int64_t size);
 
  private:
   char* RowIn(int64_t row) const;

@@ -22,6 +22,23 @@ bool GetInt(std::string_view in, size_t& offset, int64_t& v) {
   return true;
 }
 
+// One group of SequenceState::ExtendForTransfer.
+Status ExtendGroupForTransfer(PagedRows& rows, const SequenceState::GroupRows& target,
+                              int64_t ship_from) {
+  if (ship_from == target.first_row) return rows.Assign(target.first_row, target.size, nullptr);
+  if (ship_from < target.first_row || ship_from > target.size ||
+      ship_from % rows.rows_per_page() != 0 || rows.size() < ship_from ||
+      rows.first_row() > target.first_row) {
+    return absl::InternalError(absl::StrCat("cached rows [", rows.first_row(), ", ", rows.size(),
+                                            ") cannot keep [", target.first_row, ", ", ship_from,
+                                            ") of a transfer filling rows up to ", target.size));
+  }
+  rows.Truncate(ship_from);
+  RETURN_IF_ERROR(rows.Extend(target.size));
+  rows.ReleaseBelow(target.first_row);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 SequenceState::SequenceState(const CacheLayout* layout, KvPool* pool) : layout_(layout) {
@@ -208,6 +225,29 @@ Status SequenceState::RestoreRows(int64_t num_tokens, std::span<const GroupRows>
   for (auto& layer : groups_) {
     for (PagedRows& rows : layer) {
       if (Status st = rows.Assign(groups[i].first_row, groups[i].size, groups[i].data); !st.ok()) {
+        Free();
+        return st;
+      }
+      ++i;
+    }
+  }
+  num_tokens_ = num_tokens;
+  return absl::OkStatus();
+}
+
+Status SequenceState::ExtendForTransfer(int64_t num_tokens, std::span<const GroupRows> groups,
+                                        std::span<const int64_t> ship_from) {
+  size_t expected = 0;
+  for (const auto& layer : groups_) expected += layer.size();
+  if (groups.size() != expected || ship_from.size() != expected) {
+    return absl::InternalError(absl::StrCat("a transfer into ", groups.size(), " cache groups (",
+                                            ship_from.size(), " starts), this model has ",
+                                            expected));
+  }
+  size_t i = 0;
+  for (auto& layer : groups_) {
+    for (PagedRows& rows : layer) {
+      if (Status st = ExtendGroupForTransfer(rows, groups[i], ship_from[i]); !st.ok()) {
         Free();
         return st;
       }

@@ -79,6 +79,16 @@ class SequenceState {
   // (state emptied) when the pool has too few free pages.
   Status RestoreRows(int64_t num_tokens, std::span<const GroupRows> groups);
 
+  // Turns this state, a cached prefix of the prompt, into the state of its `num_tokens` tokens
+  // that a KV transfer fills in: group i (layer-major, in layout order) ends up holding rows
+  // [groups[i].first_row, groups[i].size); rows below ship_from[i] are the ones this state
+  // already holds (pages it shares with the prefix cache stay shared), rows from ship_from[i]
+  // on get pages of their own, of unspecified values. ship_from[i] lies on a page boundary in
+  // [first_row, size], or equals first_row (the group is received whole). Fails (state emptied)
+  // when the pool has too few free pages or this state lacks a row it should keep.
+  Status ExtendForTransfer(int64_t num_tokens, std::span<const GroupRows> groups,
+                           std::span<const int64_t> ship_from);
+
   // Bytes of pool pages held by this sequence.
   int64_t MemoryBytes() const;
   void Free();

@@ -69,6 +69,28 @@ StagingLayout StagingLayout::Compute(const CacheLayout& layout, int64_t tokens, 
   return staging;
 }
 
+Status StagingLayout::ShipFrom(std::span<const int64_t> ship_from) {
+  if (ship_from.size() != groups.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the reservation ships ", ship_from.size(),
+                                                   " cache groups from a cached prefix, the "
+                                                   "layout has ",
+                                                   groups.size()));
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    StagedGroup& g = groups[i];
+    const int64_t row = ship_from[i];
+    if (row == g.first_row) continue;
+    if (row < g.first_row || row > g.end_row || row % g.rows_per_page != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", g.layer, " group ", g.group, ": shipping from row ", row,
+                       " is outside its rows [", g.first_row, ", ", g.end_row,
+                       "] or off a page of ", g.rows_per_page, " rows"));
+    }
+    g.first_row = row;
+  }
+  return absl::OkStatus();
+}
+
 std::string CacheManifest(const CacheLayout& layout) {
   // Every group is replicated across tensor-parallel ranks (docs/tensor_parallel.md).
   std::string text = absl::StrCat("v1 rollback=", layout.max_rollback_tokens);

@@ -2,12 +2,13 @@
 // the same inputs (the cache manifest, which the link handshake checks, the prompt length, the
 // decode worker's block size and the drafter ring size):
 //
-//   rows      group (l, g) of layer l ships rows [first_row, first_row + capacity_rows): the rows
-//             a colocated decode worker would keep after prefilling the prompt (first_row from
-//             RetainedFirstRow). They land straight in the pages of the sequence the decode
-//             worker prepared at Reserve, rows_per_page to a page (page tables in the
-//             descriptor), so the restored state is the one a colocated prefill would have left,
-//             bit for bit, whatever block size the prefill side uses.
+//   rows      group (l, g) of layer l ships rows [first_row, end_row): the rows a colocated
+//             decode worker would keep after prefilling the prompt (first_row from
+//             RetainedFirstRow), or fewer when the decode worker holds a prefix (ShipFrom). They
+//             land straight in the pages of the sequence the decode worker prepared at Reserve,
+//             rows_per_page to a page (page tables in the descriptor), so the restored state is the
+//             one a colocated prefill would have left, bit for bit, whatever block size the prefill
+//             side uses.
 //   record    the completion record (transport::CompletionRecord: segment reports, checksums,
 //             the DSpark ring) in record_capacity bytes of the decode worker's staging arena.
 //
@@ -16,9 +17,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/base/status.h"
 #include "engine/cache/cache_layout.h"
 
 namespace pdspark::engine {
@@ -46,6 +49,11 @@ struct StagingLayout {
   // `block_size`: the decode worker's (PageGeometry::For).
   static StagingLayout Compute(const CacheLayout& layout, int64_t tokens, int64_t block_size,
                                uint64_t drafter_bytes);
+  // Group i ships from row ship_from[i] on instead of from its first_row: the decode worker
+  // already holds the rows below (a prefix of the prompt in its prefix cache). InvalidArgument,
+  // naming the group, for a row outside [first_row, end_row] or off the decode worker's page
+  // boundaries (a reservation this worker cannot fill).
+  Status ShipFrom(std::span<const int64_t> ship_from);
 };
 
 // The first row of a group that a sequence of `tokens` tokens still holds after prefill with

@@ -133,6 +133,11 @@ ServingStats ServingEngine::Stats() const {
   return stats;
 }
 
+PrefixHit ServingEngine::CachedPrefix(std::span<const int32_t> prompt) {
+  if (!prefix_cache_) return {};
+  return prefix_cache_->Lookup(prompt, {}, /*with_ring=*/false);
+}
+
 PrefixCache::Published ServingEngine::CachedPrefixes() const {
   return prefix_cache_ ? prefix_cache_->Publish() : PrefixCache::Published{};
 }

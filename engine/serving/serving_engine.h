@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,6 +85,10 @@ class ServingEngine {
   ServingStats Stats() const;
   // The prefix cache's entries for the router (version 0 and none when caching is off).
   PrefixCache::Published CachedPrefixes() const;
+  // Disaggregated decode: the longest cached prefix of a prompt about to arrive by KV transfer
+  // (shorter than it, without a DSpark ring: the transfer brings the prompt's), so that only
+  // the rest travels (thread-safe). A miss when caching is off.
+  PrefixHit CachedPrefix(std::span<const int32_t> prompt);
   // Worst-case cache bytes of a sequence of `tokens` tokens (a drafting one also holds a DSpark
   // context ring): what admission reserves of the model's KV pool (--kv-cache-memory-bytes).
   int64_t CacheBytesFor(int64_t tokens, bool drafting) const;

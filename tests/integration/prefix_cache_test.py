@@ -3,7 +3,8 @@
 file the project was given), each turn sent to /v1/chat/completions with the whole history
 before it (the recorded answers), greedy, DSpark on. The bundled tiny model behind three routers:
   colocated       one decode worker, prefix caching on (the default)
-  disaggregated   one prefill + one decode worker, caching on, every prompt over UCX
+  disaggregated   one prefill + one decode worker, caching on, every prompt over UCX (from
+                  turn 2 on only the part the decode worker does not hold yet)
   reference       one decode worker started with --no-enable-prefix-caching
 Every turn's answer through the first two equals the reference's; the cached workers reused
 prefixes (turn k's prompt starts with turn k-1's), the counters say how much, and the pool
@@ -79,7 +80,7 @@ class PrefixCacheTest(unittest.TestCase):
         return body["choices"][0]["message"]["content"], body["usage"]
 
     def test_multi_turn_answers_equal_an_uncached_worker(self):
-        requests, later_turns = 0, 0
+        requests, later_turns, earlier_prompts = 0, 0, 0
         for number, conversation in enumerate(conversations()):
             for turn, messages in enumerate(turns(conversation)):
                 expected, usage = self.chat(self.reference, messages)
@@ -96,6 +97,8 @@ class PrefixCacheTest(unittest.TestCase):
                     self.assertLess(cached, usage["prompt_tokens"], what)
                     if turn > 0:
                         self.assertGreaterEqual(cached, previous_prompt, what)
+                if turn > 0:
+                    earlier_prompts += previous_prompt
                 previous_prompt = usage["prompt_tokens"]
                 requests += 1
                 later_turns += 1 if turn > 0 else 0
@@ -119,6 +122,11 @@ class PrefixCacheTest(unittest.TestCase):
         self.assertEqual(metric(self.prefill.metrics, "pdspark_kv_transfer_seconds_count"),
                          requests)
         self.assertGreater(metric(self.decode.metrics, "pdspark_spec_decode_drafts_total"), 0)
+        # The decode worker cached each prompt it received, so every later turn's transfer
+        # carried only what followed the turn before it.
+        wait_for(lambda: metric(self.decode.metrics,
+                                "pdspark_kv_transfer_cached_prompt_tokens_total") >=
+                 earlier_prompts, timeout=10, what="suffix-only transfers")
         # Pages only the cache holds are free for the taking, not "used".
         for worker in (self.colocated_worker, self.prefill, self.decode):
             wait_for(lambda: metric(worker.metrics, "pdspark_cache_used_bytes") == 0, timeout=10,

@@ -5,6 +5,7 @@
 // each side), the tokens and DSpark counters the colocated ones, and bad deliveries refused.
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,13 +30,15 @@ const std::string kModel = std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-
 
 // Prefill and decode engines as the workers build them; every engine chunks prompts the same
 // way (128 tokens per step), so the colocated reference computes exactly the same rows.
-std::unique_ptr<serving::ServingEngine> Engine(int64_t block_rows, const std::string& spec_tokens) {
+std::unique_ptr<serving::ServingEngine> Engine(int64_t block_rows, const std::string& spec_tokens,
+                                               bool prefix_caching = false) {
   engine::ModelOptions mo;
   mo.show_progress = false;
   mo.cache_block_rows = block_rows;
   auto model = engine::Model::Load(kModel, mo).value();
   serving::ServingOptions options;
   options.max_batch_tokens = 128;
+  options.enable_prefix_caching = prefix_caching;
   EXPECT_TRUE(serving::ApplySpecSettings(spec_tokens == "0" ? "none" : "dspark", spec_tokens,
                                          kModel, *model, options)
                   .ok());
@@ -47,9 +50,9 @@ transport::LinkInfo Link(const serving::ServingEngine& engine, int64_t tp) {
           engine::CacheManifest(engine.model().cache_layout()), tp, engine.DrafterStateWireBytes()};
 }
 
-std::vector<int32_t> Prompt(int n) {
+std::vector<int32_t> Prompt(int n, int seed = 7) {
   std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back((i * 131 + 7) % 4000);
+  for (int i = 0; i < n; ++i) ids.push_back((i * 131 + seed) % 4000);
   return ids;
 }
 
@@ -97,25 +100,30 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     receiver_ = MakeReceiver(std::chrono::milliseconds(0));
   }
 
-  std::unique_ptr<decode::KvReceiver> MakeReceiver(std::chrono::milliseconds late_write_grace) {
+  // A receiver for `engine`'s pool, as the decode worker builds it.
+  std::unique_ptr<decode::KvReceiver> MakeReceiver(std::chrono::milliseconds late_write_grace,
+                                                   serving::ServingEngine* engine = decode_) {
     decode::ReceiverOptions options;
     options.arena_bytes = 64 << 20;
     options.incarnation_id = "decode-1";
     options.link = Link(*decode_, 8);
     options.block_rows = 16;
     options.cache_layout = &decode_->model().cache_layout();
-    options.lease_cache = [](const v1::ReserveRequest& r) {  // as the decode worker does
-      return decode_->ReserveCache(r.prompt_tokens(), r.max_tokens());
+    options.lease_cache = [engine](const v1::ReserveRequest& r) {
+      return engine->ReserveCache(r.prompt_tokens(), r.max_tokens());
     };
     // The rows land in the decode engine's pool, registered as the decode worker does.
-    engine::KvPool& pool = decode_->model().kv_pool();
+    engine::KvPool& pool = engine->model().kv_pool();
     pool_region_ = decode_agent_
                        ->RegisterMemory(pool.base(), static_cast<size_t>(pool.capacity_bytes()),
                                         transport::MemoryKind::kHost)
                        .value();
     options.pool_region = pool_region_.remote;
     options.page_bytes = pool.page_bytes();
-    options.new_sequence = [] { return decode_->NewSequence(); };
+    options.new_sequence = [engine] { return engine->NewSequence(); };
+    options.cached_prefix = [engine](std::span<const int32_t> prompt) {
+      return engine->CachedPrefix(prompt);
+    };
     options.late_write_grace = late_write_grace;
     return decode::KvReceiver::Create(decode_agent_.get(), options, metrics_.get()).value();
   }
@@ -143,6 +151,32 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     request.set_prompt_tokens(static_cast<uint32_t>(tokens));
     request.set_lease_ms(lease_ms);
     return receiver_->Reserve(request).value();
+  }
+  // A reservation naming its prompt, as the router makes them: the decode side may hold a
+  // prefix of it.
+  v1::ReserveResponse Reserve(const std::vector<int32_t>& prompt) {
+    v1::ReserveRequest request;
+    request.set_prompt_tokens(static_cast<uint32_t>(prompt.size()));
+    request.mutable_prompt_token_ids()->Assign(prompt.begin(), prompt.end());
+    return receiver_->Reserve(request).value();
+  }
+  static v1::TransferDescriptor Descriptor(const v1::ReserveResponse& reserved) {
+    v1::TransferDescriptor descriptor;
+    EXPECT_TRUE(descriptor.ParseFromString(reserved.transfer_descriptor()));
+    return descriptor;
+  }
+  // A counter of the transfer metrics (with direction="receive" when it has that label).
+  double Counter(const std::string& name) {
+    for (const auto& family : registry_.Collect()) {
+      if (family.name != name) continue;
+      for (const auto& m : family.metric) {
+        bool received = m.label.empty();
+        for (const auto& l : m.label) received |= l.name == "direction" && l.value == "receive";
+        if (received) return m.counter.value;
+      }
+    }
+    ADD_FAILURE() << "no counter " << name;
+    return 0;
   }
 
   // Prefills on the prefill engine, streaming into the reservation; the first token.
@@ -177,8 +211,9 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     }
   }
 
-  StatusOr<std::shared_ptr<serving::PrefilledState>> Take(const v1::ReserveResponse& reserved) {
-    return receiver_->Take(reserved.reservation_id(), decode_->NewDrafterState().value());
+  StatusOr<std::shared_ptr<serving::PrefilledState>> Take(
+      const v1::ReserveResponse& reserved, serving::ServingEngine* engine = decode_) {
+    return receiver_->Take(reserved.reservation_id(), engine->NewDrafterState().value());
   }
 
   static serving::ServingEngine* prefill_;
@@ -246,6 +281,85 @@ TEST_P(KvHandoffTest, WholeStateModeShipsTheSameBytes) {
   EXPECT_TRUE(layerwise == whole);
 }
 
+// A decode worker whose prefix cache holds a conversation's first turn reserves room for the
+// rest of the second turn's prompt only: the rows past the cached prefix travel, and the state
+// it continues from is still the colocated one bit for bit.
+TEST_P(KvHandoffTest, DecodeWorkerHoldingAPrefixReceivesOnlyTheRest) {
+  auto cached_decode = Engine(16, "3", /*prefix_caching=*/true);
+  receiver_ = MakeReceiver(std::chrono::milliseconds(0), cached_decode.get());
+  // Turn 1 travels whole and runs on the decode engine, whose cache then holds its prompt.
+  const auto first_turn = Prompt(300, 11);
+  auto reserved = Reserve(first_turn);
+  EXPECT_EQ(Descriptor(reserved).cached_tokens(), 0u);
+  EXPECT_EQ(Descriptor(reserved).ship_from_rows_size(), 0);
+  auto first = Prefill(reserved, first_turn);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto prefilled = Take(reserved, cached_decode.get());
+  ASSERT_TRUE(prefilled.ok()) << prefilled.status();
+  RequestSpec turn1 = Spec("turn1", first_turn, 16);
+  turn1.prefilled = *prefilled;
+  turn1.generated = {*first};
+  RunToEnd(*cached_decode, turn1);
+
+  // Turn 2, far past the sliding window (the window's rows all travel) and a few tokens on
+  // (the window's first rows come from the cache too).
+  for (int extra : {200, 5}) {
+    auto prompt = first_turn;
+    const auto more = Prompt(extra, 13 + extra);
+    prompt.insert(prompt.end(), more.begin(), more.end());
+    RequestSpec reference = Spec("ref", prompt, 16);
+    reference.prefill_only = true;
+    const serving::RequestEvent colocated_prefill = RunToEnd(*colocated_, reference);
+    const serving::RequestEvent colocated = RunToEnd(*colocated_, Spec("c", prompt, 16));
+
+    // What the whole prompt's state weighs in transfer (a reservation not naming its prompt).
+    double received = Counter("pdspark_kv_transfer_bytes_total");
+    reserved = Reserve(static_cast<int64_t>(prompt.size()));
+    ASSERT_TRUE(Prefill(reserved, prompt).ok());
+    ASSERT_TRUE(Take(reserved, cached_decode.get()).ok());
+    const double whole_bytes = Counter("pdspark_kv_transfer_bytes_total") - received;
+
+    received = Counter("pdspark_kv_transfer_bytes_total");
+    reserved = Reserve(prompt);
+    const v1::TransferDescriptor descriptor = Descriptor(reserved);
+    EXPECT_EQ(descriptor.cached_tokens(), first_turn.size()) << extra;
+    const auto layout = engine::StagingLayout::Compute(cached_decode->model().cache_layout(),
+                                                       static_cast<int64_t>(prompt.size()), 16,
+                                                       descriptor.drafter_state_bytes());
+    ASSERT_EQ(descriptor.ship_from_rows_size(), static_cast<int>(layout.groups.size()));
+    int64_t groups_cut = 0;
+    for (size_t i = 0; i < layout.groups.size(); ++i) {
+      groups_cut += static_cast<int64_t>(descriptor.ship_from_rows(static_cast<int>(i))) >
+                    layout.groups[i].first_row;
+    }
+    EXPECT_GT(groups_cut, 0) << extra;
+    first = Prefill(reserved, prompt);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(*first, colocated_prefill.tokens.at(0));
+    prefilled = Take(reserved, cached_decode.get());
+    ASSERT_TRUE(prefilled.ok()) << prefilled.status();
+    EXPECT_LT(Counter("pdspark_kv_transfer_bytes_total") - received, 0.8 * whole_bytes) << extra;
+    EXPECT_TRUE((*prefilled)->sequence->Serialize() == colocated_prefill.state) << extra;
+    EXPECT_TRUE((*prefilled)->drafter->Serialize() == colocated_prefill.drafter_state) << extra;
+
+    RequestSpec d = Spec("d", prompt, 16);
+    d.prefilled = *prefilled;
+    d.generated = {*first};
+    prefilled->reset();
+    const serving::RequestEvent rest = RunToEnd(*cached_decode, d);
+    std::vector<int32_t> tokens{*first};
+    tokens.insert(tokens.end(), rest.tokens.begin(), rest.tokens.end());
+    EXPECT_EQ(tokens, colocated.tokens) << extra;
+    EXPECT_EQ(rest.spec.drafts, colocated.spec.drafts) << extra;
+    EXPECT_EQ(rest.spec.accepted_tokens, colocated.spec.accepted_tokens) << extra;
+  }
+  EXPECT_EQ(Counter("pdspark_kv_transfer_cached_prompt_tokens_total"), 2 * 300);
+  EXPECT_EQ(cached_decode->Stats().cache_bytes_in_use, 0);
+  // Before the engine whose pool they fill goes.
+  receiver_.reset();
+  EXPECT_TRUE(decode_agent_->DeregisterMemory(pool_region_.id).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, KvHandoffTest,
                          ::testing::Values("inprocess", "tcp", "posix,sysv,cma,self"),
                          [](const auto& info) {
@@ -306,7 +420,34 @@ TEST_P(KvHandoffRefusalTest, LinkIsRefusedBeforeAnythingIsComputed) {
   refused = prefill::LinkToReservation(*prefill_, *prefill_agent_, Link(*prefill_, 1), descriptor,
                                        51, prefill::StreamMode::kLayerwise);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  // Rows to ship from (a cached prefix on the decode side) that this layout cannot honour: one
+  // start for many groups, and a start inside a page of the decode worker's pool.
+  v1::TransferDescriptor bad_start = descriptor;
+  bad_start.add_ship_from_rows(16);
+  refused = prefill::LinkToReservation(*prefill_, *prefill_agent_, Link(*prefill_, 1), bad_start,
+                                       50, prefill::StreamMode::kLayerwise);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("cache groups"), std::string::npos) << refused.status();
+  const auto layout = engine::StagingLayout::Compute(decode_->model().cache_layout(), 50, 16,
+                                                     descriptor.drafter_state_bytes());
+  bad_start.clear_ship_from_rows();
+  for (const engine::StagedGroup& g : layout.groups) bad_start.add_ship_from_rows(g.first_row);
+  bad_start.set_ship_from_rows(0, layout.groups[0].first_row + 1);
+  refused = prefill::LinkToReservation(*prefill_, *prefill_agent_, Link(*prefill_, 1), bad_start,
+                                       50, prefill::StreamMode::kLayerwise);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("layer 0 group 0: shipping from row"),
+            std::string::npos)
+      << refused.status();
   EXPECT_TRUE(receiver_->Release(reserved.reservation_id(), false));
+
+  // A reservation whose prompt does not have the length it claims.
+  v1::ReserveRequest request;
+  request.set_prompt_tokens(50);
+  request.add_prompt_token_ids(1);
+  const auto mismatched = receiver_->Reserve(request);
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument) << mismatched.status();
+  EXPECT_EQ(receiver_->Stats().active, 0);
 }
 
 TEST_P(KvHandoffRefusalTest, LeaseShorterThanThePrefillFailsBothSidesCleanly) {
