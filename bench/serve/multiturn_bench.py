@@ -12,10 +12,16 @@ Configurations (each a fresh cluster on loopback, started from --bin-dir):
   on          1 decode worker, prefix caching on (the default)
   least_loaded / kv_aware
               2 prefill + 2 decode workers, caching on, the router's --policy
+  disagg_whole / disagg_suffix
+              1 prefill + 1 decode worker, every prompt prefilled on the prefill worker (caching
+              on there); the decode worker's cache off (every transfer carries the whole
+              prompt's state) or on (a later turn carries only what the decode worker lacks)
 Rounds interleave the configurations (A B A B ...). Reported per configuration: mean TTFT of
 first turns and of later turns, prompt tokens the workers computed (pdspark_prefill_prompt_
-tokens_total) against prompt tokens sent, and the prefix-cache hit rate (hit tokens / looked-up
-tokens, from the workers' counters).
+tokens_total) against prompt tokens sent, the prefix-cache hit rate (hit tokens / looked-up
+tokens, from the workers' counters), the KV bytes decode workers received (at concurrency 1 also
+per first and per later turn) and the prompt tokens whose rows a decode worker already held (and
+so were not sent).
 
   /usr/bin/python3 bench/serve/multiturn_bench.py --bin-dir build/bin --model DIR \\
       [--tokenizer-from models/tiny-dsv4-dspark --work-dir build/bench] \\
@@ -102,9 +108,14 @@ def stream_chat(port, messages, max_tokens):
     return ttft if ttft is not None else time.perf_counter() - start, "".join(text)
 
 
-def replay(port, workload, concurrency, max_tokens):
-    """TTFTs of first turns and of later turns."""
+def replay(port, workload, concurrency, max_tokens, received=None):
+    """TTFTs of first turns and of later turns, and (at concurrency 1, with `received`, a
+    function giving the KV bytes decode workers received so far) the bytes each turn's transfer
+    brought, first turns and later turns apart."""
     first, later = [], []
+    turn_bytes = ([], [])
+    if concurrency != 1:
+        received = None
     lock = threading.Lock()
     queue = list(workload)
 
@@ -118,7 +129,10 @@ def replay(port, workload, concurrency, max_tokens):
             for k, turn in enumerate(turns):
                 content = document + "\n\n" + turn if k == 0 else turn
                 messages.append({"role": "user", "content": content})
+                before = received() if received else 0
                 ttft, answer = stream_chat(port, messages, max_tokens)
+                if received:
+                    turn_bytes[k > 0].append(received() - before)
                 messages.append({"role": "assistant", "content": answer})
                 with lock:
                     (first if k == 0 else later).append(ttft)
@@ -128,11 +142,18 @@ def replay(port, workload, concurrency, max_tokens):
         t.start()
     for t in threads:
         t.join()
-    return first, later
+    return first, later, turn_bytes
 
 
 COUNTERS = ["pdspark_prefill_prompt_tokens_total", "pdspark_prefix_cache_hits_total",
-            "pdspark_prefix_cache_queries_total"]
+            "pdspark_prefix_cache_queries_total", "pdspark_kv_transfer_cached_prompt_tokens_total"]
+RECEIVED = ("pdspark_kv_transfer_bytes_total", 'direction="receive"')
+
+
+def counters(workers):
+    values = {name: sum(metric(w.metrics, name) for w in workers) for name in COUNTERS}
+    values["received"] = sum(metric(w.metrics, *RECEIVED) for w in workers)
+    return values
 
 
 def start_cluster(args, config):
@@ -143,6 +164,13 @@ def start_cluster(args, config):
         extra = ["--no-enable-prefix-caching"] if config == "off" else []
         workers = [c.start_worker("decode", "decode", [router], common + extra)]
         ready = lambda: health(router).get("decode_workers") == 1  # noqa: E731
+    elif config in ("disagg_whole", "disagg_suffix"):
+        router = c.start_router("router", ["--disagg-min-prompt-tokens", "1"])
+        extra = ["--no-enable-prefix-caching"] if config == "disagg_whole" else []
+        workers = [c.start_worker("prefill", "prefill", [router], common),
+                   c.start_worker("decode", "decode", [router], common + extra)]
+        ready = lambda: (health(router).get("prefill_workers") == 1 and  # noqa: E731
+                         health(router).get("decode_workers") == 1)
     else:
         router = c.start_router("router", ["--policy", config, "--disagg-min-prompt-tokens", "1"])
         workers = [c.start_worker("%s-%d" % (role, i), role, [router], common)
@@ -156,13 +184,16 @@ def start_cluster(args, config):
 def run_config(args, config, workload, concurrency):
     cluster, router, workers = start_cluster(args, config)
     try:
-        before = {name: sum(metric(w.metrics, name) for w in workers) for name in COUNTERS}
-        first, later = replay(router.http, workload, concurrency, args.max_tokens)
+        before = counters(workers)
+        decode = [w for w in workers if "prefill" not in w.name]
+        first, later, turn_bytes = replay(
+            router.http, workload, concurrency, args.max_tokens,
+            lambda: sum(metric(w.metrics, *RECEIVED) for w in decode))
         time.sleep(1.5)  # the workers export their counters every 500 ms
-        after = {name: sum(metric(w.metrics, name) for w in workers) for name in COUNTERS}
+        after = counters(workers)
     finally:
         cluster.stop_all()
-    grown = {name: after[name] - before[name] for name in COUNTERS}
+    grown = {name: after[name] - before[name] for name in after}
     queries = grown["pdspark_prefix_cache_queries_total"]
     return {
         "config": config, "concurrency": concurrency,
@@ -170,6 +201,11 @@ def run_config(args, config, workload, concurrency):
         "turns_first": len(first), "turns_later": len(later),
         "prompt_tokens_computed": grown["pdspark_prefill_prompt_tokens_total"],
         "hit_rate": grown["pdspark_prefix_cache_hits_total"] / queries if queries else 0.0,
+        "kv_bytes_received": grown["received"],
+        "prompt_tokens_not_sent": grown["pdspark_kv_transfer_cached_prompt_tokens_total"],
+        # Per turn at concurrency 1 (0 when not measured).
+        "kv_bytes_first_turn": statistics.mean(turn_bytes[0]) if turn_bytes[0] else 0,
+        "kv_bytes_later_turn": statistics.mean(turn_bytes[1]) if turn_bytes[1] else 0,
     }
 
 
@@ -208,15 +244,20 @@ def main():
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     print("| config | concurrency | TTFT turn 1 ms | TTFT turns >= 2 ms | prompt tokens computed "
-          "| hit rate |")
-    print("| --- | --- | --- | --- | --- | --- |")
+          "| hit rate | KV MB received | prompt tokens held by decode | KV MB per turn 1 / later "
+          "turn |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for concurrency in sorted({r["concurrency"] for r in results}):
         for config in args.configs.split(","):
             rows = [r for r in results if r["config"] == config and r["concurrency"] == concurrency]
             med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
-            print("| %s | %d | %.0f | %.0f | %.0f | %.2f |" % (
+            per_turn = "%.2f / %.2f" % (med("kv_bytes_first_turn") / 1e6,
+                                        med("kv_bytes_later_turn") / 1e6) if concurrency == 1 \
+                else "-"
+            print("| %s | %d | %.0f | %.0f | %.0f | %.2f | %.1f | %.0f | %s |" % (
                 config, concurrency, 1e3 * med("ttft_first_s"), 1e3 * med("ttft_later_s"),
-                med("prompt_tokens_computed"), med("hit_rate")))
+                med("prompt_tokens_computed"), med("hit_rate"), med("kv_bytes_received") / 1e6,
+                med("prompt_tokens_not_sent"), per_turn))
 
 
 if __name__ == "__main__":
