@@ -17,7 +17,10 @@ the same tokens for every prompt (greedy).
 
   /usr/bin/python3 bench/serve/router_overhead_bench.py --bin-dir build/bin \\
       [--model-dir models/tiny-dsv4-dspark --work-dir build/bench] --concurrency 64 \\
-      --requests 256 --max-tokens 64 --rounds 3
+      --requests 256 --max-tokens 64 --rounds 3 [--threads 1 --pin-worker 1]
+
+--pin-worker gives the worker CPUs of its own (the router and the client get the rest), as where
+the router runs on a host of its own; without it all three share the machine's cores.
 
 Logs go to stderr; one line of JSON figures goes to stdout (and to --work-dir/
 router_overhead.json with every round). Needs python3-grpcio, protoc and grpc_python_plugin
@@ -30,6 +33,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 
@@ -121,6 +125,20 @@ async def run_round(target, ids_list, concurrency):
             "errors": errors[:3], "error_count": len(errors), "outputs": outputs}
 
 
+def pin(worker, router, worker_cpus):
+    """Every thread of the worker on `worker_cpus`, the router's and this process's elsewhere."""
+    subprocess.run(["taskset", "-a", "-cp", worker_cpus, str(worker.proc.pid)], check=True,
+                   stdout=subprocess.DEVNULL)
+    taken = set(os.sched_getaffinity(worker.proc.pid))
+    others = set(os.sched_getaffinity(0)) - taken
+    if not others:
+        raise SystemExit("--pin-worker %s leaves no CPU for the router and client" % worker_cpus)
+    subprocess.run(["taskset", "-a", "-cp", ",".join(map(str, sorted(others))),
+                    str(router.proc.pid)], check=True, stdout=subprocess.DEVNULL)
+    os.sched_setaffinity(0, others)
+    log("worker on CPUs %s, router and client on %s" % (sorted(taken), sorted(others)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin-dir", required=True)
@@ -136,6 +154,9 @@ def main():
     ap.add_argument("--spec-method", default="auto", choices=["auto", "dspark", "none"])
     ap.add_argument("--prefix-caching", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pin-worker", help="CPUs (taskset list) for the decode worker's threads; "
+                    "the router and this client get the others: the router's CPU is then not "
+                    "taken from the worker, as where the router runs on a host of its own")
     args = ap.parse_args()
 
     mods = grpc_modules(args.source_dir)
@@ -158,6 +179,8 @@ def main():
             worker_flags.append("--no-enable-prefix-caching")
         worker = c.start_worker("decode", "decode", [router], worker_flags)
         c.wait_ready((lambda: health(router).get("decode_workers") == 1, "router and worker"))
+        if args.pin_worker:
+            pin(worker, router, args.pin_worker)
         targets = {"router": Target("router", "127.0.0.1:%d" % router.grpc, mods, args),
                    "direct": Target("direct", "127.0.0.1:%d" % worker.grpc, mods, args)}
         rounds = []
@@ -194,7 +217,7 @@ def main():
             "%Y-%m-%dT%H:%M:%S", time.gmtime(os.path.getmtime(binary)))},
         "concurrency": args.concurrency, "requests_per_round": args.requests,
         "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
-        "rounds": args.rounds, "spec_method": args.spec_method,
+        "rounds": args.rounds, "spec_method": args.spec_method, "pin_worker": args.pin_worker,
         "router_tokens_per_s": round(median("router", "tokens_per_s"), 1),
         "direct_tokens_per_s": round(median("direct", "tokens_per_s"), 1),
         "router_over_direct": round(median("router", "tokens_per_s") /
