@@ -14,7 +14,8 @@ for one request of that length).
     pdspark_requests_in_flight reaches --streams, or every stream has its HTTP 200 head (at most
     --open-timeout-s), router A's RSS, threads and open files are read from /proc. Pass: RSS
     below --max-router-rss-mb, threads at most --max-router-threads (a bound that does not grow
-    with the streams), every stream answered 200. Then the clients hang up; router A's in-flight
+    with the streams), each decode worker's threads at most --max-worker-threads, every stream
+    answered 200. Then the clients hang up; router A's in-flight
     gauge must return to 0 and the workers must free everything (assert_nothing_held).
 (b) Overload, router B (--max-queue --overload-queue, 256): a warm-up round and --rounds rounds
     of --overload-requests (600) concurrent non-streaming requests (max_tokens 16, the same
@@ -333,7 +334,8 @@ class RouterScaleTest(unittest.TestCase):
             for _, t, channel in blockers:
                 t.join(30)
                 channel.close()
-        at_open = result.pop("at_open")["router_a"]
+        readings = result.pop("at_open")
+        at_open = readings["router_a"]
         FIGURES["streams_phase"] = result
         log("streams phase %s" % json.dumps(result, sort_keys=True))
         # The workers free the streams' queue entries and the blockers.
@@ -356,6 +358,14 @@ class RouterScaleTest(unittest.TestCase):
         if at_open.get("threads", 0) > ARGS.max_router_threads:
             failures.append("router has %d threads with %d streams open (limit %d)" %
                             (at_open["threads"], ARGS.streams, ARGS.max_router_threads))
+        # The decode workers hold their share of the streams (queued behind the blockers) with
+        # a bounded thread count too: Generate streams run on gRPC's callback API.
+        for w in self.workers:
+            threads = readings[w.name].get("threads", 0)
+            if threads > ARGS.max_worker_threads:
+                failures.append("%s has %d threads with %d streams open over %d workers "
+                                "(limit %d)" % (w.name, threads, ARGS.streams,
+                                                len(self.workers), ARGS.max_worker_threads))
         if result["drained_gauge"] != 0:
             failures.append("router in-flight gauge %s %.0f s after the clients hung up" %
                             (result["drained_gauge"], ARGS.drain_timeout_s))
@@ -442,6 +452,8 @@ def main():
         parser.add_argument("--drain-timeout-s", type=float, default=60)
         parser.add_argument("--max-router-rss-mb", type=int, default=300)
         parser.add_argument("--max-router-threads", type=int, default=64)
+        parser.add_argument("--max-worker-threads", type=int, default=64,
+                            help="per decode worker while the streams are open")
         parser.add_argument("--overload-queue", type=int, default=256)
         parser.add_argument("--overload-requests", type=int, default=600)
         parser.add_argument("--rounds", type=int, default=3)
