@@ -61,7 +61,10 @@ StatusOr<PagedRows> PagedRows::Fork(PageHolder holder, bool own_last_page) {
     fork.pages_.back() = page;
   }
   for (size_t i = 0; i + (copy_last ? 1 : 0) < pages_.size(); ++i) group_->Share(pages_[i], holder);
-  fork.forked_ = forked_ = true;
+  fork.forked_ = true;
+  // A prefix-cache entry is forked from several threads (the engine's lookups, a decode worker's
+  // reservations); it was marked when it was made, so it is only read here.
+  if (!forked_) forked_ = true;
   return fork;
 }
 
