@@ -1,6 +1,7 @@
 // How a weight matrix sits in memory in the checkpoint's own format: the descriptor every GEMM
 // kernel (CPU now, CUDA later) takes, so weights are used in place, dequantised inside the
-// kernel. A leaf: no dependencies beyond the standard library.
+// kernel. A leaf: no dependencies beyond the standard library and kernels/number_formats.h; it
+// compiles for CUDA devices too (At).
 //
 // A WeightMatrix is a rectangle [row0, row0 + rows) x [col0, col0 + cols) of a row-major
 // [out, in] tensor. Block scales are indexed by the element's position in the whole tensor,
@@ -8,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/number_formats.h"
 
 namespace pdspark::kernels {
 
@@ -52,7 +55,24 @@ struct WeightMatrix {
   int64_t Bytes() const;
   // Element (i, j) of the view as the fp32 value it encodes (exact: every format widens to fp32
   // without rounding, and the power-of-two scale multiplies exactly unless it underflows).
-  float At(int64_t i, int64_t j) const;
+  PDSPARK_HOST_DEVICE float At(int64_t i, int64_t j) const {
+    const int64_t row = row0 + i, col = col0 + j, index = row * row_stride + col;
+    switch (format) {
+      case WeightFormat::kF32:
+        return static_cast<const float*>(data)[index];
+      case WeightFormat::kBF16:
+        return Bf16ToFloat(static_cast<const uint16_t*>(data)[index]);
+      case WeightFormat::kFp8E4M3:
+        return Fp8E4M3ToFloat(static_cast<const uint8_t*>(data)[index]) *
+               E8M0ToFloat(scales[(row / kFp8ScaleBlock) * scale_stride + col / kFp8ScaleBlock]);
+      case WeightFormat::kFp4E2M1: {
+        const uint8_t byte = static_cast<const uint8_t*>(data)[index / 2];
+        return Fp4E2M1ToFloat(index % 2 == 0 ? byte & 0xF : byte >> 4) *
+               E8M0ToFloat(scales[row * scale_stride + col / kFp4ScaleBlock]);
+      }
+    }
+    return 0.0f;
+  }
 };
 
 // The column granularity a CPU GEMM needs in a quantised view: a 16-wide vector of inputs must

@@ -11,16 +11,18 @@
 #include <span>
 #include <vector>
 
+#include "kernels/number_formats.h"
+
 namespace pdspark::kernels::cpu {
 
-// ---- Number formats ----------------------------------------------------------------------
-float Bf16ToFloat(uint16_t bits);
-float Fp8E4M3ToFloat(uint8_t bits);
-float E8M0ToFloat(uint8_t bits);       // 2^(bits-127); 255 is NaN.
-float Fp4E2M1ToFloat(uint8_t nibble);  // low 4 bits used.
+// ---- Number formats (kernels/number_formats.h, shared with the CUDA kernels) ------------------
+using kernels::Bf16ToFloat;
+using kernels::E8M0ToFloat;     // 2^(bits-127); 255 is NaN.
+using kernels::Fp4E2M1ToFloat;  // low 4 bits used.
+using kernels::Fp8E4M3ToFloat;
 // Round-to-nearest-even onto the E4M3 / E2M1 grids (input already clamped to the range).
-float RoundToE4M3(float value);
-float RoundToE2M1(float value);
+using kernels::RoundToE2M1;
+using kernels::RoundToE4M3;
 
 // ---- Quantise-dequantise simulations (in place) ---------------------------------------------
 // FP8 E4M3 with one power-of-two scale 2^ceil(log2(amax/448)) per `block` values (amax floor
