@@ -19,17 +19,20 @@ int64_t UnixNanos() {
 // Where each group's transfer starts when the prompt's first tokens are already in `cached`
 // (a prefix of it): at the page boundary at or below the rows cached, when it holds every row
 // the group keeps from its first_row on; else at first_row (the group travels whole). The page
-// holding the first uncached row travels whole, so a cached page is never written.
+// holding the first uncached row travels whole, so a cached page is never written. Empty when
+// the cache spares no row.
 std::vector<int64_t> ShipFromCachedRows(const engine::StagingLayout& layout,
                                         const engine::SequenceState& cached) {
   std::vector<int64_t> ship_from;
+  bool spared = false;
   for (const engine::StagedGroup& g : layout.groups) {
     const engine::PagedRows& rows = cached.GroupAt(g.layer, g.group);
     const int64_t boundary = std::min(rows.size(), g.end_row) / g.rows_per_page * g.rows_per_page;
     const bool holds_kept_rows = rows.first_row() <= g.first_row;
     ship_from.push_back(holds_kept_rows && boundary > g.first_row ? boundary : g.first_row);
+    spared = spared || ship_from.back() > g.first_row;
   }
-  return ship_from;
+  return spared ? ship_from : std::vector<int64_t>{};
 }
 
 }  // namespace
@@ -180,11 +183,12 @@ Status KvReceiver::PrepareSequence(const v1::ReserveRequest& request, Reservatio
                                       request.prompt_token_ids().end());
     hit = options_.cached_prefix(prompt);
   }
-  if (hit.tokens == 0) {
+  const std::vector<int64_t> ship_from =
+      hit.tokens > 0 ? ShipFromCachedRows(layout, *hit.state) : std::vector<int64_t>{};
+  if (ship_from.empty()) {
     reservation.sequence = options_.new_sequence();
     return reservation.sequence->RestoreRows(layout.tokens, rows);
   }
-  const std::vector<int64_t> ship_from = ShipFromCachedRows(layout, *hit.state);
   reservation.sequence = std::move(hit.state);
   reservation.cached_tokens = hit.tokens;
   RETURN_IF_ERROR(reservation.sequence->ExtendForTransfer(layout.tokens, rows, ship_from));

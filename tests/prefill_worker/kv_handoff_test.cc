@@ -287,19 +287,34 @@ TEST_P(KvHandoffTest, WholeStateModeShipsTheSameBytes) {
 TEST_P(KvHandoffTest, DecodeWorkerHoldingAPrefixReceivesOnlyTheRest) {
   auto cached_decode = Engine(16, "3", /*prefix_caching=*/true);
   receiver_ = MakeReceiver(std::chrono::milliseconds(0), cached_decode.get());
-  // Turn 1 travels whole and runs on the decode engine, whose cache then holds its prompt.
+  // A turn travels whole and runs on the decode engine, whose cache then holds its prompt.
+  auto run_whole_turn = [&](const std::vector<int32_t>& prompt) {
+    const auto reserved = Reserve(prompt);
+    EXPECT_EQ(Descriptor(reserved).cached_tokens(), 0u);
+    EXPECT_EQ(Descriptor(reserved).ship_from_rows_size(), 0);
+    const auto first = Prefill(reserved, prompt);
+    ASSERT_TRUE(first.ok()) << first.status();
+    const auto prefilled = Take(reserved, cached_decode.get());
+    ASSERT_TRUE(prefilled.ok()) << prefilled.status();
+    RequestSpec turn = Spec("turn", prompt, 16);
+    turn.prefilled = *prefilled;
+    turn.generated = {*first};
+    RunToEnd(*cached_decode, turn);
+  };
+  // A cached prefix too short to fill a page of any group spares nothing: a plain reservation
+  // (run_whole_turn checks it names no cached tokens).
+  const auto short_turn = Prompt(10, 17);
+  run_whole_turn(short_turn);
+  auto longer = short_turn;
+  const auto tail = Prompt(300, 19);
+  longer.insert(longer.end(), tail.begin(), tail.end());
+  run_whole_turn(longer);
+
   const auto first_turn = Prompt(300, 11);
-  auto reserved = Reserve(first_turn);
-  EXPECT_EQ(Descriptor(reserved).cached_tokens(), 0u);
-  EXPECT_EQ(Descriptor(reserved).ship_from_rows_size(), 0);
-  auto first = Prefill(reserved, first_turn);
-  ASSERT_TRUE(first.ok()) << first.status();
-  auto prefilled = Take(reserved, cached_decode.get());
-  ASSERT_TRUE(prefilled.ok()) << prefilled.status();
-  RequestSpec turn1 = Spec("turn1", first_turn, 16);
-  turn1.prefilled = *prefilled;
-  turn1.generated = {*first};
-  RunToEnd(*cached_decode, turn1);
+  run_whole_turn(first_turn);
+  v1::ReserveResponse reserved;
+  StatusOr<int32_t> first = 0;
+  StatusOr<std::shared_ptr<serving::PrefilledState>> prefilled;
 
   // Turn 2, far past the sliding window (the window's rows all travel) and a few tokens on
   // (the window's first rows come from the cache too).
