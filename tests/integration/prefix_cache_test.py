@@ -52,7 +52,10 @@ class PrefixCacheTest(unittest.TestCase):
         cls.colocated_worker = c.start_worker("decode-colocated", "decode", [cls.colocated],
                                               tls + SPEC)
         cls.prefill = c.start_worker("prefill", "prefill", [cls.disagg], tls)
-        cls.decode = c.start_worker("decode", "decode", [cls.disagg], tls + SPEC)
+        # Small pages, so that every later turn's history spares whole pages of the transfer
+        # (a cached prefix shorter than a page of every group spares nothing).
+        cls.decode = c.start_worker("decode", "decode", [cls.disagg],
+                                    tls + SPEC + ["--block-size", "16"])
         cls.reference_worker = c.start_worker("decode-reference", "decode", [cls.reference],
                                               tls + SPEC + ["--no-enable-prefix-caching"])
         # kv_aware on reported caches: worker x is also behind a router of its own (solo), so it
