@@ -36,6 +36,21 @@ bool AppendEvent(const serving::RequestEvent& event, v1::WorkerGenerateResponse&
   return true;
 }
 
+// With state.mu held: the stream is live with nothing queued and no write in flight (it may get a
+// keepalive).
+bool Idle(const StreamState& state) {
+  return state.reactor != nullptr && !state.finished && !state.writing && !state.client_gone &&
+         state.events.empty();
+}
+
+// With state.mu held: true when the stream has something to write, no write in flight and no
+// place in the pump's ready list yet; it is then marked scheduled and the caller must Schedule it.
+bool ClaimSchedule(StreamState& state) {
+  const bool claim = !state.writing && !state.scheduled && !state.events.empty();
+  state.scheduled = state.scheduled || claim;
+  return claim;
+}
+
 }  // namespace
 
 StreamPump::StreamPump(const serving::ServingEngine* engine)
@@ -150,10 +165,7 @@ void StreamPump::SendKeepalives() {
     std::string id;
     {
       std::lock_guard lock(state->mu);
-      if (state->reactor == nullptr || state->finished || state->writing || state->client_gone ||
-          !state->events.empty() || state->last_write > due) {
-        continue;
-      }
+      if (!Idle(*state) || state->last_write > due) continue;
       id = state->request_id;
     }
     // Outside the stream's lock: the engine calls the stream's sink under its own.
@@ -161,11 +173,8 @@ void StreamPump::SendKeepalives() {
     GenerateStream* reactor;
     {
       std::lock_guard lock(state->mu);
+      if (!Idle(*state)) continue;
       reactor = state->reactor;
-      if (reactor == nullptr || state->finished || state->writing || state->client_gone ||
-          !state->events.empty()) {
-        continue;
-      }
       reactor->outgoing().Clear();
       state->writing = true;
       state->last_write = SteadyClock::now();
@@ -187,8 +196,7 @@ GenerateStream::GenerateStream(serving::ServingEngine* engine, StreamPump* pump,
           std::lock_guard lock(state->mu);
           if (state->reactor == nullptr || state->finished) return;
           state->events.push_back(e);
-          schedule = !state->writing && !state->scheduled;
-          state->scheduled = state->scheduled || schedule;
+          schedule = ClaimSchedule(*state);
         }
         if (schedule) pump->Schedule(state);
       });
@@ -210,8 +218,7 @@ void GenerateStream::OnWriteDone(bool ok) {
     std::lock_guard lock(state_->mu);
     state_->writing = false;
     if (!ok) state_->client_gone = true;
-    schedule = !state_->events.empty() && !state_->scheduled;
-    state_->scheduled = state_->scheduled || schedule;
+    schedule = ClaimSchedule(*state_);
   }
   // The client went away: stop the work and free its cache; its final event ends the call.
   if (!ok) engine_->Cancel(state_->request_id);

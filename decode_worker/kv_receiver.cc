@@ -143,6 +143,13 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
       engine::StagingLayout::Compute(*options_.cache_layout, request.prompt_tokens(),
                                      options_.block_rows, options_.link.drafter_state_bytes);
   const auto lease = std::chrono::milliseconds(request.lease_ms() > 0 ? request.lease_ms() : 30000);
+  // The longest prefix of the prompt held here, looked up before the lock (it hashes the prompt).
+  serving::PrefixHit cached;
+  if (options_.cached_prefix && request.prompt_token_ids_size() > 0) {
+    const std::vector<int32_t> prompt(request.prompt_token_ids().begin(),
+                                      request.prompt_token_ids().end());
+    cached = options_.cached_prefix(prompt);
+  }
   const auto now = Clock::now();
   std::lock_guard lock(mu_);
   ExpireLocked(now);
@@ -152,7 +159,7 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
         "the KV transport has no address (its network device is down); prefill here instead");
   }
   ASSIGN_OR_RETURN(reservation.lease, LeaseLocked(request));
-  RETURN_IF_ERROR(PrepareSequence(request, reservation));
+  RETURN_IF_ERROR(PrepareSequence(std::move(cached), reservation));
   ASSIGN_OR_RETURN(reservation.offset, arena_->Allocate(reservation.layout.record_bytes()));
   // A stale record from an earlier request must not look like a delivery.
   std::memset(arena_->data() + reservation.offset, 0, transport::kRecordHeaderBytes);
@@ -172,17 +179,11 @@ StatusOr<v1::ReserveResponse> KvReceiver::Reserve(const v1::ReserveRequest& requ
   return response;
 }
 
-Status KvReceiver::PrepareSequence(const v1::ReserveRequest& request, Reservation& reservation) {
+Status KvReceiver::PrepareSequence(serving::PrefixHit hit, Reservation& reservation) {
   engine::StagingLayout& layout = reservation.layout;
   // What a colocated prefill would have left: rows [first_row, end_row) of every group.
   std::vector<engine::SequenceState::GroupRows> rows;
   for (const engine::StagedGroup& g : layout.groups) rows.push_back({g.first_row, g.end_row});
-  serving::PrefixHit hit;
-  if (options_.cached_prefix && request.prompt_token_ids_size() > 0) {
-    const std::vector<int32_t> prompt(request.prompt_token_ids().begin(),
-                                      request.prompt_token_ids().end());
-    hit = options_.cached_prefix(prompt);
-  }
   const std::vector<int64_t> ship_from =
       hit.tokens > 0 ? ShipFromCachedRows(layout, *hit.state) : std::vector<int64_t>{};
   if (ship_from.empty()) {

@@ -120,9 +120,9 @@ class KvReceiver {
   void FenceLocked();
   // The engine's lease for `request`; a full pool first fences to free the quarantined leases.
   StatusOr<serving::CacheLease> LeaseLocked(const v1::ReserveRequest& request);
-  // The pages the transfer fills: fresh ones for the whole prompt, or a cached prefix of it
-  // grown by pages for the rest (and reservation.layout ships only the rest).
-  Status PrepareSequence(const v1::ReserveRequest& request, Reservation& reservation);
+  // The pages the transfer fills: fresh ones for the whole prompt, or `hit` (a cached prefix of
+  // it; tokens 0: none) grown by pages for the rest (and reservation.layout ships only the rest).
+  Status PrepareSequence(serving::PrefixHit hit, Reservation& reservation);
   // The descriptor the prefill worker writes by.
   StatusOr<v1::TransferDescriptor> Describe(const Reservation& reservation,
                                             const std::string& address, uint32_t prompt_tokens,

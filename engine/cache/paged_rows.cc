@@ -194,14 +194,9 @@ Status PagedRows::Assign(int64_t first, int64_t size, const char* rows) {
   // The pages as if the rows below `first` had been appended and released.
   first_block_ = (size > first ? first : size) / per_page;
   const int64_t pages = size > first ? (size + per_page - 1) / per_page - first_block_ : 0;
-  for (int64_t i = 0; i < pages; ++i) {
-    const int32_t page = group_->Allocate(holder_);
-    if (page == kNoPage) {
-      Clear();
-      return absl::ResourceExhaustedError(absl::StrCat("KV pool full: ", group_->name(), " needs ",
-                                                       pages, " pages (--kv-cache-memory-bytes)"));
-    }
-    pages_.push_back(page);
+  if (Status st = AllocatePages(pages); !st.ok()) {
+    Clear();
+    return st;
   }
   size_ = size;
   if (rows == nullptr) return absl::OkStatus();  // Resize: the rows keep what the pages held
@@ -224,16 +219,20 @@ Status PagedRows::Extend(int64_t size) {
                                             ", inside a page of ", per_page, " rows"));
   }
   if (pages_.empty()) first_block_ = size_ / per_page;
-  const int64_t pages = (size + per_page - 1) / per_page - size_ / per_page;
-  for (int64_t i = 0; i < pages; ++i) {
+  RETURN_IF_ERROR(AllocatePages((size + per_page - 1) / per_page - size_ / per_page));
+  size_ = size;
+  return absl::OkStatus();
+}
+
+Status PagedRows::AllocatePages(int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
     const int32_t page = group_->Allocate(holder_);
     if (page == kNoPage) {
       return absl::ResourceExhaustedError(absl::StrCat("KV pool full: ", group_->name(), " needs ",
-                                                       pages, " pages (--kv-cache-memory-bytes)"));
+                                                       count, " pages (--kv-cache-memory-bytes)"));
     }
     pages_.push_back(page);
   }
-  size_ = size;
   return absl::OkStatus();
 }
 

@@ -86,6 +86,9 @@ class PagedRows {
 
  private:
   char* RowIn(int64_t row) const;
+  // Appends `count` fresh pages to the table; ResourceExhausted (the pages taken so far kept)
+  // when the pool runs out.
+  Status AllocatePages(int64_t count);
   // Gives the page at pages_[index] to this group alone (a copy of its first `rows` rows) when
   // another holder shares it.
   void Unshare(size_t index, int64_t rows);

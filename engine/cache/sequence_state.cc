@@ -207,9 +207,14 @@ Status SequenceState::Restore(std::string_view in) {
   return RestoreRows(tokens, views);
 }
 
+size_t SequenceState::NumGroups() const {
+  size_t groups = 0;
+  for (const auto& layer : groups_) groups += layer.size();
+  return groups;
+}
+
 Status SequenceState::RestoreRows(int64_t num_tokens, std::span<const GroupRows> groups) {
-  size_t expected = 0;
-  for (const auto& layer : groups_) expected += layer.size();
+  const size_t expected = NumGroups();
   if (groups.size() != expected) {
     return absl::DataLossError(absl::StrCat("restored state has ", groups.size(),
                                             " cache groups, this model's layout ", expected));
@@ -237,8 +242,7 @@ Status SequenceState::RestoreRows(int64_t num_tokens, std::span<const GroupRows>
 
 Status SequenceState::ExtendForTransfer(int64_t num_tokens, std::span<const GroupRows> groups,
                                         std::span<const int64_t> ship_from) {
-  size_t expected = 0;
-  for (const auto& layer : groups_) expected += layer.size();
+  const size_t expected = NumGroups();
   if (groups.size() != expected || ship_from.size() != expected) {
     return absl::InternalError(absl::StrCat("a transfer into ", groups.size(), " cache groups (",
                                             ship_from.size(), " starts), this model has ",

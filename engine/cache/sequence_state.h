@@ -95,6 +95,8 @@ class SequenceState {
 
  private:
   explicit SequenceState(const CacheLayout* layout) : layout_(layout) {}
+  // Cache groups over all layers.
+  size_t NumGroups() const;
 
   const CacheLayout* layout_;
   std::vector<std::vector<PagedRows>> groups_;  // [layer][group]
