@@ -1,0 +1,48 @@
+// The CUDA backend: one tensor-parallel rank on one GPU, its work queued on one stream
+// (CudaOps), timed with CUDA events, its memory from cudaMalloc. The communicator is the
+// caller's (null for one rank; NCCL for several, issue 23).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "common/base/status.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/cuda_ops.h"
+
+namespace pdspark::engine::backend {
+
+class CudaBackend : public Backend {
+ public:
+  // Backend on device `device`, or an error naming why there is none (no driver, no such
+  // device, no memory for a stream).
+  static StatusOr<std::unique_ptr<CudaBackend>> Create(int device,
+                                                       parallel::Communicator* comm = nullptr);
+  ~CudaBackend() override;
+
+  Device device() const override { return Device::kCuda; }
+  Ops& ops() override { return *ops_; }
+  std::unique_ptr<Timer> NewTimer() const override;
+  parallel::Communicator* comm() const override { return comm_; }
+  // cudaMalloc'd (256-byte aligned); null when the device has no room.
+  void* Allocate(size_t bytes) override;
+  void Free(void* p) override;
+  // cudaMemGetInfo's free bytes.
+  int64_t FreeMemoryBytes() const override;
+
+  int device_index() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  // Waits for the queued work; the first failure of any of it.
+  Status Synchronize() { return ops_->Synchronize(); }
+
+ private:
+  CudaBackend(int device, cudaStream_t stream, parallel::Communicator* comm);
+
+  int device_;
+  cudaStream_t stream_;
+  std::unique_ptr<CudaOps> ops_;
+  parallel::Communicator* comm_;
+};
+
+}  // namespace pdspark::engine::backend

@@ -1,0 +1,90 @@
+// CudaOps: GEMM on weights in their checkpoint formats, dequantised as they are read, computing
+// the CPU kernels' canonical dot (kernels/cpu/quant_gemm.h) exactly: the 16 lanes of a half-warp
+// stand for its 16 lane accumulators, lane l summing x[p] * w(j, p) for p = l, l + 16, ... with
+// fused multiply-adds in order of p (the last, partial 16 padded with zeros, as the CPU loads
+// them), then the fixed tree (l, l+8), (l, l+4), (l, l+2), (l, l+1) by shuffles. So the device
+// gives the CPU's bits for every format, slice and batch.
+//
+// This is the exact path, not the fast one: SIMT fp32, weights re-read once per kRowsPerTile
+// rows of x. The tensor-core paths (cuBLASLt FP8 with block scales, a W4A16 grouped GEMM for
+// the FP4 experts) come next and are checked against this one within a stated tolerance.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/backend/cuda/cuda_ops.h"
+
+namespace pdspark::engine::backend {
+namespace {
+
+constexpr int kLanes = 16;                        // the canonical dot's lanes: a half-warp
+constexpr int kThreads = 256;                     // 16 half-warps: 16 weight rows per block
+constexpr int kRowsPerBlock = kThreads / kLanes;  // weight rows (output features) per block
+constexpr int kRowsPerTile = 8;                   // rows of x each half-warp accumulates
+
+// One half-warp: output feature j of rows [i0, i0 + rows) of x.
+__device__ void CanonicalDots(const GemmCall& c, int64_t i0, int rows, int64_t j, int lane) {
+  float acc[kRowsPerTile];
+#pragma unroll
+  for (int r = 0; r < kRowsPerTile; ++r) acc[r] = 0.0f;
+  const int64_t k = c.w.cols, padded = (k + kLanes - 1) / kLanes * kLanes;
+  for (int64_t p = lane; p < padded; p += kLanes) {
+    const bool present = p < k;
+    const float w = present ? c.w.At(j, p) : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRowsPerTile; ++r) {
+      if (r < rows) acc[r] = fmaf(present ? c.x[(i0 + r) * c.ldx + p] : 0.0f, w, acc[r]);
+    }
+  }
+  // The canonical tree: every lane of the half-warp takes part in each shuffle.
+  constexpr unsigned kAll = 0xFFFFFFFFu;
+#pragma unroll
+  for (int r = 0; r < kRowsPerTile; ++r) {
+    float v = acc[r];
+    v = v + __shfl_down_sync(kAll, v, 8, kLanes);
+    v = v + __shfl_down_sync(kAll, v, 4, kLanes);
+    v = v + __shfl_down_sync(kAll, v, 2, kLanes);
+    v = v + __shfl_down_sync(kAll, v, 1, kLanes);
+    if (lane == 0 && r < rows) c.y[(i0 + r) * c.ldy + j] = v;
+  }
+}
+
+// blockIdx.z: the problem; blockIdx.x: a group of kRowsPerBlock weight rows; blockIdx.y: a tile
+// of kRowsPerTile rows of x. Blocks past a smaller problem's shape have nothing to do.
+__global__ void GemmKernel(const GemmCall* calls) {
+  const GemmCall& c = calls[blockIdx.z];
+  const int half_warp = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + half_warp;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kRowsPerTile;
+  if (i0 >= c.m) return;  // uniform over the block
+  // A half-warp past the weight rows still computes (on row 0) so that its shuffles have all
+  // lanes; it writes nothing.
+  const bool writes = j < c.w.rows;
+  const int rows = writes ? static_cast<int>(c.m - i0 < kRowsPerTile ? c.m - i0 : kRowsPerTile) : 0;
+  CanonicalDots(c, i0, rows, writes ? j : 0, lane);
+}
+
+}  // namespace
+
+void CudaOps::Gemm(const GemmCall& call) { GroupedGemm(std::span<const GemmCall>(&call, 1)); }
+
+void CudaOps::GroupedGemm(std::span<const GemmCall> calls) {
+  std::vector<GemmCall> work;
+  int64_t max_rows = 0, max_m = 0;
+  for (const GemmCall& c : calls) {
+    if (c.m == 0 || c.w.rows == 0) continue;
+    work.push_back(c);
+    max_rows = std::max(max_rows, c.w.rows);
+    max_m = std::max(max_m, c.m);
+  }
+  if (work.empty()) return;
+  const dim3 grid(static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>((max_m + kRowsPerTile - 1) / kRowsPerTile),
+                  static_cast<unsigned>(work.size()));
+  GemmKernel<<<grid, kThreads, 0, stream_>>>(Upload(work.data(), work.size()));
+  Check(cudaGetLastError(), "GroupedGemm");
+  FreeScratch();
+}
+
+}  // namespace pdspark::engine::backend

@@ -1,0 +1,123 @@
+// The CUDA implementation of Ops (engine/backend/ops.h) on one device and one stream.
+//
+// Memory: every raw pointer an operation takes is device memory (the backend's Allocate),
+// weights (GemmCall::w, GatherRows' table) included. Host containers (std::span, std::vector,
+// AttentionKeys::rows and offsets) are host memory; the pointers AttentionKeys::rows holds point
+// into the device. Operations are queued on the backend's stream; the ones that return host
+// values (Route, TopK) wait for it.
+//
+// Numerics: each output is computed the same way whatever the batch around it (one thread block
+// per row or per output tile, fixed reduction trees), so batch invariance holds on the device as
+// on the CPU. Against the CPU backend, element-wise operations agree to the bit except where a
+// transcendental function (expf, rsqrtf) differs by an ulp; sums in another order agree within
+// the relative tolerances the GPU tests state (tests/engine/backend/cuda).
+//
+// Errors: a launch or copy failure is recorded (the first one sticks) and reported by status();
+// the engine checks it once per step (Backend::Synchronize).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "common/base/status.h"
+#include "engine/backend/ops.h"
+
+namespace pdspark::engine::backend {
+
+class CudaOps : public Ops {
+ public:
+  explicit CudaOps(cudaStream_t stream) : stream_(stream) {}
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  // OK, or the first failure of anything queued so far (after waiting for it all).
+  Status Synchronize();
+
+  void Gemm(const GemmCall& call) override;
+  void GroupedGemm(std::span<const GemmCall> calls) override;
+  void GatherRows(const kernels::WeightMatrix& table, std::span<const int32_t> ids, int64_t copies,
+                  float* out) override;
+
+  void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+               float* y) override;
+  void Rope(const kernels::cpu::RopeTable& table, const int64_t* positions, int64_t rows,
+            int64_t vectors, int64_t stride, int64_t offset, bool inverse, float* x) override;
+  void QuantDequantFp8(float* x, int64_t rows, int64_t cols, int64_t stride,
+                       int64_t block) override;
+  void QuantDequantFp4(float* x, int64_t rows, int64_t cols, int64_t stride,
+                       int64_t block) override;
+  void Hadamard(float* x, int64_t rows, int64_t n, float scale) override;
+  void SwiGlu(const float* gate, const float* up, const float* row_scale, int64_t rows, int64_t n,
+              float limit, float* out) override;
+  void AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows, double* acc,
+                     int64_t acc_stride) override;
+  void Scale(float* x, int64_t n, float s) override;
+
+  void HcPre(const HcShape& s, const float* streams, float* mixes, int64_t rows, const float* scale,
+             const float* base, float* input, float* post, float* comb) override;
+  void HcPost(const HcShape& s, const float* f, const float* post, const float* comb, int64_t rows,
+              float* streams) override;
+  void HcHead(const HcShape& s, const float* streams, float* mixes, int64_t rows,
+              const float* scale, const float* base, float* y) override;
+  void StreamMean(const HcShape& s, const float* streams, int64_t rows, float* out,
+                  int64_t out_stride) override;
+
+  Routing Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
+                const float* bias, const int32_t* hash_table, const int32_t* token_ids,
+                float route_scale) override;
+
+  void Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
+              const float* sink, float* out) override;
+  void IndexerScores(const AttentionKeys& keys, const float* q, const float* w, int64_t heads,
+                     int64_t dim, double* scores) override;
+  std::vector<std::vector<int32_t>> TopK(const float* values, const std::vector<int64_t>& offsets,
+                                         int64_t k) override;
+  void PoolEntry(const float* const* slot_rows, const int64_t* channel_offset, int64_t slots,
+                 int64_t head_dim, int64_t score_offset, float* out) override;
+
+ private:
+  // Records the first failure with what was being done.
+  void Check(cudaError_t error, const char* what);
+  // `bytes` of stream-ordered device scratch (null for 0 bytes or when none could be had: the
+  // failure is recorded). All scratch is freed by FreeScratch, called once the work that uses
+  // it is queued (the stream orders the free after that work).
+  void* ScratchBytes(size_t bytes, const char* what);
+  template <typename T>
+  T* Scratch(size_t count, const char* what) {
+    return static_cast<T*>(ScratchBytes(count * sizeof(T), what));
+  }
+  // A copy of host values in scratch.
+  const void* UploadBytes(const void* host, size_t bytes);
+  template <typename T>
+  const T* Upload(const T* host, size_t count) {
+    return static_cast<const T*>(UploadBytes(host, count * sizeof(T)));
+  }
+  void FreeScratch();
+
+  // The device copy of a RoPE table (made once per table: tables live as long as the model).
+  struct DeviceRope {
+    int64_t rope_dim = 0, max_positions = 0;
+    const float* freqs = nullptr;
+    const float* cos = nullptr;
+    const float* sin = nullptr;
+  };
+  const DeviceRope& RopeOnDevice(const kernels::cpu::RopeTable& table);
+  // AttentionKeys' row pointers and offsets, uploaded to scratch.
+  struct DeviceKeys {
+    const void* const* rows = nullptr;
+    const int64_t* offsets = nullptr;
+  };
+  DeviceKeys KeysOnDevice(const AttentionKeys& keys);
+
+  cudaStream_t stream_;
+  Status status_;
+  std::vector<void*> scratch_;
+  std::unordered_map<const kernels::cpu::RopeTable*, DeviceRope> ropes_;
+};
+
+}  // namespace pdspark::engine::backend

@@ -1,0 +1,237 @@
+// CudaOps: the row-wise operations and the embedding gather. Each mirrors the CPU backend's
+// kernel (kernels/cpu) operation for operation: with --fmad=false and IEEE division and square
+// root, the results are the CPU's to the bit, except SwiGlu's expf (within 2 ulp of glibc's).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "engine/backend/cuda/cuda_ops.h"
+#include "kernels/number_formats.h"
+
+namespace pdspark::engine::backend {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 1 << 16;
+
+unsigned BlocksFor(int64_t n, int threads = kThreads) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, kMaxBlocks));
+}
+
+// A grid-stride loop index over [0, n).
+#define PDSPARK_GRID_LOOP(i, n)                                                          \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__global__ void GatherRowsKernel(kernels::WeightMatrix table, const int32_t* ids, int64_t count,
+                                 int64_t copies, float* out) {
+  const int64_t n = table.cols, total = count * copies * n;
+  PDSPARK_GRID_LOOP(e, total) {
+    const int64_t row = e / n, col = e % n;
+    out[e] = table.At(ids[row / copies], col);
+  }
+}
+
+// One block per row: the sum of squares in double (as MeanSquare), reduced by a fixed tree so
+// the row's result does not depend on the batch; then x * (1 / sqrt(mean + eps)) * weight.
+__global__ void RmsNormKernel(const float* x, const float* weight, int64_t n, float eps, float* y) {
+  __shared__ double partial[kThreads];
+  const float* xr = x + blockIdx.x * n;
+  float* yr = y + blockIdx.x * n;
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float sq = xr[i] * xr[i];
+    sum += sq;
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const float mean = static_cast<float>(partial[0]) / static_cast<float>(n);
+  const float inv = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    yr[i] = weight ? weight[i] * (xr[i] * inv) : xr[i] * inv;
+  }
+}
+
+struct RopeArgs {
+  const float* cos;
+  const float* sin;
+  const float* freqs;
+  int64_t half, max_positions;
+};
+
+// One thread per (row, vector, pair): the table's cos/sin, or the same arithmetic as
+// kernels::cpu::ApplyRope past the table's end.
+__global__ void RopeKernel(RopeArgs t, const int64_t* positions, int64_t rows, int64_t vectors,
+                           int64_t stride, int64_t offset, bool inverse, float* x) {
+  const int64_t total = rows * vectors * t.half;
+  PDSPARK_GRID_LOOP(e, total) {
+    const int64_t i = e % t.half, rv = e / t.half, row = rv / vectors;
+    const int64_t position = positions[row];
+    float c, s;
+    if (position < t.max_positions) {
+      c = t.cos[position * t.half + i];
+      s = t.sin[position * t.half + i];
+    } else {
+      const float angle = static_cast<float>(position) * t.freqs[i];
+      c = static_cast<float>(cos(static_cast<double>(angle)));
+      s = static_cast<float>(sin(static_cast<double>(angle)));
+    }
+    float* v = x + rv * stride + offset;
+    const float re = v[2 * i], im = v[2 * i + 1], sn = inverse ? -s : s;
+    v[2 * i] = re * c - im * sn;
+    v[2 * i + 1] = re * sn + im * c;
+  }
+}
+
+// 2^ceil(log2(x)) from the IEEE bits (the reference's fast_round_scale).
+__device__ float PowerOfTwoCeil(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  const int exponent = static_cast<int>((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) ? 1 : 0);
+  return __uint_as_float(static_cast<uint32_t>(exponent + 127) << 23);
+}
+
+// One warp per (row, block): the block's amax (a maximum: exact in any order), its
+// power-of-two scale, and every value rounded onto the grid and scaled back.
+template <bool kFp4>
+__global__ void QuantDequantKernel(float* x, int64_t rows, int64_t cols, int64_t stride,
+                                   int64_t block, float max_value, float amax_floor) {
+  const int64_t blocks_per_row = (cols + block - 1) / block;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (warp >= rows * blocks_per_row) return;
+  float* row = x + (warp / blocks_per_row) * stride;
+  const int64_t b0 = (warp % blocks_per_row) * block, b1 = min(cols, b0 + block);
+  float amax = 0.0f;
+  for (int64_t i = b0 + lane; i < b1; i += 32) amax = fmaxf(amax, fabsf(row[i]));
+  for (int delta = 16; delta > 0; delta /= 2) {
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, delta));
+  }
+  amax = fmaxf(amax, amax_floor);
+  const float scale = PowerOfTwoCeil(amax * (1.0f / max_value));
+  for (int64_t i = b0 + lane; i < b1; i += 32) {
+    const float scaled = fminf(fmaxf(row[i] / scale, -max_value), max_value);
+    row[i] = (kFp4 ? kernels::RoundToE2M1(scaled) : kernels::RoundToE4M3(scaled)) * scale;
+  }
+}
+
+// One block per row, the row in shared memory: the butterflies of HadamardTransform in its
+// order (each element sees the same additions), then the scale.
+__global__ void HadamardKernel(float* x, int64_t n, float scale) {
+  extern __shared__ float v[];
+  float* row = x + blockIdx.x * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) v[i] = row[i];
+  __syncthreads();
+  for (int64_t h = 1; h < n; h *= 2) {
+    for (int64_t p = threadIdx.x; p < n / 2; p += blockDim.x) {
+      const int64_t j = (p / h) * 2 * h + p % h;
+      const float a = v[j], b = v[j + h];
+      v[j] = a + b;
+      v[j + h] = a - b;
+    }
+    __syncthreads();
+  }
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = v[i] * scale;
+}
+
+__global__ void SwiGluKernel(const float* gate, const float* up, const float* row_scale,
+                             int64_t rows, int64_t n, float limit, float* out) {
+  PDSPARK_GRID_LOOP(e, rows * n) {
+    float g = gate[e], u = up[e];
+    if (limit > 0.0f) {
+      u = fminf(fmaxf(u, -limit), limit);
+      g = fminf(g, limit);
+    }
+    const float value = g / (1.0f + expf(-g)) * u;
+    out[e] = row_scale ? row_scale[e / n] * value : value;
+  }
+}
+
+// One thread per column, the rows added in order (rows may repeat: a token's experts).
+__global__ void AddRowsDoubleKernel(const float* x, int64_t count, int64_t n, const int64_t* rows,
+                                    double* acc, int64_t acc_stride) {
+  PDSPARK_GRID_LOOP(c, n) {
+    for (int64_t i = 0; i < count; ++i) acc[(rows ? rows[i] : i) * acc_stride + c] += x[i * n + c];
+  }
+}
+
+__global__ void ScaleKernel(float* x, int64_t n, float s) { PDSPARK_GRID_LOOP(i, n) x[i] *= s; }
+
+}  // namespace
+
+void CudaOps::GatherRows(const kernels::WeightMatrix& table, std::span<const int32_t> ids,
+                         int64_t copies, float* out) {
+  const int64_t count = static_cast<int64_t>(ids.size());
+  if (count == 0 || copies == 0) return;
+  const int32_t* device_ids = Upload(ids.data(), ids.size());
+  GatherRowsKernel<<<BlocksFor(count * copies * table.cols), kThreads, 0, stream_>>>(
+      table, device_ids, count, copies, out);
+  Check(cudaGetLastError(), "GatherRows");
+  FreeScratch();
+}
+
+void CudaOps::RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
+                      float* y) {
+  if (rows == 0) return;
+  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(x, weight, n, eps, y);
+  Check(cudaGetLastError(), "RmsNorm");
+}
+
+void CudaOps::Rope(const kernels::cpu::RopeTable& table, const int64_t* positions, int64_t rows,
+                   int64_t vectors, int64_t stride, int64_t offset, bool inverse, float* x) {
+  if (rows == 0 || vectors == 0 || table.rope_dim == 0) return;
+  const DeviceRope& rope = RopeOnDevice(table);
+  const RopeArgs args{rope.cos, rope.sin, rope.freqs, rope.rope_dim / 2, rope.max_positions};
+  RopeKernel<<<BlocksFor(rows * vectors * args.half), kThreads, 0, stream_>>>(
+      args, positions, rows, vectors, stride, offset, inverse, x);
+  Check(cudaGetLastError(), "Rope");
+}
+
+void CudaOps::QuantDequantFp8(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t block) {
+  if (rows == 0 || cols == 0) return;
+  const int64_t warps = rows * ((cols + block - 1) / block);
+  QuantDequantKernel<false><<<BlocksFor(32 * warps), kThreads, 0, stream_>>>(x, rows, cols, stride,
+                                                                             block, 448.0f, 1e-4f);
+  Check(cudaGetLastError(), "QuantDequantFp8");
+}
+
+void CudaOps::QuantDequantFp4(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t block) {
+  if (rows == 0 || cols == 0) return;
+  const int64_t warps = rows * ((cols + block - 1) / block);
+  QuantDequantKernel<true><<<BlocksFor(32 * warps), kThreads, 0, stream_>>>(
+      x, rows, cols, stride, block, 6.0f, 6.0f * 0x1p-126f);
+  Check(cudaGetLastError(), "QuantDequantFp4");
+}
+
+void CudaOps::Hadamard(float* x, int64_t rows, int64_t n, float scale) {
+  if (rows == 0) return;
+  HadamardKernel<<<static_cast<unsigned>(rows), kThreads, n * sizeof(float), stream_>>>(x, n,
+                                                                                        scale);
+  Check(cudaGetLastError(), "Hadamard");
+}
+
+void CudaOps::SwiGlu(const float* gate, const float* up, const float* row_scale, int64_t rows,
+                     int64_t n, float limit, float* out) {
+  if (rows * n == 0) return;
+  SwiGluKernel<<<BlocksFor(rows * n), kThreads, 0, stream_>>>(gate, up, row_scale, rows, n, limit,
+                                                              out);
+  Check(cudaGetLastError(), "SwiGlu");
+}
+
+void CudaOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows,
+                            double* acc, int64_t acc_stride) {
+  if (count == 0 || n == 0) return;
+  AddRowsDoubleKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, count, n, rows, acc, acc_stride);
+  Check(cudaGetLastError(), "AddRowsDouble");
+}
+
+void CudaOps::Scale(float* x, int64_t n, float s) {
+  if (n == 0) return;
+  ScaleKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, n, s);
+  Check(cudaGetLastError(), "Scale");
+}
+
+}  // namespace pdspark::engine::backend

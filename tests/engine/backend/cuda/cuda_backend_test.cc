@@ -1,0 +1,54 @@
+// The CUDA backend's device handling. Without a device (CI) Create must say why, which runs
+// everywhere; with one: memory, the event timer, and a failed launch reported by Synchronize.
+#include "engine/backend/cuda/cuda_backend.h"
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/cuda_device.h"
+
+namespace pdspark::engine::backend {
+namespace {
+
+TEST(CudaBackendTest, CreateNamesWhyThereIsNoDevice) {
+  const int count = cuda::DeviceCount();
+  // Without a device any index fails; with some, the index past the last does.
+  auto backend = CudaBackend::Create(count);
+  ASSERT_FALSE(backend.ok());
+  if (count == 0) {
+    EXPECT_NE(backend.status().message().find("CUDA"), std::string::npos) << backend.status();
+  } else {
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument) << backend.status();
+  }
+}
+
+TEST(CudaBackendTest, MemoryTimerAndErrorsOnADevice) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  auto created = CudaBackend::Create(0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  CudaBackend& backend = **created;
+  EXPECT_EQ(backend.device(), Device::kCuda);
+  const int64_t free_before = backend.FreeMemoryBytes();
+  ASSERT_GT(free_before, int64_t{1} << 30);
+  const int64_t n = int64_t{1} << 26;  // 256 MiB of floats
+  float* x = static_cast<float*>(backend.Allocate(n * sizeof(float)));
+  ASSERT_NE(x, nullptr);
+  EXPECT_LT(backend.FreeMemoryBytes(), free_before);
+  auto timer = backend.NewTimer();
+  timer->Start();
+  backend.ops().Scale(x, n, 2.0f);
+  const double seconds = timer->Stop();
+  EXPECT_GT(seconds, 0.0);
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_TRUE(backend.Synchronize().ok());
+  // More memory than any device has: null, and nothing sticky.
+  EXPECT_EQ(backend.Allocate(size_t{1} << 50), nullptr);
+  EXPECT_TRUE(backend.Synchronize().ok());
+  // A Hadamard row larger than shared memory cannot launch: the failure is kept and named.
+  backend.ops().Hadamard(x, 1, int64_t{1} << 24, 1.0f);
+  const Status status = backend.Synchronize();
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("Hadamard"), std::string::npos) << status;
+  backend.Free(x);
+}
+
+}  // namespace
+}  // namespace pdspark::engine::backend

@@ -1,0 +1,133 @@
+// GPU tests: the CUDA backend's row-wise operations against the CPU backend on the same inputs.
+// These mirror the CPU kernels operation for operation (cuda_rowwise.cu), so the results must
+// be equal to the bit; SwiGlu alone calls expf, whose device and glibc versions may differ by
+// 2 ulp, hence its relative 1e-6.
+#include <numeric>
+
+#include "tests/engine/backend/cuda/device_buffer.h"
+
+namespace pdspark::engine::backend::testing {
+namespace {
+
+TEST_F(CudaOpsTest, RmsNormEqualsTheCpuBitForBit) {
+  for (int64_t rows : {1, 7, 33}) {
+    for (int64_t n : {96, 4096}) {
+      const std::vector<float> x = Random(rows * n), weight = Random(n, 0.5f, 1.5f);
+      for (const bool weighted : {false, true}) {
+        std::vector<float> want(x.size());
+        cpu().RmsNorm(x.data(), weighted ? weight.data() : nullptr, rows, n, 1e-6f, want.data());
+        DeviceBuffer<float> dx(x), dw(weight), dy(x.size());
+        gpu().RmsNorm(dx.get(), weighted ? dw.get() : nullptr, rows, n, 1e-6f, dy.get());
+        // The double sum of squares is taken in another order; both round to the same fp32
+        // sum unless it sits on a rounding boundary (probability about 2^-29 per row).
+        ExpectBitEqual(dy.ToHost(), want, "RmsNorm");
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, RopeEqualsTheCpuInsideAndPastTheTable) {
+  const kernels::cpu::RopeTable table =
+      kernels::cpu::BuildRopeTable(64, 256, 65536, 10000.0, 16.0, 32.0, 1.0);
+  const int64_t rows = 5, vectors = 3, stride = 96, offset = 32;
+  // Positions past the table's 256 rows are computed on the fly on both sides.
+  const std::vector<int64_t> positions = {0, 17, 255, 256, 100000};
+  for (const bool inverse : {false, true}) {
+    std::vector<float> want = Random(rows * vectors * stride);
+    DeviceBuffer<float> dx(want);
+    DeviceBuffer<int64_t> dp(positions);
+    cpu().Rope(table, positions.data(), rows, vectors, stride, offset, inverse, want.data());
+    gpu().Rope(table, dp.get(), rows, vectors, stride, offset, inverse, dx.get());
+    ExpectBitEqual(dx.ToHost(), want, inverse ? "inverse RoPE" : "RoPE");
+  }
+}
+
+TEST_F(CudaOpsTest, QuantDequantSimulationsEqualTheCpu) {
+  const int64_t rows = 9, cols = 448, stride = 500;
+  for (const int64_t block : {32, 64, 128}) {
+    // Magnitudes over many binades, and exact zeros, so every scale and rounding case occurs.
+    std::vector<float> base = Random(rows * stride);
+    for (size_t i = 0; i < base.size(); ++i) base[i] = std::ldexp(base[i], int(i % 23) - 11);
+    for (size_t i = 0; i < base.size(); i += 37) base[i] = 0.0f;
+    for (const bool fp4 : {false, true}) {
+      std::vector<float> want = base;
+      DeviceBuffer<float> dx(base);
+      if (fp4) {
+        cpu().QuantDequantFp4(want.data(), rows, cols, stride, block);
+        gpu().QuantDequantFp4(dx.get(), rows, cols, stride, block);
+      } else {
+        cpu().QuantDequantFp8(want.data(), rows, cols, stride, block);
+        gpu().QuantDequantFp8(dx.get(), rows, cols, stride, block);
+      }
+      ExpectBitEqual(dx.ToHost(), want, fp4 ? "FP4 simulation" : "FP8 simulation");
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, HadamardEqualsTheCpuBitForBit) {
+  for (const int64_t n : {64, 128, 512}) {
+    std::vector<float> want = Random(7 * n);
+    DeviceBuffer<float> dx(want);
+    cpu().Hadamard(want.data(), 7, n, 1.0f / std::sqrt(static_cast<float>(n)));
+    gpu().Hadamard(dx.get(), 7, n, 1.0f / std::sqrt(static_cast<float>(n)));
+    ExpectBitEqual(dx.ToHost(), want, "Hadamard");
+  }
+}
+
+TEST_F(CudaOpsTest, SwiGluMatchesTheCpuWithinExpUlps) {
+  const int64_t rows = 6, n = 1000;
+  const std::vector<float> gate = Random(rows * n, -12.0f, 12.0f),
+                           up = Random(rows * n, -12.0f, 12.0f), scale = Random(rows, 0.1f, 1.0f);
+  for (const float limit : {0.0f, 7.0f}) {
+    for (const bool scaled : {false, true}) {
+      std::vector<float> want(rows * n);
+      cpu().SwiGlu(gate.data(), up.data(), scaled ? scale.data() : nullptr, rows, n, limit,
+                   want.data());
+      DeviceBuffer<float> dg(gate), du(up), ds(scale), dy(rows * n);
+      gpu().SwiGlu(dg.get(), du.get(), scaled ? ds.get() : nullptr, rows, n, limit, dy.get());
+      ExpectClose(dy.ToHost(), want, 1e-6, 1e-30, "SwiGlu");
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, AddRowsDoubleAddsRepeatedRowsInOrder) {
+  const int64_t count = 5, n = 300, stride = 320;
+  const std::vector<float> x = Random(count * n);
+  const std::vector<int64_t> rows = {2, 0, 2, 1, 2};  // a row hit three times
+  std::vector<double> want(3 * stride);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = 0.1 * static_cast<double>(i);
+  DeviceBuffer<float> dx(x);
+  DeviceBuffer<int64_t> dr(rows);
+  DeviceBuffer<double> dacc(want);
+  cpu().AddRowsDouble(x.data(), count, n, rows.data(), want.data(), stride);
+  gpu().AddRowsDouble(dx.get(), count, n, dr.get(), dacc.get(), stride);
+  ExpectBitEqual(dacc.ToHost(), want, "AddRowsDouble");
+}
+
+TEST_F(CudaOpsTest, ScaleAndGatherRowsEqualTheCpu) {
+  std::vector<float> want = Random(5000);
+  DeviceBuffer<float> dx(want);
+  cpu().Scale(want.data(), 5000, 0.37f);
+  gpu().Scale(dx.get(), 5000, 0.37f);
+  ExpectBitEqual(dx.ToHost(), want, "Scale");
+
+  // A BF16 table (the embeddings' format), rows gathered twice each.
+  std::vector<uint16_t> codes(50 * 96);
+  std::iota(codes.begin(), codes.end(), uint16_t{0x3C00});
+  kernels::WeightMatrix table{.format = kernels::WeightFormat::kBF16,
+                              .data = codes.data(),
+                              .row_stride = 96,
+                              .rows = 50,
+                              .cols = 96};
+  const std::vector<int32_t> ids = {3, 49, 0, 3};
+  std::vector<float> rows(ids.size() * 2 * 96);
+  cpu().GatherRows(table, ids, 2, rows.data());
+  DeviceBuffer<uint16_t> dcodes(codes);
+  DeviceBuffer<float> dout(rows.size());
+  table.data = dcodes.get();
+  gpu().GatherRows(table, ids, 2, dout.get());
+  ExpectBitEqual(dout.ToHost(), rows, "GatherRows");
+}
+
+}  // namespace
+}  // namespace pdspark::engine::backend::testing
