@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU checks (issue 23), in two halves: the device machine has the CUDA toolkit and driver
+# but none of the Debian packages the build needs (abseil, gRPC, GoogleTest, spdlog) and cannot
+# fetch them, so the build happens here and travels.
+#
+#   scripts/gpu_check.sh pack   On the development machine: builds (CUDA on), then gathers every
+#                               GPU test binary, stripped, with each shared library it loads
+#                               (glibc and its loader included, so the device's own glibc does
+#                               not matter) into .gpu_bundle/ (git-ignored; about 10 MiB).
+#   scripts/gpu_check.sh run    On the device machine, in the repository root, .gpu_bundle
+#                               carried: device facts, then every GPU test. Logs and GoogleTest
+#                               XML go to $OUT (or gpu_check_out/). Fails if any test fails or
+#                               reports skipped (on a GPU machine nothing may skip).
+#
+# With the device tool: run(command="scripts/gpu_check.sh run", carry=[".gpu_bundle"],
+# timeout_s=540). Not yet here (the model does not run on the CUDA backend yet): golden-check
+# on the GPU, DSpark greedy equality, the decode-step timings against the HBM bound.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUNDLE=${GPU_CHECK_BUNDLE:-.gpu_bundle}
+BUILD_DIR=${BUILD_DIR:-build}
+
+log() { echo "gpu_check: $*" >&2; }
+
+pack() {
+  [[ -x /usr/local/cuda/bin/nvcc ]] || { log "no nvcc under /usr/local/cuda: nothing to pack"; exit 1; }
+  [[ -n ${GPU_CHECK_SKIP_BUILD:-} ]] || make build >&2
+  rm -rf "$BUNDLE"
+  mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+  # Every binary of a test labelled gpu (tests/**/CMakeLists.txt).
+  local binaries
+  mapfile -t binaries < <(cd "$BUILD_DIR" && ctest -L '^gpu$' --show-only=json-v1 | python3 -c '
+import json, sys
+print("\n".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"] if t.get("command")})))')
+  ((${#binaries[@]} > 0)) || { log "no GPU tests registered in $BUILD_DIR (was nvcc found?)"; exit 1; }
+  for b in "${binaries[@]}"; do
+    strip --strip-debug -o "$BUNDLE/bin/$(basename "$b")" "$b"
+    # Every library the loader resolves, but the driver's libcuda (the device's own) and NCCL
+    # (200 MB; the device image has it, from the nvidia-nccl pip package).
+    ldd "$b" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' | grep -v -e libcuda -e libnccl |
+      while read -r lib; do cp -nL "$lib" "$BUNDLE/lib/"; done
+  done
+  log "packed ${#binaries[@]} test binaries, $(ls "$BUNDLE/lib" | wc -l) libraries," \
+    "$(du -sh "$BUNDLE" | cut -f1) in $BUNDLE"
+}
+
+# Runs a bundled binary with the bundled loader and libraries; the driver (libcuda) is found
+# through the device's loader cache and its usual folders, NCCL in the device's Python packages.
+bundled() {
+  local lib nccl
+  lib=$(realpath "$BUNDLE/lib")
+  nccl=$(python3 -c 'import nvidia.nccl as n; print(n.__path__[0] + "/lib")' 2>/dev/null || true)
+  "$lib/ld-linux-x86-64.so.2" --library-path \
+    "$lib:${nccl:+$nccl:}/usr/local/nvidia/lib64:/usr/lib/x86_64-linux-gnu:/usr/lib64" "$@"
+}
+
+run() {
+  [[ -d $BUNDLE/bin ]] || { log "no $BUNDLE: run 'scripts/gpu_check.sh pack' here and carry it"; exit 1; }
+  local out=${OUT:-gpu_check_out}
+  mkdir -p "$out"
+  { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
+      --format=csv || log "nvidia-smi failed"; } | tee "$out/device.txt" >&2
+  local failed=0
+  for b in "$BUNDLE"/bin/*; do
+    local name; name=$(basename "$b")
+    log "running $name"
+    if ! bundled "$b" --gtest_output="xml:$out/$name.xml" >"$out/$name.log" 2>&1; then
+      log "FAILED: $name (log: $name.log)"; failed=1
+    fi
+    # The run's count, and each failed test by name.
+    grep -E '^\[==========\] .* ran|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]+ tests?,|^\[  FAILED  \] [A-Z]' \
+      "$out/$name.log" | sort -u >&2 || true
+    if grep -q '^\[  SKIPPED \]' "$out/$name.log" && [[ -z ${GPU_CHECK_ALLOW_SKIP:-} ]]; then
+      log "FAILED: $name skipped tests on a machine that should have a GPU"; failed=1
+    fi
+  done
+  ((failed == 0)) && log "all GPU tests passed" || log "some GPU tests failed"
+  return $failed
+}
+
+case ${1:-} in
+  pack) pack ;;
+  run) run ;;
+  *) echo "usage: scripts/gpu_check.sh pack|run (see the comment at its top)" >&2; exit 2 ;;
+esac
