@@ -10,7 +10,8 @@
 #   scripts/gpu_check.sh run    On the device machine, in the repository root, .gpu_bundle
 #                               carried: device facts, then every GPU test. Logs and GoogleTest
 #                               XML go to $OUT (or gpu_check_out/). Fails if any test fails or
-#                               reports skipped (on a GPU machine nothing may skip).
+#                               reports skipped (on a GPU machine nothing may skip). Then the GPU
+#                               benchmarks (BENCHES), their tables to $OUT/NAME.md.
 #
 # With the device tool: run(command="scripts/gpu_check.sh run", carry=[".gpu_bundle"],
 # timeout_s=540). Not yet here (the model does not run on the CUDA backend yet): golden-check
@@ -19,8 +20,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${GPU_CHECK_BUNDLE:-.gpu_bundle}
 BUILD_DIR=${BUILD_DIR:-build}
+# The GPU benchmarks run after the tests; each prints a markdown table (docs/perf.md).
+BENCHES=(pdspark_cuda_gemm_bench)
 
 log() { echo "gpu_check: $*" >&2; }
+
+# Copies binary $1 into folder $2, stripped, and every library the loader resolves for it into
+# lib/, but the driver's libcuda (the device's own) and NCCL (200 MB; the device image has it,
+# from the nvidia-nccl pip package).
+add_binary() {
+  strip --strip-debug -o "$2/$(basename "$1")" "$1"
+  ldd "$1" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' | grep -v -e libcuda -e libnccl |
+    while read -r lib; do cp -nL "$lib" "$BUNDLE/lib/"; done
+}
 
 pack() {
   [[ -x /usr/local/cuda/bin/nvcc ]] || { log "no nvcc under /usr/local/cuda: nothing to pack"; exit 1; }
@@ -33,14 +45,11 @@ pack() {
 import json, sys
 print("\n".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"] if t.get("command")})))')
   ((${#binaries[@]} > 0)) || { log "no GPU tests registered in $BUILD_DIR (was nvcc found?)"; exit 1; }
-  for b in "${binaries[@]}"; do
-    strip --strip-debug -o "$BUNDLE/bin/$(basename "$b")" "$b"
-    # Every library the loader resolves, but the driver's libcuda (the device's own) and NCCL
-    # (200 MB; the device image has it, from the nvidia-nccl pip package).
-    ldd "$b" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' | grep -v -e libcuda -e libnccl |
-      while read -r lib; do cp -nL "$lib" "$BUNDLE/lib/"; done
-  done
-  log "packed ${#binaries[@]} test binaries, $(ls "$BUNDLE/lib" | wc -l) libraries," \
+  mkdir -p "$BUNDLE/bench"
+  for b in "${binaries[@]}"; do add_binary "$b" "$BUNDLE/bin"; done
+  for b in "${BENCHES[@]}"; do add_binary "$BUILD_DIR/bin/$b" "$BUNDLE/bench"; done
+  log "packed ${#binaries[@]} test binaries, ${#BENCHES[@]} benchmarks," \
+    "$(ls "$BUNDLE/lib" | wc -l) libraries," \
     "$(du -sh "$BUNDLE" | cut -f1) in $BUNDLE"
 }
 
@@ -74,7 +83,17 @@ run() {
       log "FAILED: $name skipped tests on a machine that should have a GPU"; failed=1
     fi
   done
-  ((failed == 0)) && log "all GPU tests passed" || log "some GPU tests failed"
+  for b in "${BENCHES[@]}"; do
+    if [[ -n ${GPU_CHECK_ALLOW_SKIP:-} ]]; then
+      log "not running $b: GPU_CHECK_ALLOW_SKIP says there is no GPU here"; continue
+    fi
+    log "running $b"
+    if ! bundled "$BUNDLE/bench/$b" >"$out/$b.md" 2>"$out/$b.log"; then
+      log "FAILED: $b: $(tail -n 1 "$out/$b.log")"; failed=1
+    fi
+    cat "$out/$b.md" >&2
+  done
+  ((failed == 0)) && log "all GPU tests and benchmarks passed" || log "some GPU checks failed"
   return $failed
 }
 
