@@ -59,6 +59,7 @@ WeightMatrix DeviceWeights(be::CudaBackend& backend, const Shape& s, std::vector
   owned.push_back(scales);
   cudaMemset(codes, 0x35, code_bytes);
   cudaMemset(scales, 0x7F, std::max<int64_t>(scale_count, 1));  // E8M0 127: a scale of 1
+  cudaDeviceSynchronize();  // the backend's non-blocking stream does not wait for memsets
   w.data = codes;
   w.scales = static_cast<const uint8_t*>(scales);
   return w;
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
       float* x = static_cast<float*>(backend.Allocate(m * s.k * sizeof(float)));
       float* y = static_cast<float*>(backend.Allocate(m * s.n * sizeof(float)));
       cudaMemset(x, 0, m * s.k * sizeof(float));
+      cudaDeviceSynchronize();
       const double sec = SecondsPerCall(backend, repeats, calls, [&] {
         backend.ops().Gemm({x, m, s.k, w, y, s.n});
       });

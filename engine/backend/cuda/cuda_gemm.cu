@@ -82,7 +82,9 @@ void CudaOps::GroupedGemm(std::span<const GemmCall> calls) {
   const dim3 grid(static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>((max_m + kRowsPerTile - 1) / kRowsPerTile),
                   static_cast<unsigned>(work.size()));
-  GemmKernel<<<grid, kThreads, 0, stream_>>>(Upload(work.data(), work.size()));
+  const GemmCall* device_calls = Upload(work.data(), work.size());
+  if (!status_.ok()) return FreeScratch();
+  GemmKernel<<<grid, kThreads, 0, stream_>>>(device_calls);
   Check(cudaGetLastError(), "GroupedGemm");
   FreeScratch();
 }

@@ -187,8 +187,8 @@ __global__ void HcHeadKernel(HcShape s, const float* streams, float* mixes, cons
 __global__ void HcPostKernel(HcShape s, const float* f, const float* post, const float* comb,
                              float* streams) {
   extern __shared__ float residual[];
-  const int64_t hc = s.hc, dim = s.dim, row = blockIdx.y;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t hc = s.hc, dim = s.dim, row = blockIdx.x;
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (i >= dim) return;
   float* x = streams + row * hc * dim;
   const float* post_row = post + row * hc;
@@ -205,10 +205,10 @@ __global__ void HcPostKernel(HcShape s, const float* f, const float* post, const
   }
 }
 
-// Block (i-tile, row): the fp32 sum of the hc streams at i, in order, over hc.
+// Block (row, i-tile): the fp32 sum of the hc streams at i, in order, over hc.
 __global__ void StreamMeanKernel(HcShape s, const float* streams, float* out, int64_t out_stride) {
-  const int64_t row = blockIdx.y;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t row = blockIdx.x;
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (i >= s.dim) return;
   const float* x = streams + row * s.hc * s.dim;
   float sum = x[i];
@@ -216,9 +216,9 @@ __global__ void StreamMeanKernel(HcShape s, const float* streams, float* out, in
   out[row * out_stride + i] = sum / static_cast<float>(s.hc);
 }
 
-// The grid of the element-wise kernels: tiles of `dim` by rows.
+// The grid of the element-wise kernels: rows (x: up to 2^31 - 1 of them) by tiles of `dim`.
 dim3 TileGrid(int64_t dim, int64_t rows) {
-  return dim3(static_cast<unsigned>((dim + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+  return dim3(static_cast<unsigned>(rows), static_cast<unsigned>((dim + kThreads - 1) / kThreads));
 }
 
 }  // namespace

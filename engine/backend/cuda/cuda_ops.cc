@@ -2,17 +2,15 @@
 // (RoPE tables, attention key lists). The operations themselves are in the cuda_*.cu files.
 #include "engine/backend/cuda/cuda_ops.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace pdspark::engine::backend {
 
 CudaOps::~CudaOps() {
   FreeScratch();
-  for (auto& [table, rope] : ropes_) {
-    cudaFree(const_cast<float*>(rope.freqs));
-    cudaFree(const_cast<float*>(rope.cos));
-    cudaFree(const_cast<float*>(rope.sin));
-  }
+  for (auto& [table, rope] : ropes_) FreeRope(rope);
 }
 
 void CudaOps::Check(cudaError_t error, const char* what) {
@@ -47,24 +45,43 @@ void CudaOps::FreeScratch() {
   scratch_.clear();
 }
 
-const CudaOps::DeviceRope& CudaOps::RopeOnDevice(const kernels::cpu::RopeTable& table) {
-  auto [it, inserted] = ropes_.try_emplace(&table);
-  if (!inserted) return it->second;
-  DeviceRope& rope = it->second;
+void CudaOps::FreeRope(DeviceRope& rope) {
+  cudaFree(rope.freqs);
+  cudaFree(rope.cos);
+  cudaFree(rope.sin);
+  rope = {};
+}
+
+CudaOps::DeviceRope CudaOps::RopeOnDevice(const kernels::cpu::RopeTable& table) {
+  DeviceRope& rope = ropes_[&table];
+  if (rope.cos && rope.host_cos == table.cos.data() && rope.host_size == table.cos.size()) {
+    return rope;
+  }
+  FreeRope(rope);
+  rope.host_cos = table.cos.data();
+  rope.host_size = table.cos.size();
   rope.rope_dim = table.rope_dim;
   rope.max_positions = table.max_positions();
-  auto copy = [&](const std::vector<float>& values) -> const float* {
+  // Copies on the stream: a pageable cudaMemcpy may return before its data has landed, and
+  // this non-blocking stream would not wait for it.
+  auto copy = [&](const std::vector<float>& values) -> float* {
     void* device = nullptr;
-    if (values.empty()) return nullptr;
-    Check(cudaMalloc(&device, values.size() * sizeof(float)), "cudaMalloc (RoPE table)");
-    if (!device) return nullptr;
-    Check(cudaMemcpy(device, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice),
-          "cudaMemcpy (RoPE table)");
-    return static_cast<const float*>(device);
+    const size_t bytes = std::max<size_t>(1, values.size()) * sizeof(float);
+    Check(cudaMalloc(&device, bytes), "cudaMalloc (RoPE table)");
+    if (device && !values.empty()) {
+      Check(cudaMemcpyAsync(device, values.data(), bytes, cudaMemcpyHostToDevice, stream_),
+            "cudaMemcpyAsync (RoPE table)");
+    }
+    return static_cast<float*>(device);
   };
   rope.freqs = copy(table.freqs);
   rope.cos = copy(table.cos);
   rope.sin = copy(table.sin);
+  if (!rope.freqs || !rope.cos || !rope.sin) {
+    FreeRope(rope);
+    ropes_.erase(&table);
+    return {};
+  }
   return rope;
 }
 

@@ -99,14 +99,18 @@ class CudaOps : public Ops {
   }
   void FreeScratch();
 
-  // The device copy of a RoPE table (made once per table: tables live as long as the model).
+  // The device copy of a RoPE table, made once per table (tables live as long as the model);
+  // null pointers when it could not be made (the failure is recorded).
   struct DeviceRope {
+    const float* host_cos = nullptr;  // which table it copies: a table rebuilt at the same
+    size_t host_size = 0;             // address is another table
     int64_t rope_dim = 0, max_positions = 0;
-    const float* freqs = nullptr;
-    const float* cos = nullptr;
-    const float* sin = nullptr;
+    float* freqs = nullptr;
+    float* cos = nullptr;
+    float* sin = nullptr;
   };
-  const DeviceRope& RopeOnDevice(const kernels::cpu::RopeTable& table);
+  DeviceRope RopeOnDevice(const kernels::cpu::RopeTable& table);
+  static void FreeRope(DeviceRope& rope);
   // AttentionKeys' row pointers and offsets, uploaded to scratch.
   struct DeviceKeys {
     const void* const* rows = nullptr;

@@ -99,22 +99,26 @@ __device__ float PowerOfTwoCeil(float x) {
 template <bool kFp4>
 __global__ void QuantDequantKernel(float* x, int64_t rows, int64_t cols, int64_t stride,
                                    int64_t block, float max_value, float amax_floor) {
-  const int64_t blocks_per_row = (cols + block - 1) / block;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t blocks_per_row = (cols + block - 1) / block, total = rows * blocks_per_row;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
   const int lane = threadIdx.x % 32;
-  if (warp >= rows * blocks_per_row) return;
-  float* row = x + (warp / blocks_per_row) * stride;
-  const int64_t b0 = (warp % blocks_per_row) * block, b1 = min(cols, b0 + block);
-  float amax = 0.0f;
-  for (int64_t i = b0 + lane; i < b1; i += 32) amax = fmaxf(amax, fabsf(row[i]));
-  for (int delta = 16; delta > 0; delta /= 2) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, delta));
-  }
-  amax = fmaxf(amax, amax_floor);
-  const float scale = PowerOfTwoCeil(amax * (1.0f / max_value));
-  for (int64_t i = b0 + lane; i < b1; i += 32) {
-    const float scaled = fminf(fmaxf(row[i] / scale, -max_value), max_value);
-    row[i] = (kFp4 ? kernels::RoundToE2M1(scaled) : kernels::RoundToE4M3(scaled)) * scale;
+  // A grid-stride loop over warps: the bound is the same for the whole warp, so every lane
+  // takes part in each shuffle.
+  for (int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       warp < total; warp += warps) {
+    float* row = x + (warp / blocks_per_row) * stride;
+    const int64_t b0 = (warp % blocks_per_row) * block, b1 = min(cols, b0 + block);
+    float amax = 0.0f;
+    for (int64_t i = b0 + lane; i < b1; i += 32) amax = fmaxf(amax, fabsf(row[i]));
+    for (int delta = 16; delta > 0; delta /= 2) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, delta));
+    }
+    amax = fmaxf(amax, amax_floor);
+    const float scale = PowerOfTwoCeil(amax * (1.0f / max_value));
+    for (int64_t i = b0 + lane; i < b1; i += 32) {
+      const float scaled = fminf(fmaxf(row[i] / scale, -max_value), max_value);
+      row[i] = (kFp4 ? kernels::RoundToE2M1(scaled) : kernels::RoundToE4M3(scaled)) * scale;
+    }
   }
 }
 
@@ -167,6 +171,7 @@ void CudaOps::GatherRows(const kernels::WeightMatrix& table, std::span<const int
   const int64_t count = static_cast<int64_t>(ids.size());
   if (count == 0 || copies == 0) return;
   const int32_t* device_ids = Upload(ids.data(), ids.size());
+  if (!status_.ok()) return FreeScratch();
   GatherRowsKernel<<<BlocksFor(count * copies * table.cols), kThreads, 0, stream_>>>(
       table, device_ids, count, copies, out);
   Check(cudaGetLastError(), "GatherRows");
@@ -183,7 +188,8 @@ void CudaOps::RmsNorm(const float* x, const float* weight, int64_t rows, int64_t
 void CudaOps::Rope(const kernels::cpu::RopeTable& table, const int64_t* positions, int64_t rows,
                    int64_t vectors, int64_t stride, int64_t offset, bool inverse, float* x) {
   if (rows == 0 || vectors == 0 || table.rope_dim == 0) return;
-  const DeviceRope& rope = RopeOnDevice(table);
+  const DeviceRope rope = RopeOnDevice(table);
+  if (!rope.cos) return;
   const RopeArgs args{rope.cos, rope.sin, rope.freqs, rope.rope_dim / 2, rope.max_positions};
   RopeKernel<<<BlocksFor(rows * vectors * args.half), kThreads, 0, stream_>>>(
       args, positions, rows, vectors, stride, offset, inverse, x);

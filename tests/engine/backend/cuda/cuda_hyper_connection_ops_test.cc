@@ -70,8 +70,15 @@ TEST_F(CudaOpsTest, HcPreMatchesCpu) {
     return HcPreCase{Random(rows * s.hc * s.dim), Random(rows * MixCount(s)), Random(3, 0.5f, 2.0f),
                      Random(MixCount(s))};
   };
-  for (int64_t dim : {96, 4100}) {
-    for (int64_t rows : {1, 7, 33}) {
+  // 70000 rows: more than a grid's y dimension holds (65535), so rows must be the x dimension.
+  for (auto [dim, rows] : {std::pair<int64_t, int64_t>{96, 1},
+                           {96, 7},
+                           {96, 33},
+                           {4100, 1},
+                           {4100, 7},
+                           {4100, 33},
+                           {16, 70000}}) {
+    {
       SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
       const HcShape s = Shape(dim);
       const HcPreCase c = make(s, rows);
@@ -106,8 +113,15 @@ TEST_F(CudaOpsTest, HcPreIsBatchInvariant) {
 }
 
 TEST_F(CudaOpsTest, HcPostMatchesCpuBitExact) {
-  for (int64_t dim : {96, 4100}) {
-    for (int64_t rows : {1, 7, 33}) {
+  // 70000 rows: more than a grid's y dimension holds (65535), so rows must be the x dimension.
+  for (auto [dim, rows] : {std::pair<int64_t, int64_t>{96, 1},
+                           {96, 7},
+                           {96, 33},
+                           {4100, 1},
+                           {4100, 7},
+                           {4100, 33},
+                           {16, 70000}}) {
+    {
       SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
       const HcShape s = Shape(dim);
       const std::vector<float> f = Random(rows * dim);
@@ -123,8 +137,15 @@ TEST_F(CudaOpsTest, HcPostMatchesCpuBitExact) {
 }
 
 TEST_F(CudaOpsTest, HcHeadMatchesCpu) {
-  for (int64_t dim : {96, 4100}) {
-    for (int64_t rows : {1, 7, 33}) {
+  // 70000 rows: more than a grid's y dimension holds (65535), so rows must be the x dimension.
+  for (auto [dim, rows] : {std::pair<int64_t, int64_t>{96, 1},
+                           {96, 7},
+                           {96, 33},
+                           {4100, 1},
+                           {4100, 7},
+                           {4100, 33},
+                           {16, 70000}}) {
+    {
       SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
       const HcShape s = Shape(dim);
       const std::vector<float> streams = Random(rows * s.hc * dim);
@@ -145,8 +166,15 @@ TEST_F(CudaOpsTest, HcHeadMatchesCpu) {
 
 // Written into rows wider than dim: the padding between rows stays untouched.
 TEST_F(CudaOpsTest, StreamMeanMatchesCpuBitExact) {
-  for (int64_t dim : {96, 4100}) {
-    for (int64_t rows : {1, 7, 33}) {
+  // 70000 rows: more than a grid's y dimension holds (65535), so rows must be the x dimension.
+  for (auto [dim, rows] : {std::pair<int64_t, int64_t>{96, 1},
+                           {96, 7},
+                           {96, 33},
+                           {4100, 1},
+                           {4100, 7},
+                           {4100, 33},
+                           {16, 70000}}) {
+    {
       SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
       const HcShape s = Shape(dim);
       const int64_t out_stride = dim + 5;

@@ -37,6 +37,7 @@ RouteCase Gate(std::vector<float> logits, int64_t rows, int64_t experts, int64_t
   c.rows = rows;
   c.experts = experts;
   c.top_k = top_k;
+  c.token_ids.assign(rows, 0);
   return c;
 }
 

@@ -64,6 +64,17 @@ TEST_F(CudaOpsTest, QuantDequantSimulationsEqualTheCpu) {
   }
 }
 
+TEST_F(CudaOpsTest, QuantDequantCoversEveryBlockOfALargeBatch) {
+  // 72000 rows of 8 blocks: 576000 warps' worth, more than one launch's grid of warps, as the
+  // indexer's FP4 queries of a 2300-token prefill (64 heads x 128 values in blocks of 32) are.
+  const int64_t rows = 72000, cols = 256, block = 32;
+  std::vector<float> want = Random(rows * cols);
+  DeviceBuffer<float> dx(want);
+  cpu().QuantDequantFp4(want.data(), rows, cols, cols, block);
+  gpu().QuantDequantFp4(dx.get(), rows, cols, cols, block);
+  ExpectBitEqual(dx.ToHost(), want, "FP4 simulation of a large batch");
+}
+
 TEST_F(CudaOpsTest, HadamardEqualsTheCpuBitForBit) {
   for (const int64_t n : {64, 128, 512}) {
     std::vector<float> want = Random(7 * n);

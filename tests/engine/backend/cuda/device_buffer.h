@@ -28,6 +28,9 @@ class DeviceBuffer {
       EXPECT_EQ(cudaMemcpy(data_, host.data(), size_ * sizeof(T), cudaMemcpyHostToDevice),
                 cudaSuccess);
     }
+    // A pageable copy may still be in flight when cudaMemcpy returns, and the backend's stream
+    // does not wait for the legacy stream: wait here.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   explicit DeviceBuffer(size_t size) : DeviceBuffer(std::vector<T>(size)) {}
   ~DeviceBuffer() { cudaFree(data_); }
