@@ -9,6 +9,7 @@
 // the engine's batch and TP invariance rest on that (docs/model.md).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -57,6 +58,21 @@ struct Routing {
 class Ops {
  public:
   virtual ~Ops() = default;
+
+  // ---- Memory ----------------------------------------------------------------------------
+  // Bytes from host memory into the backend's, back to the host (waiting for the work queued
+  // before), within the backend's memory, and zeros. The CPU backend's memory is the host's.
+  virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Zero(void* p, size_t bytes) = 0;
+  // out row i (width floats, rows contiguous) = x row rows[i] (x's rows ldx apart).
+  virtual void GatherActivationRows(const float* x, int64_t ldx, int64_t width,
+                                    std::span<const int64_t> rows, float* out) = 0;
+  // y = float(x) over n values (a double accumulator rounded once).
+  virtual void DoubleToFloat(const double* x, int64_t n, float* y) = 0;
+  // out = a + b over n values.
+  virtual void Add(const float* a, const float* b, int64_t n, float* out) = 0;
 
   // ---- Products --------------------------------------------------------------------------
   virtual void Gemm(const GemmCall& call) = 0;

@@ -2,6 +2,7 @@
 #include "engine/backend/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/kernels.h"
@@ -31,6 +32,37 @@ void CpuOps::ForChunks(int64_t n, int64_t unit, const std::function<void(int64_t
     return;
   }
   pool_->ParallelFor(chunks, [&](int64_t c) { run(n * c / chunks, n * (c + 1) / chunks); });
+}
+
+void CpuOps::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void CpuOps::CopyToHost(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void CpuOps::Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+
+void CpuOps::Zero(void* p, size_t bytes) {
+  if (bytes) std::memset(p, 0, bytes);
+}
+
+void CpuOps::GatherActivationRows(const float* x, int64_t ldx, int64_t width,
+                                  std::span<const int64_t> rows, float* out) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::copy_n(x + rows[i] * ldx, width, out + static_cast<int64_t>(i) * width);
+  }
+}
+
+void CpuOps::DoubleToFloat(const double* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i]);
+}
+
+void CpuOps::Add(const float* a, const float* b, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 void CpuOps::Gemm(const GemmCall& call) {
@@ -107,10 +139,10 @@ void CpuOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64
   // 32k additions (a decode step's few rows stay on the caller's thread).
   ForChunks(n, std::max<int64_t>(256, 32768 / std::max<int64_t>(count, 1)),
             [&](int64_t begin, int64_t end) {
-    for (int64_t i = 0; i < count; ++i) {
-      AddToDouble(x + i * n, begin, end, acc + (rows ? rows[i] : i) * acc_stride);
-    }
-  });
+              for (int64_t i = 0; i < count; ++i) {
+                AddToDouble(x + i * n, begin, end, acc + (rows ? rows[i] : i) * acc_stride);
+              }
+            });
 }
 
 void CpuOps::Scale(float* x, int64_t n, float s) {

@@ -15,6 +15,15 @@ class CpuOps : public Ops {
  public:
   explicit CpuOps(kernels::cpu::ThreadPool* pool) : pool_(pool) {}
 
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  void Copy(void* dst, const void* src, size_t bytes) override;
+  void Zero(void* p, size_t bytes) override;
+  void GatherActivationRows(const float* x, int64_t ldx, int64_t width,
+                            std::span<const int64_t> rows, float* out) override;
+  void DoubleToFloat(const double* x, int64_t n, float* y) override;
+  void Add(const float* a, const float* b, int64_t n, float* out) override;
+
   void Gemm(const GemmCall& call) override;
   void GroupedGemm(std::span<const GemmCall> calls) override;
   void GatherRows(const kernels::WeightMatrix& table, std::span<const int32_t> ids, int64_t copies,

@@ -85,6 +85,26 @@ CudaOps::DeviceRope CudaOps::RopeOnDevice(const kernels::cpu::RopeTable& table) 
   return rope;
 }
 
+void CudaOps::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  // From pageable memory the copy has read `src` when it returns; the stream orders the rest.
+  if (bytes)
+    Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "CopyToDevice");
+}
+
+void CudaOps::CopyToHost(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyToHost");
+  Check(cudaStreamSynchronize(stream_), "CopyToHost (wait)");
+}
+
+void CudaOps::Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "Copy");
+}
+
+void CudaOps::Zero(void* p, size_t bytes) {
+  if (bytes) Check(cudaMemsetAsync(p, 0, bytes, stream_), "Zero");
+}
+
 CudaOps::DeviceKeys CudaOps::KeysOnDevice(const AttentionKeys& keys) {
   return {Upload(keys.rows.data(), keys.rows.size()),
           Upload(keys.offsets.data(), keys.offsets.size())};

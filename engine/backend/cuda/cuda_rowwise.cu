@@ -164,7 +164,44 @@ __global__ void AddRowsDoubleKernel(const float* x, int64_t count, int64_t n, co
 
 __global__ void ScaleKernel(float* x, int64_t n, float s) { PDSPARK_GRID_LOOP(i, n) x[i] *= s; }
 
+__global__ void GatherActivationRowsKernel(const float* x, int64_t ldx, int64_t width,
+                                           const int64_t* rows, int64_t count, float* out) {
+  PDSPARK_GRID_LOOP(e, count * width) out[e] = x[rows[e / width] * ldx + e % width];
+}
+
+__global__ void DoubleToFloatKernel(const double* x, int64_t n, float* y) {
+  PDSPARK_GRID_LOOP(i, n) y[i] = static_cast<float>(x[i]);
+}
+
+__global__ void AddKernel(const float* a, const float* b, int64_t n, float* out) {
+  PDSPARK_GRID_LOOP(i, n) out[i] = a[i] + b[i];
+}
+
 }  // namespace
+
+void CudaOps::GatherActivationRows(const float* x, int64_t ldx, int64_t width,
+                                   std::span<const int64_t> rows, float* out) {
+  const int64_t count = static_cast<int64_t>(rows.size());
+  if (count == 0 || width == 0) return;
+  const int64_t* device_rows = Upload(rows.data(), rows.size());
+  if (!status_.ok()) return FreeScratch();
+  GatherActivationRowsKernel<<<BlocksFor(count * width), kThreads, 0, stream_>>>(
+      x, ldx, width, device_rows, count, out);
+  Check(cudaGetLastError(), "GatherActivationRows");
+  FreeScratch();
+}
+
+void CudaOps::DoubleToFloat(const double* x, int64_t n, float* y) {
+  if (n == 0) return;
+  DoubleToFloatKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, n, y);
+  Check(cudaGetLastError(), "DoubleToFloat");
+}
+
+void CudaOps::Add(const float* a, const float* b, int64_t n, float* out) {
+  if (n == 0) return;
+  AddKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(a, b, n, out);
+  Check(cudaGetLastError(), "Add");
+}
 
 void CudaOps::GatherRows(const kernels::WeightMatrix& table, std::span<const int32_t> ids,
                          int64_t copies, float* out) {

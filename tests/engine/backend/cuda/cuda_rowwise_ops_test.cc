@@ -140,5 +140,42 @@ TEST_F(CudaOpsTest, ScaleAndGatherRowsEqualTheCpu) {
   ExpectBitEqual(dout.ToHost(), rows, "GatherRows");
 }
 
+TEST_F(CudaOpsTest, MemoryOperationsMoveTheValuesTheCpuDoes) {
+  const std::vector<float> x = Random(10 * 40);
+  // Copies in and out, within the device, and zeros.
+  float* a = static_cast<float*>(backend_->Allocate(x.size() * sizeof(float)));
+  float* b = static_cast<float*>(backend_->Allocate(x.size() * sizeof(float)));
+  gpu().CopyToDevice(a, x.data(), x.size() * sizeof(float));
+  gpu().Copy(b, a, x.size() * sizeof(float));
+  std::vector<float> back(x.size());
+  gpu().CopyToHost(back.data(), b, back.size() * sizeof(float));
+  ExpectBitEqual(back, x, "copied");
+  gpu().Zero(b + 5, 7 * sizeof(float));
+  gpu().CopyToHost(back.data(), b, back.size() * sizeof(float));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(back[i], i >= 5 && i < 12 ? 0.0f : x[i]) << i;
+
+  // Rows gathered by a host list (repeats allowed), doubles rounded, sums.
+  const std::vector<int64_t> rows = {9, 0, 9, 3};
+  std::vector<float> want(rows.size() * 30);
+  cpu().GatherActivationRows(x.data(), 40, 30, rows, want.data());
+  DeviceBuffer<float> gathered(want.size());
+  gpu().GatherActivationRows(a, 40, 30, rows, gathered.get());
+  ExpectBitEqual(gathered.ToHost(), want, "gathered rows");
+
+  std::vector<double> d(333);
+  for (size_t i = 0; i < d.size(); ++i) d[i] = 1.0 / (1.0 + static_cast<double>(i));
+  std::vector<float> rounded(d.size()), sum(x.size());
+  cpu().DoubleToFloat(d.data(), 333, rounded.data());
+  cpu().Add(x.data(), x.data() + 1, 399, sum.data());
+  DeviceBuffer<double> dd(d);
+  DeviceBuffer<float> drounded(d.size()), dsum(x.size());
+  gpu().DoubleToFloat(dd.get(), 333, drounded.get());
+  gpu().Add(a, a + 1, 399, dsum.get());
+  ExpectBitEqual(drounded.ToHost(), rounded, "DoubleToFloat");
+  ExpectBitEqual(dsum.ToHost(), sum, "Add");
+  backend_->Free(a);
+  backend_->Free(b);
+}
+
 }  // namespace
 }  // namespace pdspark::engine::backend::testing
