@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -45,9 +46,23 @@ int64_t MemAvailableBytes() {
 
 std::unique_ptr<Timer> CpuBackend::NewTimer() const { return std::make_unique<CpuTimer>(); }
 
-void* CpuBackend::Allocate(size_t bytes) { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+// 64-byte alignment by hand over malloc, the original pointer kept just below the aligned one.
+// Not aligned_alloc: glibc's memalign splits a larger chunk and frees the pieces around the
+// aligned one, and the model's many small per-step buffers then fragment the heap until a
+// long-running worker's resident memory creeps up (the soak test saw +10 % over three phases).
+void* CpuBackend::Allocate(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  void* base = std::malloc(bytes + kAlign + sizeof(void*));
+  if (!base) return nullptr;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(base) + sizeof(void*);
+  void** aligned = reinterpret_cast<void**>((first + kAlign - 1) / kAlign * kAlign);
+  aligned[-1] = base;
+  return aligned;
+}
 
-void CpuBackend::Free(void* p) { std::free(p); }
+void CpuBackend::Free(void* p) {
+  if (p) std::free(static_cast<void**>(p)[-1]);
+}
 
 int64_t CpuBackend::FreeMemoryBytes() const {
   constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
