@@ -79,4 +79,33 @@ PDSPARK_HOST_DEVICE inline float RoundToMiniFloat(float value, int mantissa_bits
 PDSPARK_HOST_DEVICE inline float RoundToE4M3(float value) { return RoundToMiniFloat(value, 3, -6); }
 PDSPARK_HOST_DEVICE inline float RoundToE2M1(float value) { return RoundToMiniFloat(value, 1, 0); }
 
+// ---- Encoding (the FP8 KV cache rows, kernels/cpu/fp8_kv_row.h) ------------------------------
+
+inline constexpr float kE4M3Max = 448.0f;
+
+// The E4M3 code of the value nearest `value` (clamped to +-448; round half to even).
+PDSPARK_HOST_DEVICE inline uint8_t FloatToFp8E4M3(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof(bits));
+  const uint8_t sign = (bits >> 31) ? 0x80 : 0x00;
+  const float magnitude = RoundToE4M3(fminf(fabsf(value), kE4M3Max));
+  if (magnitude < ldexpf(1.0f, -6)) {
+    // Subnormal: magnitude = m / 8 * 2^-6.
+    return sign | static_cast<uint8_t>(ldexpf(magnitude, 9));
+  }
+  const int exponent = ilogbf(magnitude);
+  const int mantissa = static_cast<int>(ldexpf(magnitude, 3 - exponent)) - 8;
+  return sign | static_cast<uint8_t>((exponent + 7) << 3) | static_cast<uint8_t>(mantissa);
+}
+
+// The smallest k with amax <= 448 * 2^k, within E8M0's range [-127, 127] (0 for amax 0): the
+// power-of-two scale of an FP8 block whose largest magnitude is amax.
+PDSPARK_HOST_DEVICE inline int Fp8ScaleExponent(float amax) {
+  if (amax == 0.0f) return 0;
+  int k = ilogbf(amax) - 8;
+  while (amax > ldexpf(kE4M3Max, k)) ++k;
+  while (amax <= ldexpf(kE4M3Max, k - 1)) --k;
+  return k < -127 ? -127 : (k > 127 ? 127 : k);
+}
+
 }  // namespace pdspark::kernels

@@ -73,6 +73,11 @@ class Ops {
   virtual void DoubleToFloat(const double* x, int64_t n, float* y) = 0;
   // out = a + b over n values.
   virtual void Add(const float* a, const float* b, int64_t n, float* out) = 0;
+  // Row i of values [count, width] into the cache row rows[i] (a host list of rows in the
+  // backend's memory): as fp32, or encoded as an FP8 KV row of format `fp8` when
+  // fp8.head_dim > 0 (kernels/cpu/fp8_kv_row.h).
+  virtual void WriteCacheRows(const float* values, int64_t count, int64_t width,
+                              std::span<void* const> rows, const kernels::cpu::Fp8KvRow& fp8) = 0;
 
   // ---- Products --------------------------------------------------------------------------
   virtual void Gemm(const GemmCall& call) = 0;

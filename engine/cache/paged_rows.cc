@@ -103,15 +103,6 @@ char* PagedRows::Append() {
   return RowIn(size_ - 1);
 }
 
-void PagedRows::AppendValues(const float* values) {
-  char* row = Append();
-  if (fp8_.head_dim > 0) {
-    fp8_.Encode(values, reinterpret_cast<uint8_t*>(row));
-  } else {
-    std::memcpy(row, values, row_bytes());
-  }
-}
-
 char* PagedRows::RowIn(int64_t row) const {
   const int64_t rows = rows_per_page();
   return group_->Row(pages_[row / rows - first_block_], row % rows);

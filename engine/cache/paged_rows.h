@@ -50,8 +50,8 @@ class PagedRows {
   char* Append();
   char* Row(int64_t row) { return RowIn(row); }
   const char* Row(int64_t row) const { return RowIn(row); }
-  // Appends one row of values in the group's encoding (FP8 KV rows are encoded).
-  void AppendValues(const float* values);
+  // The group's row encoding (FP8 KV rows when fp8().head_dim > 0, else fp32): the model
+  // writes rows through its backend (Ops::WriteCacheRows).
   const kernels::cpu::Fp8KvRow& fp8() const { return fp8_; }
   // Append and Row for a group of fp32 rows.
   float* AppendFloats() { return reinterpret_cast<float*>(Append()); }

@@ -92,16 +92,20 @@ void Drafter::AppendContext(DrafterState& state, const float* features, int64_t 
   const engine::ModelDims& d = dims_;
   const DrafterWeights& w = shards_[0].w;
   const engine::RankContext ctx = RankZeroContext();
-  std::vector<float> main_x(count * d.dim);
+  engine::Floats main_x = ctx.Floats(count * d.dim);
   engine::Linear(ctx, features, count, w.main_proj, main_x.data());
   ctx.ops().RmsNorm(main_x.data(), w.main_norm.data(), count, d.dim, d.norm_eps, main_x.data());
-  std::vector<int64_t> positions(count);
-  for (int64_t i = 0; i < count; ++i) positions[i] = state.num_positions() + i;
+  std::vector<int64_t> host_positions(count);
+  for (int64_t i = 0; i < count; ++i) host_positions[i] = state.num_positions() + i;
+  const engine::backend::Buffer<int64_t> positions(*ctx.backend,
+                                                   std::span<const int64_t>(host_positions));
   const int64_t stages = static_cast<int64_t>(w.stages.size());
+  // The rows go into the state's ring, which is host memory.
   std::vector<std::vector<float>> kv;
   for (int64_t s = 0; s < stages; ++s) {
     kv.push_back(engine::ProjectLatentKv(d, ctx, w.stages[s].attn, rope_, main_x.data(), count,
-                                         positions.data()));
+                                         positions.data())
+                     .ToHost());
   }
   std::vector<float> rows(stages * d.head_dim);
   for (int64_t i = 0; i < count; ++i) {
@@ -112,19 +116,18 @@ void Drafter::AppendContext(DrafterState& state, const float* features, int64_t 
   }
 }
 
-StatusOr<std::vector<float>> Drafter::StageAttention(const engine::RankContext& ctx, int64_t stage,
-                                                     const std::vector<float>& u,
-                                                     std::span<const DraftInput> inputs,
-                                                     const Batch& batch) const {
+StatusOr<engine::Floats> Drafter::StageAttention(const engine::RankContext& ctx, int64_t stage,
+                                                 const engine::Floats& u,
+                                                 std::span<const DraftInput> inputs,
+                                                 const Batch& batch) const {
   const engine::ModelDims& d = dims_;
   const engine::AttentionWeights& w = shards_[ctx.plan->rank].w.stages[stage].attn;
   const int64_t rows = batch.row_begin.back(), hd = d.head_dim, heads = ctx.plan->heads.size();
-  std::vector<float> o(rows * heads * hd);
+  engine::Floats o = ctx.Floats(rows * heads * hd);
   if (heads > 0) {  // a rank without heads only joins the output projection's reductions
-    const std::vector<float> q =
-        engine::ProjectQueries(d, ctx, heads, w, rope_, u, batch.positions.data());
-    const std::vector<float> block_kv =
-        engine::ProjectLatentKv(d, ctx, w, rope_, u.data(), rows, batch.positions.data());
+    const engine::Floats q = engine::ProjectQueries(d, ctx, heads, w, rope_, u, ctx.positions);
+    const engine::Floats block_kv =
+        engine::ProjectLatentKv(d, ctx, w, rope_, u.data(), rows, ctx.positions);
     // Each row of a block attends to the last `window` context rows before the block and to
     // every row of the block (bidirectionally).
     engine::backend::AttentionKeys keys;
@@ -141,10 +144,10 @@ StatusOr<std::vector<float>> Drafter::StageAttention(const engine::RankContext& 
         keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
       }
     }
-    engine::AttendRows(d, ctx, heads, q.data(), keys, w.attn_sink.data(), rope_,
-                       batch.positions.data(), o.data());
+    engine::AttendRows(d, ctx, heads, q.data(), keys, w.attn_sink.data(), rope_, ctx.positions,
+                       o.data());
   }
-  std::vector<float> out;
+  engine::Floats out;
   RETURN_IF_ERROR(engine::OutputProjection(d, ctx, w, o, rows, out));
   return out;
 }
@@ -171,23 +174,31 @@ std::vector<DraftOutput> Drafter::Draft(std::span<const DraftInput> inputs) cons
   return out;
 }
 
-Status Drafter::RankDraft(const engine::RankContext& ctx, std::span<const DraftInput> inputs,
+Status Drafter::RankDraft(const engine::RankContext& rank_ctx, std::span<const DraftInput> inputs,
                           const Batch& batch, std::vector<DraftOutput>* out) const {
   const engine::ModelDims& d = dims_;
-  const DrafterWeights& w = shards_[ctx.plan->rank].w;
+  const DrafterWeights& w = shards_[rank_ctx.plan->rank].w;
   const int64_t rows = batch.row_begin.back();
+  // The rows' positions and tokens in the rank's memory.
+  engine::RankContext ctx = rank_ctx;
+  const engine::backend::Buffer<int64_t> positions(*ctx.backend,
+                                                   std::span<const int64_t>(batch.positions));
+  const engine::backend::Buffer<int32_t> tokens(*ctx.backend,
+                                                std::span<const int32_t>(batch.tokens));
+  ctx.positions = positions.data();
+  ctx.token_ids = tokens.data();
   // Every hyper-connection stream starts as the token embedding (replicated on every rank).
-  std::vector<float> streams = engine::EmbedStreams(d, ctx, w.embed, batch.tokens);
+  engine::Floats streams = engine::EmbedStreams(d, ctx, w.embed, batch.tokens);
   for (int64_t s = 0; s < static_cast<int64_t>(w.stages.size()); ++s) {
-    auto attention = [&](const std::vector<float>& u) {
+    auto attention = [&](const engine::Floats& u) {
       return StageAttention(ctx, s, u, inputs, batch);
     };
-    RETURN_IF_ERROR(engine::RunV4Block(d, ctx, w.stages[s], batch.tokens, attention, streams));
+    RETURN_IF_ERROR(engine::RunV4Block(d, ctx, w.stages[s], rows, attention, streams));
   }
-  const std::vector<float> y = engine::HcHead(d, ctx, w.hc_head, streams, rows);
-  std::vector<float> yn(rows * d.dim);
+  const engine::Floats y = engine::HcHead(d, ctx, w.hc_head, streams, rows);
+  engine::Floats yn = ctx.Floats(rows * d.dim);
   ctx.ops().RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, yn.data());
-  const std::vector<float> base = engine::VocabSliceLogits(ctx, yn.data(), rows, w.head);
+  const engine::Floats base = engine::VocabSliceLogits(ctx, yn.data(), rows, w.head);
   return MarkovHead(ctx, inputs, batch, base, y, out);
 }
 
@@ -196,16 +207,17 @@ Status Drafter::RankDraft(const engine::RankContext& ctx, std::span<const DraftI
 // onto its base logits; the slices are gathered on rank 0, which chooses the tokens and
 // broadcasts them (the next slot's prev) to the other ranks.
 Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const DraftInput> inputs,
-                           const Batch& batch, const std::vector<float>& base,
-                           const std::vector<float>& y, std::vector<DraftOutput>* out) const {
+                           const Batch& batch, const engine::Floats& base, const engine::Floats& y,
+                           std::vector<DraftOutput>* out) const {
   const DrafterWeights& w = shards_[ctx.plan->rank].w;
   const int64_t vocab = dims_.vocab, local = ctx.plan->vocab.size(), n = inputs.size();
   // Confidence logit z = proj . [y ; w1[prev]] (rank 0 reports it): the y part in one product.
   std::vector<float> z_y;
   if (out) {
-    z_y.resize(batch.row_begin.back());
+    engine::Floats z = ctx.Floats(batch.row_begin.back());
     engine::Linear(ctx, y.data(), batch.row_begin.back(),
-                   engine::F32Matrix(w.confidence.data(), 1, dims_.dim, dims_.dim), z_y.data());
+                   engine::F32Matrix(w.confidence.data(), 1, dims_.dim, dims_.dim), z.data());
+    z_y = z.ToHost();
   }
   std::vector<int32_t> prev(n);
   int64_t max_gamma = 0;
@@ -214,7 +226,8 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
     max_gamma = std::max(max_gamma, inputs[i].gamma);
   }
   std::vector<int64_t> active;
-  std::vector<float> e(n * markov_rank_), logits(n * local), full, chosen(n);
+  engine::Floats e = ctx.Floats(n * markov_rank_), logits = ctx.Floats(n * local);
+  std::vector<float> full, chosen(n);
   for (int64_t k = 0; k < max_gamma; ++k) {
     active.clear();
     std::vector<int32_t> active_prev;
@@ -226,18 +239,19 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
     }
     const int64_t m = static_cast<int64_t>(active.size());
     ctx.ops().GatherRows(w.markov_w1, active_prev, 1, e.data());
-    const std::vector<float> bias = engine::VocabSliceLogits(ctx, e.data(), m, w.markov_w2);
+    const engine::Floats bias = engine::VocabSliceLogits(ctx, e.data(), m, w.markov_w2);
     for (int64_t a = 0; a < m; ++a) {
-      const float* b = base.data() + (batch.row_begin[active[a]] + k) * local;
-      for (int64_t v = 0; v < local; ++v) logits[a * local + v] = b[v] + bias[a * local + v];
+      ctx.ops().Add(base.data() + (batch.row_begin[active[a]] + k) * local, bias.data() + a * local,
+                    local, logits.data() + a * local);
     }
     RETURN_IF_ERROR(engine::GatherVocab(ctx, vocab, logits.data(), m, out ? &full : nullptr));
     if (out) {
       const float* conf_e = w.confidence.data() + dims_.dim;
+      const std::vector<float> e_host = e.ToHost();
       for (int64_t a = 0; a < m; ++a) {
         const int64_t i = active[a];
         float z = z_y[batch.row_begin[i] + k];
-        for (int64_t c = 0; c < markov_rank_; ++c) z += conf_e[c] * e[a * markov_rank_ + c];
+        for (int64_t c = 0; c < markov_rank_; ++c) z += conf_e[c] * e_host[a * markov_rank_ + c];
         (*out)[i].confidence_logits.push_back(z);
         prev[i] = inputs[i].choose(k, std::span<float>(full.data() + a * vocab, vocab));
         (*out)[i].tokens.push_back(prev[i]);

@@ -27,6 +27,7 @@
 #include "common/base/status.h"
 #include "common/config/model_config.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/buffer.h"
 #include "engine/dspark/drafter_state.h"
 #include "engine/dspark/drafter_weights.h"
 #include "engine/model/model_dims.h"
@@ -104,14 +105,15 @@ class Drafter {
   // One rank's share of a Draft; `out` on rank 0 only.
   Status RankDraft(const engine::RankContext& ctx, std::span<const DraftInput> inputs,
                    const Batch& batch, std::vector<DraftOutput>* out) const;
-  StatusOr<std::vector<float>> StageAttention(const engine::RankContext& ctx, int64_t stage,
-                                              const std::vector<float>& u,
-                                              std::span<const DraftInput> inputs,
-                                              const Batch& batch) const;
+  StatusOr<engine::backend::Buffer<float>> StageAttention(const engine::RankContext& ctx,
+                                                          int64_t stage,
+                                                          const engine::backend::Buffer<float>& u,
+                                                          std::span<const DraftInput> inputs,
+                                                          const Batch& batch) const;
   // base: this rank's vocabulary slice of the head logits, [rows, plan.vocab.size()].
   Status MarkovHead(const engine::RankContext& ctx, std::span<const DraftInput> inputs,
-                    const Batch& batch, const std::vector<float>& base, const std::vector<float>& y,
-                    std::vector<DraftOutput>* out) const;
+                    const Batch& batch, const engine::backend::Buffer<float>& base,
+                    const engine::backend::Buffer<float>& y, std::vector<DraftOutput>* out) const;
 
   engine::ModelDims dims_;
   std::shared_ptr<parallel::RankRunner> ranks_;

@@ -27,15 +27,15 @@ namespace {
 
 // Projections of every row, computed once for the whole batch.
 struct AttentionProjections {
-  std::vector<float> qr;  // [rows, q_lora] (also the indexer's query input)
-  std::vector<float> q;   // [rows, local heads, head_dim], normed and RoPE'd
+  Floats qr;  // [rows, q_lora] (also the indexer's query input)
+  Floats q;   // [rows, local heads, head_dim], normed and RoPE'd
   // Cache projections (rank 0, or every rank when checking replicas):
-  std::vector<float> kv;                     // [rows, head_dim], normed, RoPE'd, FP8-simulated
-  std::vector<float> comp_kv, comp_score;    // [rows, c*head_dim]
-  std::vector<float> index_kv, index_score;  // [rows, c*index_dim]
+  Floats kv;                     // [rows, head_dim], normed, RoPE'd, FP8-simulated
+  Floats comp_kv, comp_score;    // [rows, c*head_dim]
+  Floats index_kv, index_score;  // [rows, c*index_dim]
   // Indexer queries of the local indexer heads:
-  std::vector<float> index_q;  // [rows, local index heads, index_dim]
-  std::vector<float> index_w;  // [rows, local index heads]
+  Floats index_q;  // [rows, local index heads, index_dim]
+  Floats index_w;  // [rows, local index heads]
 };
 
 // The indexer's queries of this rank's heads from qr (RoPE, Hadamard, FP4-simulated), and
@@ -45,10 +45,9 @@ void FinishIndexerProjections(const ModelDims& d, const RankContext& ctx, const 
                               AttentionProjections& p) {
   const int64_t rows = batch.rows(), ih = ctx.plan->index_heads.size(), id = d.index_dim;
   backend::Ops& ops = ctx.ops();
-  p.index_q.resize(rows * ih * id);
+  p.index_q = ctx.Floats(rows * ih * id);
   PerHeadLinear(ctx, p.qr.data(), rows, ix.wq_b, ih, id, p.index_q.data());
-  ops.Rope(rope, batch.positions.data(), rows, ih, id, id - d.rope_dim, /*inverse=*/false,
-           p.index_q.data());
+  ops.Rope(rope, ctx.positions, rows, ih, id, id - d.rope_dim, /*inverse=*/false, p.index_q.data());
   ops.Hadamard(p.index_q.data(), rows * ih, id,
                static_cast<float>(1.0 / std::sqrt(static_cast<double>(id))));
   ops.QuantDequantFp4(p.index_q.data(), rows * ih, id, id, kIndexFp4Block);
@@ -62,13 +61,12 @@ void FinishIndexerProjections(const ModelDims& d, const RankContext& ctx, const 
 // low-rank stage, the latent KV, the compressors, the indexer's head weights), then what
 // follows each.
 AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
-                             const kc::RopeTable& rope, const std::vector<float>& u,
-                             const BatchLayout& batch) {
+                             const kc::RopeTable& rope, const Floats& u, const BatchLayout& batch) {
   const int64_t rows = batch.rows();
   AttentionProjections p;
   std::vector<backend::GemmCall> calls;
-  auto product = [&](const kernels::WeightMatrix& m, std::vector<float>& out) {
-    out.resize(rows * m.rows);
+  auto product = [&](const kernels::WeightMatrix& m, Floats& out) {
+    out = ctx.Floats(rows * m.rows);
     calls.push_back({u.data(), rows, d.dim, m, out.data(), m.rows});
   };
   product(w.wq_a, p.qr);
@@ -92,8 +90,8 @@ AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const A
         p.index_w);
   }
   ctx.ops().GroupedGemm(calls);
-  p.q = FinishQueries(d, ctx, ctx.plan->heads.size(), w, rope, p.qr, batch.positions.data());
-  if (cache) FinishLatentKv(d, ctx, w, rope, rows, batch.positions.data(), p.kv);
+  p.q = FinishQueries(d, ctx, ctx.plan->heads.size(), w, rope, p.qr, ctx.positions);
+  if (cache) FinishLatentKv(d, ctx, w, rope, rows, ctx.positions, p.kv);
   if (w.indexer) FinishIndexerProjections(d, ctx, *w.indexer, rope, batch, p);
   return p;
 }
@@ -101,12 +99,11 @@ AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const A
 // Compares this rank's cache projections with rank 0's (collectives on every rank) and keeps
 // the first difference in *ctx.replica_mismatch.
 Status CheckCacheProjections(const RankContext& ctx, int64_t layer, const AttentionProjections& p) {
-  const std::pair<const char*, const std::vector<float>*> tensors[] = {
-      {"window KV", &p.kv},
-      {"compressor KV", &p.comp_kv},
-      {"compressor score", &p.comp_score},
-      {"indexer KV", &p.index_kv},
-      {"indexer score", &p.index_score}};
+  const std::pair<const char*, const Floats*> tensors[] = {{"window KV", &p.kv},
+                                                           {"compressor KV", &p.comp_kv},
+                                                           {"compressor score", &p.comp_score},
+                                                           {"indexer KV", &p.index_kv},
+                                                           {"indexer score", &p.index_score}};
   for (const auto& [name, values] : tensors) {
     ASSIGN_OR_RETURN(bool same,
                      parallel::SameAsRankZero(*ctx.comm, values->data(), values->size()));
@@ -125,9 +122,10 @@ void AppendToCache(const ModelDims& d, const RankContext& ctx, int64_t layer,
                    const AttentionProjections& p, const BatchSequence& seq) {
   SequenceState& state = *seq.state;
   PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
-  for (int64_t i = 0; i < seq.count; ++i) {
-    window.AppendValues(p.kv.data() + (seq.row_begin + i) * d.head_dim);
-  }
+  std::vector<void*> rows(seq.count);
+  for (void*& row : rows) row = window.Append();
+  ctx.ops().WriteCacheRows(p.kv.data() + seq.row_begin * d.head_dim, seq.count, d.head_dim, rows,
+                           window.fp8());
   if (w.compressor) {
     const int64_t width = w.compressor->wkv.rows;
     CompressorAppend(d, ctx, *w.compressor, rope, CompressedKeyFormat::kFp8Nope,
@@ -149,10 +147,9 @@ void AppendToCache(const ModelDims& d, const RankContext& ctx, int64_t layer,
 // The lightning indexer's scores sum_h w_h * relu(q_h . K_j) of every row over its eligible
 // compressed entries (row r's entries at offsets[r] .. offsets[r+1]): this rank's heads summed in
 // double, then the sum over the ranks, rounded to float once.
-StatusOr<std::vector<float>> IndexerScores(const ModelDims& d, const RankContext& ctx,
-                                           int64_t layer, int64_t ratio,
-                                           const AttentionProjections& p, const BatchLayout& batch,
-                                           std::vector<int64_t>& offsets) {
+StatusOr<Floats> IndexerScores(const ModelDims& d, const RankContext& ctx, int64_t layer,
+                               int64_t ratio, const AttentionProjections& p,
+                               const BatchLayout& batch, std::vector<int64_t>& offsets) {
   const int64_t ih = ctx.plan->index_heads.size(), id = d.index_dim;
   // Row r's eligible entries are the first (t + 1) / ratio of its sequence's indexer keys.
   backend::AttentionKeys keys;
@@ -166,9 +163,9 @@ StatusOr<std::vector<float>> IndexerScores(const ModelDims& d, const RankContext
     }
   }
   offsets = keys.offsets;
-  std::vector<double> partial(offsets.back(), 0.0);
+  backend::Buffer<double> partial = ctx.Doubles(offsets.back());
   ctx.ops().IndexerScores(keys, p.index_q.data(), p.index_w.data(), ih, id, partial.data());
-  std::vector<float> scores;
+  Floats scores;
   RETURN_IF_ERROR(ReduceToFloat(ctx, partial, scores));
   return scores;
 }
@@ -176,13 +173,13 @@ StatusOr<std::vector<float>> IndexerScores(const ModelDims& d, const RankContext
 // o [rows, local heads, head_dim]: every row attends to its window and compressed entries.
 Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
                  const AttentionWeights& w, const kc::RopeTable& rope,
-                 const AttentionProjections& p, const BatchLayout& batch, std::vector<float>& o) {
+                 const AttentionProjections& p, const BatchLayout& batch, Floats& o) {
   const int64_t ratio = w.compressor ? w.compressor->ratio : 0;
   const int64_t heads = ctx.plan->heads.size();
   std::vector<std::vector<int32_t>> selected;  // per row: the indexer's top-k entries
   if (w.indexer) {
     std::vector<int64_t> offsets;
-    ASSIGN_OR_RETURN(const std::vector<float> index_scores,
+    ASSIGN_OR_RETURN(const Floats index_scores,
                      IndexerScores(d, ctx, layer, ratio, p, batch, offsets));
     selected = ctx.ops().TopK(index_scores.data(), offsets, d.index_topk);
   }
@@ -210,8 +207,7 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
       keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
     }
   }
-  AttendRows(d, ctx, heads, p.q.data(), keys, w.attn_sink.data(), rope, batch.positions.data(),
-             o.data());
+  AttendRows(d, ctx, heads, p.q.data(), keys, w.attn_sink.data(), rope, ctx.positions, o.data());
   return absl::OkStatus();
 }
 
@@ -224,11 +220,11 @@ void PerHeadLinear(const RankContext& ctx, const float* x, int64_t rows, const M
   Linear(ctx, x, rows, w.cols, w.RowSlice(0, n * width), y, n * width);
 }
 
-std::vector<float> FinishQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
-                                 const AttentionWeights& w, const kc::RopeTable& rope,
-                                 std::vector<float>& qr, const int64_t* positions) {
-  const int64_t rows = static_cast<int64_t>(qr.size()) / d.q_lora, hd = d.head_dim;
-  std::vector<float> q(rows * heads * hd);
+Floats FinishQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
+                     const AttentionWeights& w, const kc::RopeTable& rope, Floats& qr,
+                     const int64_t* positions) {
+  const int64_t rows = qr.size() / d.q_lora, hd = d.head_dim;
+  Floats q = ctx.Floats(rows * heads * hd);
   backend::Ops& ops = ctx.ops();
   ops.RmsNorm(qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, qr.data());
   PerHeadLinear(ctx, qr.data(), rows, w.wq_b, heads, hd, q.data());
@@ -237,18 +233,17 @@ std::vector<float> FinishQueries(const ModelDims& d, const RankContext& ctx, int
   return q;
 }
 
-std::vector<float> ProjectQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
-                                  const AttentionWeights& w, const kc::RopeTable& rope,
-                                  const std::vector<float>& u, const int64_t* positions) {
-  const int64_t rows = static_cast<int64_t>(u.size()) / d.dim;
-  std::vector<float> qr(rows * d.q_lora);
+Floats ProjectQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
+                      const AttentionWeights& w, const kc::RopeTable& rope, const Floats& u,
+                      const int64_t* positions) {
+  const int64_t rows = u.size() / d.dim;
+  Floats qr = ctx.Floats(rows * d.q_lora);
   Linear(ctx, u.data(), rows, w.wq_a, qr.data());
   return FinishQueries(d, ctx, heads, w, rope, qr, positions);
 }
 
 void FinishLatentKv(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
-                    const kc::RopeTable& rope, int64_t rows, const int64_t* positions,
-                    std::vector<float>& kv) {
+                    const kc::RopeTable& rope, int64_t rows, const int64_t* positions, Floats& kv) {
   const int64_t hd = d.head_dim;
   backend::Ops& ops = ctx.ops();
   ops.RmsNorm(kv.data(), w.kv_norm.data(), rows, hd, d.norm_eps, kv.data());
@@ -256,10 +251,10 @@ void FinishLatentKv(const ModelDims& d, const RankContext& ctx, const AttentionW
   ops.QuantDequantFp8(kv.data(), rows, d.nope_dim, hd, kKvFp8Block);
 }
 
-std::vector<float> ProjectLatentKv(const ModelDims& d, const RankContext& ctx,
-                                   const AttentionWeights& w, const kc::RopeTable& rope,
-                                   const float* x, int64_t rows, const int64_t* positions) {
-  std::vector<float> kv(rows * d.head_dim);
+Floats ProjectLatentKv(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
+                       const kc::RopeTable& rope, const float* x, int64_t rows,
+                       const int64_t* positions) {
+  Floats kv = ctx.Floats(rows * d.head_dim);
   Linear(ctx, x, rows, w.wkv, kv.data());
   FinishLatentKv(d, ctx, w, rope, rows, positions, kv);
   return kv;
@@ -269,7 +264,7 @@ std::vector<float> ProjectLatentKv(const ModelDims& d, const RankContext& ctx,
 // units (summed over the heads of a group and over the ranks in double when units are heads),
 // then the wo_b products of plan.out_groups, summed in double here and over the ranks.
 Status OutputProjection(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
-                        const std::vector<float>& o, int64_t rows, std::vector<float>& out) {
+                        const Floats& o, int64_t rows, Floats& out) {
   const ShardPlan& plan = *ctx.plan;
   backend::Ops& ops = ctx.ops();
   const int64_t local = plan.heads.size() * d.head_dim, unit_in = plan.unit_heads * d.head_dim;
@@ -277,8 +272,8 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
   const int64_t units = plan.units.size();
   // wo_a of every unit in one grouped GEMM: straight into z when units are whole groups, else
   // into one buffer per unit, summed into z per group in double (in unit order).
-  std::vector<float> z(rows * z_width);
-  std::vector<float> z_units(plan.reduce_z ? units * rows * d.o_lora : 0);
+  Floats z = ctx.Floats(rows * z_width);
+  Floats z_units = ctx.Floats(plan.reduce_z ? units * rows * d.o_lora : 0);
   std::vector<backend::GemmCall> calls;
   auto group_of = [&](int64_t u) { return (plan.heads.begin + u * plan.unit_heads) / group_heads; };
   for (int64_t u = 0; u < units; ++u) {
@@ -289,7 +284,7 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
   }
   ops.GroupedGemm(calls);
   if (plan.reduce_z) {
-    std::vector<double> z_sum(z.size(), 0.0);
+    backend::Buffer<double> z_sum = ctx.Doubles(z.size());
     for (int64_t u = 0; u < units; ++u) {
       ops.AddRowsDouble(z_units.data() + u * rows * d.o_lora, rows, d.o_lora, nullptr,
                         z_sum.data() + group_of(u) * d.o_lora, z_width);
@@ -299,7 +294,7 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
   // wo_b of every group of this rank in one grouped GEMM, the products summed in double in
   // group order.
   const int64_t groups = plan.out_groups.size();
-  std::vector<float> parts(groups * rows * d.dim);
+  Floats parts = ctx.Floats(groups * rows * d.dim);
   calls.clear();
   for (int64_t g = plan.out_groups.begin; g < plan.out_groups.end; ++g) {
     const int64_t col = (g - plan.out_groups.begin) * d.o_lora;
@@ -307,7 +302,7 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
                      parts.data() + (g - plan.out_groups.begin) * rows * d.dim, d.dim});
   }
   ops.GroupedGemm(calls);
-  std::vector<double> sum(rows * d.dim, 0.0);
+  backend::Buffer<double> sum = ctx.Doubles(rows * d.dim);
   for (int64_t g = 0; g < groups; ++g) {
     ops.AddRowsDouble(parts.data() + g * rows * d.dim, rows, d.dim, nullptr, sum.data(), d.dim);
   }
@@ -322,11 +317,9 @@ void AttendRows(const ModelDims& d, const RankContext& ctx, int64_t heads, const
                  /*inverse=*/true, out);
 }
 
-StatusOr<std::vector<float>> AttentionForward(const ModelDims& d, const RankContext& ctx,
-                                              int64_t layer, const AttentionWeights& w,
-                                              const kc::RopeTable& rope,
-                                              const std::vector<float>& u,
-                                              const BatchLayout& batch) {
+StatusOr<Floats> AttentionForward(const ModelDims& d, const RankContext& ctx, int64_t layer,
+                                  const AttentionWeights& w, const kc::RopeTable& rope,
+                                  const Floats& u, const BatchLayout& batch) {
   const AttentionProjections p = Project(d, ctx, w, rope, u, batch);
   if (ctx.check_replicas) RETURN_IF_ERROR(CheckCacheProjections(ctx, layer, p));
   if (ctx.writes_cache) {
@@ -336,9 +329,9 @@ StatusOr<std::vector<float>> AttentionForward(const ModelDims& d, const RankCont
   }
   // Nobody reads this layer's caches before rank 0 has appended the step's tokens.
   if (ctx.distributed()) RETURN_IF_ERROR(ctx.comm->Barrier());
-  std::vector<float> o(batch.rows() * ctx.plan->heads.size() * d.head_dim);
+  Floats o = ctx.Floats(batch.rows() * ctx.plan->heads.size() * d.head_dim);
   RETURN_IF_ERROR(AttendAll(d, ctx, layer, w, rope, p, batch, o));
-  std::vector<float> out;
+  Floats out;
   RETURN_IF_ERROR(OutputProjection(d, ctx, w, o, batch.rows(), out));
   return out;
 }

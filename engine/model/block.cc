@@ -4,19 +4,16 @@
 namespace pdspark::engine {
 
 Status RunV4Block(const ModelDims& d, const RankContext& ctx, const BlockWeights& block,
-                  const std::vector<int32_t>& token_ids, const AttentionFn& attention,
-                  std::vector<float>& streams) {
-  const int64_t rows = static_cast<int64_t>(token_ids.size());
+                  int64_t rows, const AttentionFn& attention, Floats& streams) {
   backend::Ops& ops = ctx.ops();
   HcMix mix = HcPre(d, ctx, block.hc_attn, streams, rows);
   ops.RmsNorm(mix.input.data(), block.attn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
-  ASSIGN_OR_RETURN(const std::vector<float> attn, attention(mix.input));
+  ASSIGN_OR_RETURN(const Floats attn, attention(mix.input));
   HcPost(d, ctx, mix, attn, streams, rows);
 
   mix = HcPre(d, ctx, block.hc_ffn, streams, rows);
   ops.RmsNorm(mix.input.data(), block.ffn_norm.data(), rows, d.dim, d.norm_eps, mix.input.data());
-  ASSIGN_OR_RETURN(const std::vector<float> ffn,
-                   MoeForward(d, ctx, block.ffn, block.hash_gate, mix.input, token_ids));
+  ASSIGN_OR_RETURN(const Floats ffn, MoeForward(d, ctx, block.ffn, block.hash_gate, mix.input));
   HcPost(d, ctx, mix, ffn, streams, rows);
   return absl::OkStatus();
 }

@@ -27,15 +27,23 @@ void PoolEntry(const RankContext& ctx, const CompressorWeights& w, const PagedRo
       channel_offset[s] = w.overlap ? hd : 0;
     }
   }
-  ctx.ops().PoolEntry(rows.data(), channel_offset.data(), slots, hd, width, out);
+  // The slot lists in the rank's memory, as the operation reads them.
+  const backend::Buffer<const float*> device_rows(*ctx.backend,
+                                                  std::span<const float* const>(rows));
+  const backend::Buffer<int64_t> device_offsets(*ctx.backend,
+                                                std::span<const int64_t>(channel_offset));
+  ctx.ops().PoolEntry(device_rows.data(), device_offsets.data(), slots, hd, width, out);
 }
 
 void FinishEntry(const ModelDims& d, const RankContext& ctx, const CompressorWeights& w,
                  const kc::RopeTable& rope, CompressedKeyFormat format, int64_t j, float* entry) {
-  const int64_t hd = w.head_dim, position = j * w.ratio;
+  const int64_t hd = w.head_dim;
+  const int64_t host_position = j * w.ratio;
+  const backend::Buffer<int64_t> position(*ctx.backend,
+                                          std::span<const int64_t>(&host_position, 1));
   backend::Ops& ops = ctx.ops();
   ops.RmsNorm(entry, w.norm.data(), 1, hd, d.norm_eps, entry);
-  ops.Rope(rope, &position, 1, 1, hd, hd - d.rope_dim, /*inverse=*/false, entry);
+  ops.Rope(rope, position.data(), 1, 1, hd, hd - d.rope_dim, /*inverse=*/false, entry);
   if (format == CompressedKeyFormat::kHadamardFp4) {
     ops.Hadamard(entry, 1, hd, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))));
     ops.QuantDequantFp4(entry, 1, hd, hd, kIndexFp4Block);
@@ -51,19 +59,21 @@ void CompressorAppend(const ModelDims& d, const RankContext& ctx, const Compress
                       const float* score, int64_t count, int64_t start_pos, PagedRows& token_rows,
                       PagedRows& entries) {
   const int64_t width = (w.overlap ? 2 : 1) * w.head_dim;
-  std::vector<float> entry(w.head_dim);
+  backend::Ops& ops = ctx.ops();
+  backend::Buffer<float> entry(*ctx.backend, w.head_dim);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t t = start_pos + i;
     // The token's cache row: [kv | score + ape of its slot in the group].
     float* row = token_rows.AppendFloats();
-    std::copy_n(kv + i * width, width, row);
-    const float* ape = w.ape.data() + (t % w.ratio) * width;
-    for (int64_t c = 0; c < width; ++c) row[width + c] = score[i * width + c] + ape[c];
+    ops.Copy(row, kv + i * width, width * sizeof(float));
+    ops.Add(score + i * width, w.ape.data() + (t % w.ratio) * width, width, row + width);
     if ((t + 1) % w.ratio == 0) {
       const int64_t j = t / w.ratio;
       PoolEntry(ctx, w, token_rows, j, entry.data());
       FinishEntry(d, ctx, w, rope, format, j, entry.data());
-      entries.AppendValues(entry.data());  // FP8-encoded under --kv-cache-dtype fp8
+      // FP8-encoded under --kv-cache-dtype fp8.
+      void* const entry_row = entries.Append();
+      ops.WriteCacheRows(entry.data(), 1, w.head_dim, {&entry_row, 1}, entries.fp8());
     }
   }
 }

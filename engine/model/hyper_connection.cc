@@ -12,51 +12,50 @@ backend::HcShape Shape(const ModelDims& d) {
 }
 
 // The raw mixes streams . fn^T, [rows, fn.rows].
-std::vector<float> Mixes(const RankContext& ctx, const HyperConnectionWeights& w,
-                         const std::vector<float>& streams, int64_t rows) {
-  std::vector<float> mixes(rows * w.fn.rows);
+Floats Mixes(const RankContext& ctx, const HyperConnectionWeights& w, const Floats& streams,
+             int64_t rows) {
+  Floats mixes = ctx.Floats(rows * w.fn.rows);
   Linear(ctx, streams.data(), rows, w.fn, mixes.data());
   return mixes;
 }
 
 }  // namespace
 
-std::vector<float> EmbedStreams(const ModelDims& d, const RankContext& ctx, const Matrix& embed,
-                                const std::vector<int32_t>& token_ids) {
-  std::vector<float> streams(token_ids.size() * d.hc * d.dim);
+Floats EmbedStreams(const ModelDims& d, const RankContext& ctx, const Matrix& embed,
+                    const std::vector<int32_t>& token_ids) {
+  Floats streams = ctx.Floats(token_ids.size() * d.hc * d.dim);
   ctx.ops().GatherRows(embed, token_ids, d.hc, streams.data());
   return streams;
 }
 
 HcMix HcPre(const ModelDims& d, const RankContext& ctx, const HyperConnectionWeights& w,
-            const std::vector<float>& streams, int64_t rows) {
-  std::vector<float> mixes = Mixes(ctx, w, streams, rows);
+            const Floats& streams, int64_t rows) {
+  Floats mixes = Mixes(ctx, w, streams, rows);
   HcMix out;
-  out.input.resize(rows * d.dim);
-  out.post.resize(rows * d.hc);
-  out.comb.resize(rows * d.hc * d.hc);
+  out.input = ctx.Floats(rows * d.dim);
+  out.post = ctx.Floats(rows * d.hc);
+  out.comb = ctx.Floats(rows * d.hc * d.hc);
   ctx.ops().HcPre(Shape(d), streams.data(), mixes.data(), rows, w.scale.data(), w.base.data(),
                   out.input.data(), out.post.data(), out.comb.data());
   return out;
 }
 
-void HcPost(const ModelDims& d, const RankContext& ctx, const HcMix& mix,
-            const std::vector<float>& f, std::vector<float>& streams, int64_t rows) {
+void HcPost(const ModelDims& d, const RankContext& ctx, const HcMix& mix, const Floats& f,
+            Floats& streams, int64_t rows) {
   ctx.ops().HcPost(Shape(d), f.data(), mix.post.data(), mix.comb.data(), rows, streams.data());
 }
 
-std::vector<float> HcHead(const ModelDims& d, const RankContext& ctx,
-                          const HyperConnectionWeights& w, const std::vector<float>& streams,
-                          int64_t rows) {
-  std::vector<float> mixes = Mixes(ctx, w, streams, rows);
-  std::vector<float> y(rows * d.dim);
+Floats HcHead(const ModelDims& d, const RankContext& ctx, const HyperConnectionWeights& w,
+              const Floats& streams, int64_t rows) {
+  Floats mixes = Mixes(ctx, w, streams, rows);
+  Floats y = ctx.Floats(rows * d.dim);
   ctx.ops().HcHead(Shape(d), streams.data(), mixes.data(), rows, w.scale.data(), w.base.data(),
                    y.data());
   return y;
 }
 
-void StreamMean(const ModelDims& d, const RankContext& ctx, const std::vector<float>& streams,
-                int64_t rows, float* out, int64_t out_stride) {
+void StreamMean(const ModelDims& d, const RankContext& ctx, const Floats& streams, int64_t rows,
+                float* out, int64_t out_stride) {
   ctx.ops().StreamMean(Shape(d), streams.data(), rows, out, out_stride);
 }
 

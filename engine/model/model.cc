@@ -224,30 +224,40 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
                        StepOutput* out, Status& replica_mismatch) {
   const ModelDims& d = dims_;
   const ModelWeights& w = ranks_[rank].weights;
-  const RankContext ctx = Context(rank, &replica_mismatch);
+  RankContext ctx = Context(rank, &replica_mismatch);
   const int64_t rows = batch.rows();
+  // The rows' positions and tokens in the rank's memory.
+  const backend::Buffer<int64_t> positions(*ctx.backend, std::span<const int64_t>(batch.positions));
+  const backend::Buffer<int32_t> token_ids(*ctx.backend, std::span<const int32_t>(batch.token_ids));
+  ctx.positions = positions.data();
+  ctx.token_ids = token_ids.data();
   // Embedding, replicated into hc identical streams (on every rank: the streams are replicated).
-  std::vector<float> streams = EmbedStreams(d, ctx, w.embed, batch.token_ids);
+  Floats streams = EmbedStreams(d, ctx, w.embed, batch.token_ids);
   const bool features = out && options.features, block_io = out && options.block_io;
   const int64_t slots = static_cast<int64_t>(feature_layers_.size());
-  if (features) out->features.resize(rows * slots * d.dim);
+  Floats feature_values = ctx.Floats(features ? rows * slots * d.dim : 0);
   if (block_io) out->block_io.reserve((d.layers + 1) * streams.size());
+  auto save_block_io = [&] {
+    const std::vector<float> values = streams.ToHost();
+    out->block_io.insert(out->block_io.end(), values.begin(), values.end());
+  };
 
   for (int64_t l = 0; l < d.layers; ++l) {
-    if (block_io) out->block_io.insert(out->block_io.end(), streams.begin(), streams.end());
+    if (block_io) save_block_io();
     RETURN_IF_ERROR(RunBlock(ctx, l, batch, streams));
     if (features) {
       auto it = std::find(feature_layers_.begin(), feature_layers_.end(), l);
       if (it != feature_layers_.end()) {
         StreamMean(d, ctx, streams, rows,
-                   out->features.data() + (it - feature_layers_.begin()) * d.dim, slots * d.dim);
+                   feature_values.data() + (it - feature_layers_.begin()) * d.dim, slots * d.dim);
       }
     }
     // Rank 0 writes the caches (the others' replicated rows are not stored), so it alone
     // tells the caller a layer's rows are ready: once per layer, not once per rank.
     if (ctx.writes_cache && options.on_layer_done) options.on_layer_done(l);
   }
-  if (block_io) out->block_io.insert(out->block_io.end(), streams.begin(), streams.end());
+  if (block_io) save_block_io();
+  if (features) out->features = feature_values.ToHost();
   // After the last layer's all-reduce no rank reads the caches any more.
   if (ctx.writes_cache) {
     for (const BatchSequence& seq : batch.sequences) seq.state->CommitTokens(seq.count);
@@ -257,39 +267,39 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
 }
 
 Status Model::RunBlock(const RankContext& ctx, int64_t layer, const BatchLayout& batch,
-                       std::vector<float>& streams) {
+                       Floats& streams) {
   const BlockWeights& block = ranks_[ctx.plan->rank].weights.layers[layer];
-  auto attention = [&](const std::vector<float>& u) {
+  auto attention = [&](const Floats& u) {
     return AttentionForward(dims_, ctx, layer, block.attn, rope_[layer], u, batch);
   };
-  return RunV4Block(dims_, ctx, block, batch.token_ids, attention, streams);
+  return RunV4Block(dims_, ctx, block, batch.rows(), attention, streams);
 }
 
 Status Model::Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode mode,
-                   const std::vector<float>& streams, StepOutput* out) {
+                   const Floats& streams, StepOutput* out) {
   const ModelDims& d = dims_;
   const ModelWeights& w = ranks_[ctx.plan->rank].weights;
   // Only the rows whose logits are wanted go through hc_head and the vocabulary projection.
-  std::vector<float> selected;
+  Floats selected;
   int64_t rows = batch.rows();
-  const std::vector<float>* head_in = &streams;
+  const Floats* head_in = &streams;
   if (mode == LogitsMode::kLastTokenPerSequence) {
-    rows = 0;
+    std::vector<int64_t> wanted;
     for (const BatchSequence& seq : batch.sequences) {
       const int64_t n = BatchLayout::LogitRows(seq);
-      const float* src = streams.data() + (seq.row_begin + seq.count - n) * d.hc * d.dim;
-      selected.insert(selected.end(), src, src + n * d.hc * d.dim);
-      rows += n;
+      for (int64_t r = seq.row_begin + seq.count - n; r < seq.row_begin + seq.count; ++r) {
+        wanted.push_back(r);
+      }
     }
+    rows = static_cast<int64_t>(wanted.size());
+    const int64_t width = d.hc * d.dim;
+    selected = ctx.Floats(rows * width);
+    ctx.ops().GatherActivationRows(streams.data(), width, width, wanted, selected.data());
     head_in = &selected;
   }
-  std::vector<float> y = HcHead(d, ctx, w.hc_head, *head_in, rows);
+  Floats y = HcHead(d, ctx, w.hc_head, *head_in, rows);
   ctx.ops().RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, y.data());
-  std::vector<float> logits = VocabSliceLogits(ctx, y.data(), rows, w.head);
-  if (!ctx.distributed()) {
-    out->logits = std::move(logits);
-    return absl::OkStatus();
-  }
+  const Floats logits = VocabSliceLogits(ctx, y.data(), rows, w.head);
   return GatherVocab(ctx, d.vocab, logits.data(), rows, out ? &out->logits : nullptr);
 }
 

@@ -27,6 +27,7 @@
 #include "common/base/status.h"
 #include "common/config/model_config.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/buffer.h"
 #include "engine/cache/cache_layout.h"
 #include "engine/cache/kv_pool.h"
 #include "engine/cache/sequence_state.h"
@@ -148,10 +149,10 @@ class Model {
   Status RankStep(int rank, const BatchLayout& batch, const StepOptions& options, StepOutput* out,
                   Status& replica_mismatch);
   Status RunBlock(const RankContext& ctx, int64_t layer, const BatchLayout& batch,
-                  std::vector<float>& streams);
+                  backend::Buffer<float>& streams);
   // hc_head, norm and this rank's vocabulary rows; rank 0 gathers the logits into out.
   Status Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode mode,
-              const std::vector<float>& streams, StepOutput* out);
+              const backend::Buffer<float>& streams, StepOutput* out);
 
   config::ModelConfig config_;
   ModelDims dims_;

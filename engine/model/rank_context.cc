@@ -2,10 +2,11 @@
 
 namespace pdspark::engine {
 
-Status ReduceToFloat(const RankContext& ctx, std::vector<double>& partial,
-                     std::vector<float>& out) {
+Status ReduceToFloat(const RankContext& ctx, backend::Buffer<double>& partial,
+                     backend::Buffer<float>& out) {
   if (ctx.distributed()) RETURN_IF_ERROR(ctx.comm->AllReduceSum(partial.data(), partial.size()));
-  out.assign(partial.begin(), partial.end());
+  out = ctx.Floats(partial.size());
+  ctx.ops().DoubleToFloat(partial.data(), partial.size(), out.data());
   return absl::OkStatus();
 }
 

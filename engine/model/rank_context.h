@@ -6,6 +6,7 @@
 
 #include "common/base/status.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/buffer.h"
 #include "engine/model/shard_plan.h"
 #include "engine/parallel/communicator.h"
 
@@ -25,8 +26,15 @@ struct RankContext {
   bool check_replicas = false;
   Status* replica_mismatch = nullptr;
 
+  // The step's per-row inputs in the rank's memory: positions [rows] and token ids [rows].
+  const int64_t* positions = nullptr;
+  const int32_t* token_ids = nullptr;
+
   bool distributed() const { return comm != nullptr && comm->world_size() > 1; }
   backend::Ops& ops() const { return backend->ops(); }
+  // `n` zeros in the rank's memory: the activations of a sub-layer.
+  backend::Buffer<float> Floats(int64_t n) const { return {*backend, n}; }
+  backend::Buffer<double> Doubles(int64_t n) const { return {*backend, n}; }
 
   // A rank holding slice `plan` of the model on `backend`.
   static RankContext For(const ShardPlan& plan, backend::Backend& backend) {
@@ -39,6 +47,7 @@ struct RankContext {
 };
 
 // Sums per-rank partial results over the ranks (in double: see shard_plan.h) and rounds to float.
-Status ReduceToFloat(const RankContext& ctx, std::vector<double>& partial, std::vector<float>& out);
+Status ReduceToFloat(const RankContext& ctx, backend::Buffer<double>& partial,
+                     backend::Buffer<float>& out);
 
 }  // namespace pdspark::engine

@@ -6,10 +6,10 @@
 
 namespace pdspark::engine {
 
-std::vector<float> VocabSliceLogits(const RankContext& ctx, const float* x, int64_t rows,
-                                    const Matrix& w) {
+backend::Buffer<float> VocabSliceLogits(const RankContext& ctx, const float* x, int64_t rows,
+                                        const Matrix& w) {
   const int64_t local = ctx.plan->vocab.size();
-  std::vector<float> logits(rows * local);
+  backend::Buffer<float> logits = ctx.Floats(rows * local);
   // Every logit is computed alone (quant_gemm.h), so the whole slice is one product and its
   // values equal those of any other cut of the vocabulary.
   Linear(ctx, x, rows, w.cols, w, logits.data(), local);
@@ -20,7 +20,10 @@ Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, in
                    std::vector<float>* full) {
   const int world = ctx.distributed() ? ctx.comm->world_size() : 1;
   if (world == 1) {
-    if (full) full->assign(slice, slice + rows * vocab);
+    if (full) {
+      full->resize(rows * vocab);
+      ctx.ops().CopyToHost(full->data(), slice, full->size() * sizeof(float));
+    }
     return absl::OkStatus();
   }
   // The ranks' vocabulary rows, as ShardPlan::Make gives them.

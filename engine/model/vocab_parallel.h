@@ -16,12 +16,13 @@ namespace pdspark::engine {
 
 // [rows, plan.vocab.size()] = x [rows, k] . w^T, where w holds the rows ctx.plan->vocab of a
 // [vocab, k] matrix.
-std::vector<float> VocabSliceLogits(const RankContext& ctx, const float* x, int64_t rows,
-                                    const Matrix& w);
+backend::Buffer<float> VocabSliceLogits(const RankContext& ctx, const float* x, int64_t rows,
+                                        const Matrix& w);
 
 // Every rank's slice [rows, its vocab rows] gathered into whole rows [rows, vocab] (an
 // all-gather padded to the largest slice; every rank must call it). `full` may be null on ranks
-// that do not need the result. One rank: `full` is a copy of `slice`.
+// that do not need the result. One rank: `full` is a copy of `slice`. Several: the slices are
+// read on the host (the in-process communicator's ranks share host memory).
 Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
                    std::vector<float>* full);
 

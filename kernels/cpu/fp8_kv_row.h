@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "kernels/number_formats.h"
+
 namespace pdspark::kernels::cpu {
 
 struct Fp8KvRow {
@@ -33,7 +35,8 @@ struct Fp8KvRow {
   void Decode(const uint8_t* row, float* values) const;
 };
 
-// E4M3 bits of the value nearest `value` (|value| <= 448; round to nearest even).
-uint8_t FloatToFp8E4M3(float value);
+// E4M3 bits of the value nearest `value` (|value| <= 448; round to nearest even); shared with
+// the CUDA kernels (kernels/number_formats.h).
+using kernels::FloatToFp8E4M3;
 
 }  // namespace pdspark::kernels::cpu

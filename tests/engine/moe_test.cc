@@ -20,7 +20,10 @@ std::vector<float> MoeForward(const ModelDims& d, const MoeWeights& w, bool hash
                               const std::vector<float>& v, const std::vector<int32_t>& token_ids) {
   const ShardPlan plan = ShardPlan::Full(d);
   backend::CpuBackend cpu(/*pool=*/nullptr, /*comm=*/nullptr);
-  return engine::MoeForward(d, RankContext::For(plan, cpu), w, hash_gate, v, token_ids).value();
+  RankContext ctx = RankContext::For(plan, cpu);
+  ctx.token_ids = token_ids.data();
+  const backend::Buffer<float> x(cpu, std::span<const float>(v));
+  return engine::MoeForward(d, ctx, w, hash_gate, x).value().ToHost();
 }
 
 TEST(Moe, HashGateRoutesByTokenId) {

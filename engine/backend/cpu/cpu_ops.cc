@@ -65,6 +65,17 @@ void CpuOps::Add(const float* a, const float* b, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void CpuOps::WriteCacheRows(const float* values, int64_t count, int64_t width,
+                            std::span<void* const> rows, const kc::Fp8KvRow& fp8) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (fp8.head_dim > 0) {
+      fp8.Encode(values + i * width, static_cast<uint8_t*>(rows[i]));
+    } else {
+      std::memcpy(rows[i], values + i * width, width * sizeof(float));
+    }
+  }
+}
+
 void CpuOps::Gemm(const GemmCall& call) {
   kc::Gemm({call.x, call.m, call.ldx, call.w, call.y, call.ldy}, pool_);
 }

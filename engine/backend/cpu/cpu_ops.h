@@ -23,6 +23,8 @@ class CpuOps : public Ops {
                             std::span<const int64_t> rows, float* out) override;
   void DoubleToFloat(const double* x, int64_t n, float* y) override;
   void Add(const float* a, const float* b, int64_t n, float* out) override;
+  void WriteCacheRows(const float* values, int64_t count, int64_t width,
+                      std::span<void* const> rows, const kernels::cpu::Fp8KvRow& fp8) override;
 
   void Gemm(const GemmCall& call) override;
   void GroupedGemm(std::span<const GemmCall> calls) override;

@@ -2,6 +2,7 @@
 // These mirror the CPU kernels operation for operation (cuda_rowwise.cu), so the results must
 // be equal to the bit; SwiGlu alone calls expf, whose device and glibc versions may differ by
 // 2 ulp, hence its relative 1e-6.
+#include <algorithm>
 #include <numeric>
 
 #include "tests/engine/backend/cuda/device_buffer.h"
@@ -138,6 +139,32 @@ TEST_F(CudaOpsTest, ScaleAndGatherRowsEqualTheCpu) {
   table.data = dcodes.get();
   gpu().GatherRows(table, ids, 2, dout.get());
   ExpectBitEqual(dout.ToHost(), rows, "GatherRows");
+}
+
+TEST_F(CudaOpsTest, WriteCacheRowsWritesTheCpuBytes) {
+  // Rows of a 512-wide latent (448 FP8-simulated values in blocks of 64, 64 RoPE values), some
+  // values FP8-simulated already (exact codes) and some not (rounded), one block all zeros.
+  const kernels::cpu::Fp8KvRow fp8{512, 448, 64};
+  const int64_t count = 5;
+  std::vector<float> values = Random(count * 512, -300.0f, 300.0f);
+  cpu().QuantDequantFp8(values.data(), 2, 448, 512, 64);
+  std::fill(values.begin() + 3 * 512 + 64, values.begin() + 3 * 512 + 128, 0.0f);
+  DeviceBuffer<float> dvalues(values);
+  for (const bool encoded : {false, true}) {
+    const int64_t row_bytes = encoded ? fp8.bytes() : 512 * sizeof(float);
+    const kernels::cpu::Fp8KvRow format = encoded ? fp8 : kernels::cpu::Fp8KvRow{};
+    // Rows in reverse order, as pages scatter them.
+    std::vector<uint8_t> want(count * row_bytes, 0xAB);
+    std::vector<void*> host_rows(count), device_rows(count);
+    DeviceBuffer<uint8_t> pages(std::vector<uint8_t>(count * row_bytes, 0xAB));
+    for (int64_t i = 0; i < count; ++i) {
+      host_rows[i] = want.data() + (count - 1 - i) * row_bytes;
+      device_rows[i] = pages.get() + (count - 1 - i) * row_bytes;
+    }
+    cpu().WriteCacheRows(values.data(), count, 512, host_rows, format);
+    gpu().WriteCacheRows(dvalues.get(), count, 512, device_rows, format);
+    ExpectBitEqual(pages.ToHost(), want, encoded ? "FP8 KV rows" : "fp32 rows");
+  }
 }
 
 TEST_F(CudaOpsTest, MemoryOperationsMoveTheValuesTheCpuDoes) {
