@@ -179,14 +179,8 @@ Status Drafter::RankDraft(const engine::RankContext& rank_ctx, std::span<const D
   const engine::ModelDims& d = dims_;
   const DrafterWeights& w = shards_[rank_ctx.plan->rank].w;
   const int64_t rows = batch.row_begin.back();
-  // The rows' positions and tokens in the rank's memory.
   engine::RankContext ctx = rank_ctx;
-  const engine::backend::Buffer<int64_t> positions(*ctx.backend,
-                                                   std::span<const int64_t>(batch.positions));
-  const engine::backend::Buffer<int32_t> tokens(*ctx.backend,
-                                                std::span<const int32_t>(batch.tokens));
-  ctx.positions = positions.data();
-  ctx.token_ids = tokens.data();
+  const engine::StepRows step_rows = engine::UploadStepRows(ctx, batch.positions, batch.tokens);
   // Every hyper-connection stream starts as the token embedding (replicated on every rank).
   engine::Floats streams = engine::EmbedStreams(d, ctx, w.embed, batch.tokens);
   for (int64_t s = 0; s < static_cast<int64_t>(w.stages.size()); ++s) {

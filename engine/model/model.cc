@@ -226,11 +226,7 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
   const ModelWeights& w = ranks_[rank].weights;
   RankContext ctx = Context(rank, &replica_mismatch);
   const int64_t rows = batch.rows();
-  // The rows' positions and tokens in the rank's memory.
-  const backend::Buffer<int64_t> positions(*ctx.backend, std::span<const int64_t>(batch.positions));
-  const backend::Buffer<int32_t> token_ids(*ctx.backend, std::span<const int32_t>(batch.token_ids));
-  ctx.positions = positions.data();
-  ctx.token_ids = token_ids.data();
+  const StepRows step_rows = UploadStepRows(ctx, batch.positions, batch.token_ids);
   // Embedding, replicated into hc identical streams (on every rank: the streams are replicated).
   Floats streams = EmbedStreams(d, ctx, w.embed, batch.token_ids);
   const bool features = out && options.features, block_io = out && options.block_io;

@@ -2,6 +2,7 @@
 // Internal to the engine.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "common/base/status.h"
@@ -45,6 +46,15 @@ struct RankContext {
     return ctx;
   }
 };
+
+// The step's positions and token ids copied into the rank's memory, and pointed to by `ctx`
+// (RankContext::positions, token_ids) for as long as this lives.
+struct StepRows {
+  backend::Buffer<int64_t> positions;
+  backend::Buffer<int32_t> token_ids;
+};
+StepRows UploadStepRows(RankContext& ctx, std::span<const int64_t> positions,
+                        std::span<const int32_t> token_ids);
 
 // Sums per-rank partial results over the ranks (in double: see shard_plan.h) and rounds to float.
 Status ReduceToFloat(const RankContext& ctx, backend::Buffer<double>& partial,
