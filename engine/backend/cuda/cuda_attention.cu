@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/host_like_math.cuh"
 #include "kernels/number_formats.h"
 
 namespace pdspark::engine::backend {
@@ -87,10 +88,6 @@ struct Fp8Keys {
 
 // std::max(a, b) exactly: a unless a < b (a NaN b never replaces a).
 __device__ float MaxLikeStd(float a, float b) { return a < b ? b : a; }
-
-// exp in double rounded to float: the correctly rounded expf but for values next to a midpoint,
-// as glibc's expf (the CPU's std::exp(float)) is; CUDA's expf is off by up to 2 ulps.
-__device__ float ExpF(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
 
 // DotDouble(q, key, n) by the 8 threads of an aligned group (lane = thread % 8); the result is in
 // lane 0. Products of floats are exact in double, so fma(a, b, acc) rounds once, as the CPU's
@@ -166,10 +163,10 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(AttendArgs a, Key
   __syncthreads();  // scores written by the groups, read below by other threads
   const float max_score = BlockMax(w, n);
   // Each thread rewrites the scores it read in BlockMax: no hazard between the two loops.
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) w[j] = ExpF(w[j] - max_score);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) w[j] = HostLikeExp(w[j] - max_score);
   __syncthreads();
   // exp(sink - max) is a float on the CPU too (std::exp of a float), added to the double sum.
-  const double sink_term = a.sink ? ExpF(a.sink[h] - max_score) : 0.0f;
+  const double sink_term = a.sink ? HostLikeExp(a.sink[h] - max_score) : 0.0f;
   float* out = a.out + (r * a.heads + h) * hd;
   for (int64_t c = threadIdx.x; c < hd; c += blockDim.x) {
     double sum = 0.0, acc = 0.0;
@@ -350,7 +347,7 @@ __global__ void __launch_bounds__(kPoolThreads)
     const float* row = slot_rows[s];
     const float score = row ? row[score_offset + channel_offset[s] + ch] : -INFINITY;
     const float kv = row ? row[channel_offset[s] + ch] : 0.0f;
-    const float weight = ExpF(score - max_score);
+    const float weight = HostLikeExp(score - max_score);
     sum += weight;
     acc = fma(static_cast<double>(kv), static_cast<double>(weight), acc);
   }

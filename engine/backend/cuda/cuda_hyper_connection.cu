@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/host_like_math.cuh"
 
 namespace pdspark::engine::backend {
 
@@ -28,10 +29,6 @@ namespace {
 
 // A power of two: the sum-of-squares tree halves it.
 constexpr int kThreads = 256;
-
-// expf correctly rounded in practice (exp in double, rounded to float once), as glibc's is in
-// all but ~0.06% of inputs; the device's own expf is allowed 2 ulp and would differ far more.
-__device__ float HostLikeExp(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
 
 // kernels/cpu/activations.cc Sigmoid.
 __device__ float Sigmoid(float x) { return 1.0f / (1.0f + HostLikeExp(-x)); }
@@ -110,22 +107,23 @@ __device__ void CombSoftmaxRows(int64_t hc, const float* mixes, const float* sca
   __syncthreads();
 }
 
-__device__ void NormaliseColumns(int64_t hc, float eps, float* comb) {
-  for (int64_t k = threadIdx.x; k < hc; k += kThreads) {
+// Each of the hc lines of comb (rows: line stride hc, element stride 1; columns: 1 and hc)
+// divided by its sum + eps, the sum taken in order along the line by one thread.
+__device__ void NormaliseLines(int64_t hc, float eps, int64_t line_stride, int64_t step,
+                               float* comb) {
+  for (int64_t l = threadIdx.x; l < hc; l += kThreads) {
+    float* line = comb + l * line_stride;
     float sum = 0.0f;
-    for (int64_t j = 0; j < hc; ++j) sum += comb[j * hc + k];
-    for (int64_t j = 0; j < hc; ++j) comb[j * hc + k] /= (sum + eps);
+    for (int64_t i = 0; i < hc; ++i) sum += line[i * step];
+    for (int64_t i = 0; i < hc; ++i) line[i * step] /= (sum + eps);
   }
   __syncthreads();
 }
-
 __device__ void NormaliseRows(int64_t hc, float eps, float* comb) {
-  for (int64_t j = threadIdx.x; j < hc; j += kThreads) {
-    float sum = 0.0f;
-    for (int64_t k = 0; k < hc; ++k) sum += comb[j * hc + k];
-    for (int64_t k = 0; k < hc; ++k) comb[j * hc + k] /= (sum + eps);
-  }
-  __syncthreads();
+  NormaliseLines(hc, eps, hc, 1, comb);
+}
+__device__ void NormaliseColumns(int64_t hc, float eps, float* comb) {
+  NormaliseLines(hc, eps, 1, hc, comb);
 }
 
 // kernels::cpu::HcSplitSinkhorn on one row's scaled mixes (shared): pre and comb into shared

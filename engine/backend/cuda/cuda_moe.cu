@@ -15,19 +15,13 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/host_like_math.cuh"
 
 namespace pdspark::engine::backend {
 
 namespace {
 
 constexpr int kThreads = 256;
-
-// expf and log1pf correctly rounded in practice (in double, rounded to float once): closer to
-// glibc's than the device's float versions.
-__device__ float HostLikeExp(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
-__device__ float HostLikeLog1p(float x) {
-  return static_cast<float>(log1p(static_cast<double>(x)));
-}
 
 // kernels/cpu/activations.cc SqrtSoftplus: torch's softplus (threshold 20), then sqrt.
 __device__ float SqrtSoftplus(float x) {

@@ -60,6 +60,11 @@ HcPreResult GpuHcPre(Ops& ops, const HcShape& s, const HcPreCase& c, int64_t row
   return {mixes.ToHost(), input.ToHost(), post.ToHost(), comb.ToHost()};
 }
 
+// (dim, rows) of every comparison: odd widths, and 70000 rows, more than a grid's y dimension
+// holds (65535), so the kernels must put rows in x.
+constexpr std::pair<int64_t, int64_t> kShapes[] = {{96, 1},   {96, 7},    {96, 33},   {4100, 1},
+                                                   {4100, 7}, {4100, 33}, {16, 70000}};
+
 // Row `row` of a row-major [*, n] array.
 std::vector<float> Row(const std::vector<float>& v, int64_t row, int64_t n) {
   return std::vector<float>(v.begin() + row * n, v.begin() + (row + 1) * n);
@@ -70,25 +75,16 @@ TEST_F(CudaOpsTest, HcPreMatchesCpu) {
     return HcPreCase{Random(rows * s.hc * s.dim), Random(rows * MixCount(s)), Random(3, 0.5f, 2.0f),
                      Random(MixCount(s))};
   };
-  // 70000 rows: more than a grid's y dimension holds (65535), so rows must be the x dimension.
-  for (auto [dim, rows] : {std::pair<int64_t, int64_t>{96, 1},
-                           {96, 7},
-                           {96, 33},
-                           {4100, 1},
-                           {4100, 7},
-                           {4100, 33},
-                           {16, 70000}}) {
-    {
-      SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
-      const HcShape s = Shape(dim);
-      const HcPreCase c = make(s, rows);
-      const HcPreResult want = CpuHcPre(cpu(), s, c, rows);
-      const HcPreResult got = GpuHcPre(gpu(), s, c, rows);
-      ExpectBitEqual(got.mixes, want.mixes, "scaled mixes");
-      ExpectClose(got.post, want.post, kExpTolerance, 0.0, "post");
-      ExpectClose(got.comb, want.comb, kExpTolerance, 0.0, "comb");
-      ExpectClose(got.input, want.input, kExpTolerance, 1.0, "input");
-    }
+  for (auto [dim, rows] : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
+    const HcShape s = Shape(dim);
+    const HcPreCase c = make(s, rows);
+    const HcPreResult want = CpuHcPre(cpu(), s, c, rows);
+    const HcPreResult got = GpuHcPre(gpu(), s, c, rows);
+    ExpectBitEqual(got.mixes, want.mixes, "scaled mixes");
+    ExpectClose(got.post, want.post, kExpTolerance, 0.0, "post");
+    ExpectClose(got.comb, want.comb, kExpTolerance, 0.0, "comb");
+    ExpectClose(got.input, want.input, kExpTolerance, 1.0, "input");
   }
 }
 
@@ -113,78 +109,51 @@ TEST_F(CudaOpsTest, HcPreIsBatchInvariant) {
 }
 
 TEST_F(CudaOpsTest, HcPostMatchesCpuBitExact) {
-  // 70000 rows: more than a grid's y dimension holds (65535), so rows must be the x dimension.
-  for (auto [dim, rows] : {std::pair<int64_t, int64_t>{96, 1},
-                           {96, 7},
-                           {96, 33},
-                           {4100, 1},
-                           {4100, 7},
-                           {4100, 33},
-                           {16, 70000}}) {
-    {
-      SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
-      const HcShape s = Shape(dim);
-      const std::vector<float> f = Random(rows * dim);
-      const std::vector<float> post = Random(rows * s.hc, 0.0f, 2.0f);
-      const std::vector<float> comb = Random(rows * s.hc * s.hc, 0.0f, 1.0f);
-      std::vector<float> want = Random(rows * s.hc * dim);
-      DeviceBuffer<float> f_d(f), post_d(post), comb_d(comb), streams_d(want);
-      cpu().HcPost(s, f.data(), post.data(), comb.data(), rows, want.data());
-      gpu().HcPost(s, f_d.get(), post_d.get(), comb_d.get(), rows, streams_d.get());
-      ExpectBitEqual(streams_d.ToHost(), want, "streams");
-    }
+  for (auto [dim, rows] : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
+    const HcShape s = Shape(dim);
+    const std::vector<float> f = Random(rows * dim);
+    const std::vector<float> post = Random(rows * s.hc, 0.0f, 2.0f);
+    const std::vector<float> comb = Random(rows * s.hc * s.hc, 0.0f, 1.0f);
+    std::vector<float> want = Random(rows * s.hc * dim);
+    DeviceBuffer<float> f_d(f), post_d(post), comb_d(comb), streams_d(want);
+    cpu().HcPost(s, f.data(), post.data(), comb.data(), rows, want.data());
+    gpu().HcPost(s, f_d.get(), post_d.get(), comb_d.get(), rows, streams_d.get());
+    ExpectBitEqual(streams_d.ToHost(), want, "streams");
   }
 }
 
 TEST_F(CudaOpsTest, HcHeadMatchesCpu) {
-  // 70000 rows: more than a grid's y dimension holds (65535), so rows must be the x dimension.
-  for (auto [dim, rows] : {std::pair<int64_t, int64_t>{96, 1},
-                           {96, 7},
-                           {96, 33},
-                           {4100, 1},
-                           {4100, 7},
-                           {4100, 33},
-                           {16, 70000}}) {
-    {
-      SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
-      const HcShape s = Shape(dim);
-      const std::vector<float> streams = Random(rows * s.hc * dim);
-      const std::vector<float> mixes = Random(rows * s.hc);
-      const std::vector<float> scale = Random(1, 0.5f, 2.0f);
-      const std::vector<float> base = Random(s.hc);
-      std::vector<float> want_mixes = mixes, want_y(rows * dim);
-      cpu().HcHead(s, streams.data(), want_mixes.data(), rows, scale.data(), base.data(),
-                   want_y.data());
-      DeviceBuffer<float> streams_d(streams), mixes_d(mixes), scale_d(scale), base_d(base);
-      DeviceBuffer<float> y_d(rows * dim);
-      gpu().HcHead(s, streams_d.get(), mixes_d.get(), rows, scale_d.get(), base_d.get(), y_d.get());
-      ExpectBitEqual(mixes_d.ToHost(), want_mixes, "scaled mixes");
-      ExpectClose(y_d.ToHost(), want_y, kExpTolerance, 1.0, "y");
-    }
+  for (auto [dim, rows] : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
+    const HcShape s = Shape(dim);
+    const std::vector<float> streams = Random(rows * s.hc * dim);
+    const std::vector<float> mixes = Random(rows * s.hc);
+    const std::vector<float> scale = Random(1, 0.5f, 2.0f);
+    const std::vector<float> base = Random(s.hc);
+    std::vector<float> want_mixes = mixes, want_y(rows * dim);
+    cpu().HcHead(s, streams.data(), want_mixes.data(), rows, scale.data(), base.data(),
+                 want_y.data());
+    DeviceBuffer<float> streams_d(streams), mixes_d(mixes), scale_d(scale), base_d(base);
+    DeviceBuffer<float> y_d(rows * dim);
+    gpu().HcHead(s, streams_d.get(), mixes_d.get(), rows, scale_d.get(), base_d.get(), y_d.get());
+    ExpectBitEqual(mixes_d.ToHost(), want_mixes, "scaled mixes");
+    ExpectClose(y_d.ToHost(), want_y, kExpTolerance, 1.0, "y");
   }
 }
 
 // Written into rows wider than dim: the padding between rows stays untouched.
 TEST_F(CudaOpsTest, StreamMeanMatchesCpuBitExact) {
-  // 70000 rows: more than a grid's y dimension holds (65535), so rows must be the x dimension.
-  for (auto [dim, rows] : {std::pair<int64_t, int64_t>{96, 1},
-                           {96, 7},
-                           {96, 33},
-                           {4100, 1},
-                           {4100, 7},
-                           {4100, 33},
-                           {16, 70000}}) {
-    {
-      SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
-      const HcShape s = Shape(dim);
-      const int64_t out_stride = dim + 5;
-      const std::vector<float> streams = Random(rows * s.hc * dim);
-      std::vector<float> want(rows * out_stride, -7.0f);
-      DeviceBuffer<float> streams_d(streams), out_d(want);
-      cpu().StreamMean(s, streams.data(), rows, want.data(), out_stride);
-      gpu().StreamMean(s, streams_d.get(), rows, out_d.get(), out_stride);
-      ExpectBitEqual(out_d.ToHost(), want, "mean");
-    }
+  for (auto [dim, rows] : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "dim " << dim << " rows " << rows);
+    const HcShape s = Shape(dim);
+    const int64_t out_stride = dim + 5;
+    const std::vector<float> streams = Random(rows * s.hc * dim);
+    std::vector<float> want(rows * out_stride, -7.0f);
+    DeviceBuffer<float> streams_d(streams), out_d(want);
+    cpu().StreamMean(s, streams.data(), rows, want.data(), out_stride);
+    gpu().StreamMean(s, streams_d.get(), rows, out_d.get(), out_stride);
+    ExpectBitEqual(out_d.ToHost(), want, "mean");
   }
 }
 
