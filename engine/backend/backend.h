@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/base/status.h"
 #include "engine/backend/ops.h"
 #include "engine/parallel/communicator.h"
 
@@ -34,6 +35,9 @@ class Backend {
   virtual Device device() const = 0;
   virtual Ops& ops() = 0;
   virtual std::unique_ptr<Timer> NewTimer() const = 0;
+  // Waits for the work queued so far; the first failure of any of it (a GPU reports its
+  // errors late). The CPU backend runs synchronously and cannot fail so.
+  virtual Status Synchronize() = 0;
   // The rank's communicator; null when the model runs as one rank.
   virtual parallel::Communicator* comm() const = 0;
   // Device memory, 64-byte aligned (host memory for the CPU backend); null when it cannot be

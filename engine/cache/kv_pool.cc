@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <new>
 
 #include "common/base/logging.h"
 
@@ -69,6 +71,63 @@ char* PageGroup::Row(int32_t page, int64_t index) const {
 int64_t PageGroup::pages_in_use() const {
   std::lock_guard lock(pool_->mutex_);
   return pages_in_use_;
+}
+
+void KvPool::CopyBytes(char* dst, const char* src, size_t bytes) const {
+  if (memory_ops_) {
+    memory_ops_->Copy(dst, src, bytes);
+  } else if (bytes) {
+    std::memmove(dst, src, bytes);
+  }
+}
+
+void KvPool::ReadBytes(void* host, const char* src, size_t bytes) const {
+  if (memory_ops_) {
+    memory_ops_->CopyToHost(host, src, bytes);
+  } else if (bytes) {
+    std::memcpy(host, src, bytes);
+  }
+}
+
+void KvPool::WriteBytes(char* dst, const void* host, size_t bytes) const {
+  if (memory_ops_) {
+    memory_ops_->CopyToDevice(dst, host, bytes);
+  } else if (bytes) {
+    std::memcpy(dst, host, bytes);
+  }
+}
+
+void KvPool::ZeroBytes(char* dst, size_t bytes) const {
+  if (memory_ops_) {
+    memory_ops_->Zero(dst, bytes);
+  } else if (bytes) {
+    std::memset(dst, 0, bytes);
+  }
+}
+
+void KvPool::EnableHostMirror() {
+  if (on_host() || mirror_) return;
+  // Not value-initialised: the pages no transfer touches never become resident.
+  mirror_.reset(new (std::nothrow) char[static_cast<size_t>(capacity_bytes())]);
+  if (!mirror_) {
+    LOG_WARN("no host memory for the KV pool's transfer mirror ({} bytes): KV transfers fail",
+             capacity_bytes());
+  }
+}
+
+const char* KvPool::TransferAddress(const char* at) const {
+  return mirror_ ? mirror_.get() + (at - base_) : at;
+}
+
+const char* KvPool::StageForTransfer(const char* at, size_t bytes) const {
+  if (!mirror_) return at;
+  char* staged = mirror_.get() + (at - base_);
+  ReadBytes(staged, at, bytes);
+  return staged;
+}
+
+void KvPool::LandTransfer(char* at, size_t bytes) const {
+  if (mirror_) WriteBytes(at, mirror_.get() + (at - base_), bytes);
 }
 
 KvPool::KvPool(void* memory, int64_t page_bytes, int64_t num_pages)

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/ops.h"
+
 namespace pdspark::engine {
 
 class KvPool;
@@ -92,8 +94,36 @@ class KvPool {
   // Whether `pages` pages are free, after asking the reclaimer for them if they were not.
   bool EnsureFree(int64_t pages);
 
-  // The arena (page p at base() + p * page_bytes()): what a transfer agent registers so that a
-  // KV transfer writes rows straight into a sequence's pages.
+  // How the host reads and writes the arena: plain copies while it is host memory (the
+  // default), the device's copies when it is a GPU's (the model sets its backend's ops). Set
+  // before the pool is shared between threads.
+  void SetMemoryOps(backend::Ops* ops) { memory_ops_ = ops; }
+  bool on_host() const { return memory_ops_ == nullptr; }
+  // Bytes within the arena, out of it to the host, into it from the host; zeros.
+  void CopyBytes(char* dst, const char* src, size_t bytes) const;
+  void ReadBytes(void* host, const char* src, size_t bytes) const;
+  void WriteBytes(char* dst, const void* host, size_t bytes) const;
+  void ZeroBytes(char* dst, size_t bytes) const;
+
+  // A host copy of a device's arena, page for page, for KV transfers (UCX as built here moves
+  // host memory only): the prefill side stages the rows it ships there, the decode side has
+  // rows written there and lands them in the arena. A host arena needs none: transfers use it
+  // directly. The model enables it for a device's arena; its pages become resident only as
+  // transfers use them. Idempotent.
+  void EnableHostMirror();
+  // Where transfers read and write: the arena itself, or its mirror (page p at
+  // transfer_base() + p * page_bytes() either way).
+  char* transfer_base() const { return mirror_ ? mirror_.get() : base_; }
+  // The transfer address of arena bytes [at, at + bytes), staged there first: what a prefill
+  // worker puts from (checksums included).
+  const char* StageForTransfer(const char* at, size_t bytes) const;
+  // The transfer address of arena address `at`, as it is: what a decode worker checks.
+  const char* TransferAddress(const char* at) const;
+  // Copies bytes a transfer wrote at `at`'s transfer address into the arena (nothing to do on a
+  // host arena).
+  void LandTransfer(char* at, size_t bytes) const;
+
+  // The arena (page p at base() + p * page_bytes()), in the backend's memory.
   char* base() const { return base_; }
   int64_t page_bytes() const { return page_bytes_; }
   int64_t num_pages() const { return num_pages_; }
@@ -126,6 +156,8 @@ class KvPool {
   std::vector<int32_t> cache_holders_;  // per page: how many of its holders are the cache's
   int64_t reclaimable_ = 0;             // pages whose every holder is the cache's
   Reclaimer reclaimer_;
+  backend::Ops* memory_ops_ = nullptr;
+  std::unique_ptr<char[]> mirror_;  // EnableHostMirror's, when the arena is not host memory
   int64_t high_water_ = 0;
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<PageGroup>> groups_;
 };

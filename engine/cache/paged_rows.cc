@@ -57,7 +57,8 @@ StatusOr<PagedRows> PagedRows::Fork(PageHolder holder, bool own_last_page) {
       return absl::ResourceExhaustedError(
           absl::StrCat("KV pool full: no page to fork cache group ", group_->name()));
     }
-    std::memcpy(group_->Row(page, 0), group_->Row(pages_.back(), 0), partial_rows * row_bytes());
+    pool().CopyBytes(group_->Row(page, 0), group_->Row(pages_.back(), 0),
+                     partial_rows * row_bytes());
     fork.pages_.back() = page;
   }
   for (size_t i = 0; i + (copy_last ? 1 : 0) < pages_.size(); ++i) group_->Share(pages_[i], holder);
@@ -78,7 +79,7 @@ void PagedRows::Unshare(size_t index, int64_t rows) {
         group_->name());
     std::abort();
   }
-  std::memcpy(group_->Row(page, 0), group_->Row(pages_[index], 0), rows * row_bytes());
+  pool().CopyBytes(group_->Row(page, 0), group_->Row(pages_[index], 0), rows * row_bytes());
   group_->Free(pages_[index], holder_);
   pages_[index] = page;
 }
@@ -158,9 +159,12 @@ void PagedRows::AppendTo(std::string& out) const {
   const int64_t first = pages_.empty() ? size_ : std::min(first_row(), size_);
   PutInt(out, first);
   PutInt(out, size_);
-  for (int64_t r = first; r < size_; ++r) {
-    out.append(Row(r), row_bytes());
-  }
+  size_t at = out.size();
+  out.resize(at + static_cast<size_t>((size_ - first) * row_bytes()));
+  ForEachPageRun(first, size_, [&](int64_t, const char* rows, int64_t n) {
+    pool().ReadBytes(out.data() + at, rows, n * row_bytes());
+    at += n * row_bytes();
+  });
 }
 
 Status PagedRows::ReadFrom(const std::string& in, size_t& offset) {
@@ -192,13 +196,10 @@ Status PagedRows::Assign(int64_t first, int64_t size, const char* rows) {
   size_ = size;
   if (rows == nullptr) return absl::OkStatus();  // Resize: the rows keep what the pages held
   // One copy per page: rows of a page are contiguous on both sides.
-  const size_t row_bytes = this->row_bytes();
-  for (int64_t r = first; r < size;) {
-    const int64_t n = std::min(size - r, per_page - r % per_page);
-    std::memcpy(RowIn(r), rows, n * row_bytes);
-    rows += n * row_bytes;
-    r += n;
-  }
+  ForEachPageRun(first, size, [&](int64_t, char* page_rows, int64_t n) {
+    pool().WriteBytes(page_rows, rows, n * row_bytes());
+    rows += n * row_bytes();
+  });
   return absl::OkStatus();
 }
 

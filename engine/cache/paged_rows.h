@@ -8,6 +8,7 @@
 // cache): appending into a shared page copies it first, so a fork never sees another's rows.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,6 +64,20 @@ class PagedRows {
   // Frees every block whose rows are all below `row`.
   void ReleaseBelow(int64_t row);
   void Clear();
+
+  // The pool whose pages hold the rows (its copies read and write them from the host).
+  const KvPool& pool() const { return group_->pool(); }
+  // fn(row, bytes, count) for each run of consecutive rows of [begin, end) that one page holds,
+  // in order: what one copy can move.
+  template <typename Fn>
+  void ForEachPageRun(int64_t begin, int64_t end, Fn&& fn) const {
+    const int64_t per_page = rows_per_page();
+    for (int64_t r = begin; r < end;) {
+      const int64_t n = std::min(end - r, per_page - r % per_page);
+      fn(r, RowIn(r), n);
+      r += n;
+    }
+  }
 
   int64_t bytes() const {
     return static_cast<int64_t>(pages_.size()) * group_->pool().page_bytes();

@@ -10,6 +10,7 @@
 #include "engine/model/layers.h"
 #include "engine/model/linear.h"
 #include "engine/model/vocab_parallel.h"
+#include "engine/model/weight_placement.h"
 
 namespace pdspark::dspark {
 
@@ -20,23 +21,45 @@ StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir,
                                                  std::shared_ptr<parallel::RankRunner> ranks,
                                                  int64_t max_rollback,
                                                  engine::WeightStorage storage) {
-  RETURN_IF_ERROR(CheckDrafterConfig(dir, config));
   if (!ranks) {
     ASSIGN_OR_RETURN(ranks, parallel::RankRunner::Create(1));
   }
+  Backends backends;
+  for (auto& b : engine::backend::MakeCpuBackends(*ranks)) backends.push_back(std::move(b));
+  return LoadOn(dir, config, std::move(ranks), std::move(backends), max_rollback, storage,
+                /*place=*/false);
+}
+
+StatusOr<std::unique_ptr<Drafter>> Drafter::LoadFor(const engine::Model& target,
+                                                    const std::string& dir, int64_t max_rollback) {
+  return LoadOn(dir, target.config(), target.rank_runner(), target.backends(), max_rollback,
+                target.weight_storage(), target.weights_placed());
+}
+
+StatusOr<std::unique_ptr<Drafter>> Drafter::LoadOn(const std::string& dir,
+                                                   const config::ModelConfig& config,
+                                                   std::shared_ptr<parallel::RankRunner> ranks,
+                                                   Backends backends, int64_t max_rollback,
+                                                   engine::WeightStorage storage, bool place) {
+  RETURN_IF_ERROR(CheckDrafterConfig(dir, config));
   ASSIGN_OR_RETURN(std::vector<double> temperatures,
                    LoadConfidenceTemperatures(dir, config.dspark->block_size));
   ASSIGN_OR_RETURN(std::shared_ptr<const safetensors::Checkpoint> checkpoint,
                    safetensors::Checkpoint::OpenShared(dir));
   std::unique_ptr<Drafter> drafter(
-      new Drafter(config, ranks, max_rollback, std::move(temperatures)));
+      new Drafter(config, ranks, std::move(backends), max_rollback, std::move(temperatures)));
   const int world = ranks->world_size();
   drafter->shards_.resize(world);
-  // Each rank dequantises its own slice in its own thread, as the target's ranks do.
+  // Each rank takes its own slice in its own thread, as the target's ranks do.
   Status st = ranks->RunIndependent([&](int rank) -> Status {
     Shard& shard = drafter->shards_[rank];
     shard.plan = engine::ShardPlan::Make(drafter->dims_, rank, world);
     ASSIGN_OR_RETURN(shard.w, LoadDrafterWeights(checkpoint, config, shard.plan, storage));
+    if (!place) return absl::OkStatus();
+    engine::WeightPlacer placer(drafter->backends_[rank]);
+    AddDrafterWeights(placer, shard.w);
+    RETURN_IF_ERROR(placer.Place());
+    shard.w.checkpoint.reset();  // nothing reads the mapping any more
     return absl::OkStatus();
   });
   if (!st.ok()) {
@@ -46,10 +69,11 @@ StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir,
 }
 
 Drafter::Drafter(const config::ModelConfig& c, std::shared_ptr<parallel::RankRunner> ranks,
-                 int64_t max_rollback, std::vector<double> confidence_temperatures)
+                 Backends backends, int64_t max_rollback,
+                 std::vector<double> confidence_temperatures)
     : dims_(engine::ModelDims::FromConfig(c)),
       ranks_(std::move(ranks)),
-      backends_(engine::backend::MakeCpuBackends(*ranks_)),
+      backends_(std::move(backends)),
       // Stages have no compressor: plain rope_theta without YaRN, like the target's
       // window-only layers (dspark.py builds Attention(n_layers + s) with ratio 0).
       rope_(kc::BuildRopeTable(c.qk_rope_head_dim, c.max_position_embeddings, 0, c.rope_theta,
@@ -92,28 +116,28 @@ void Drafter::AppendContext(DrafterState& state, const float* features, int64_t 
   const engine::ModelDims& d = dims_;
   const DrafterWeights& w = shards_[0].w;
   const engine::RankContext ctx = RankZeroContext();
+  // The target's features come from the host (StepOutput::features).
+  const engine::Floats x(*ctx.backend, std::span<const float>(features, count * w.main_proj.cols));
   engine::Floats main_x = ctx.Floats(count * d.dim);
-  engine::Linear(ctx, features, count, w.main_proj, main_x.data());
+  engine::Linear(ctx, x.data(), count, w.main_proj, main_x.data());
   ctx.ops().RmsNorm(main_x.data(), w.main_norm.data(), count, d.dim, d.norm_eps, main_x.data());
   std::vector<int64_t> host_positions(count);
   for (int64_t i = 0; i < count; ++i) host_positions[i] = state.num_positions() + i;
   const engine::backend::Buffer<int64_t> positions(*ctx.backend,
                                                    std::span<const int64_t>(host_positions));
   const int64_t stages = static_cast<int64_t>(w.stages.size());
-  // The rows go into the state's ring, which is host memory.
-  std::vector<std::vector<float>> kv;
+  // The rows go straight into the state's ring. Of a run longer than the ring only the last
+  // capacity() positions stay, so only they are written (a device writes one address twice in
+  // no set order).
+  const int64_t skip = std::max<int64_t>(0, count - state.capacity());
+  std::vector<void*> rows(count - skip);
   for (int64_t s = 0; s < stages; ++s) {
-    kv.push_back(engine::ProjectLatentKv(d, ctx, w.stages[s].attn, rope_, main_x.data(), count,
-                                         positions.data())
-                     .ToHost());
+    const engine::Floats kv = engine::ProjectLatentKv(d, ctx, w.stages[s].attn, rope_,
+                                                      main_x.data(), count, positions.data());
+    for (int64_t i = skip; i < count; ++i) rows[i - skip] = state.Row(s, state.num_positions() + i);
+    ctx.ops().WriteCacheRows(kv.data() + skip * d.head_dim, count - skip, d.head_dim, rows, {});
   }
-  std::vector<float> rows(stages * d.head_dim);
-  for (int64_t i = 0; i < count; ++i) {
-    for (int64_t s = 0; s < stages; ++s) {
-      std::copy_n(kv[s].data() + i * d.head_dim, d.head_dim, rows.data() + s * d.head_dim);
-    }
-    state.Append(rows.data());
-  }
+  state.Skip(count);
 }
 
 StatusOr<engine::Floats> Drafter::StageAttention(const engine::RankContext& ctx, int64_t stage,
@@ -193,7 +217,8 @@ Status Drafter::RankDraft(const engine::RankContext& rank_ctx, std::span<const D
   engine::Floats yn = ctx.Floats(rows * d.dim);
   ctx.ops().RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, yn.data());
   const engine::Floats base = engine::VocabSliceLogits(ctx, yn.data(), rows, w.head);
-  return MarkovHead(ctx, inputs, batch, base, y, out);
+  RETURN_IF_ERROR(MarkovHead(ctx, inputs, batch, base, y, out));
+  return ctx.backend->Synchronize();
 }
 
 // The sequential stage, slot by slot over all requests: slot k's Markov bias of every request
@@ -240,7 +265,7 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
     }
     RETURN_IF_ERROR(engine::GatherVocab(ctx, vocab, logits.data(), m, out ? &full : nullptr));
     if (out) {
-      const float* conf_e = w.confidence.data() + dims_.dim;
+      const float* conf_e = w.confidence.host().data() + dims_.dim;
       const std::vector<float> e_host = e.ToHost();
       for (int64_t a = 0; a < m; ++a) {
         const int64_t i = active[a];

@@ -30,6 +30,7 @@
 #include "engine/backend/buffer.h"
 #include "engine/dspark/drafter_state.h"
 #include "engine/dspark/drafter_weights.h"
+#include "engine/model/model.h"
 #include "engine/model/model_dims.h"
 #include "engine/model/rank_context.h"
 #include "engine/parallel/rank_runner.h"
@@ -64,6 +65,11 @@ class Drafter {
       const std::string& dir, const config::ModelConfig& config,
       std::shared_ptr<parallel::RankRunner> ranks = nullptr, int64_t max_rollback = 64,
       engine::WeightStorage storage = engine::WeightStorage::kNative);
+  // The drafter of `target`'s checkpoint in `dir`: sharded like it, drafting on its ranks and
+  // devices, its weights stored as the target's and placed where they are (a GPU's memory).
+  static StatusOr<std::unique_ptr<Drafter>> LoadFor(const engine::Model& target,
+                                                    const std::string& dir,
+                                                    int64_t max_rollback = 64);
 
   int64_t block_size() const { return block_size_; }
   int64_t num_feature_layers() const { return num_features_; }
@@ -98,8 +104,16 @@ class Drafter {
     std::vector<int64_t> positions;
   };
 
+  using Backends = std::vector<std::shared_ptr<engine::backend::Backend>>;
   Drafter(const config::ModelConfig& config, std::shared_ptr<parallel::RankRunner> ranks,
-          int64_t max_rollback, std::vector<double> confidence_temperatures);
+          Backends backends, int64_t max_rollback, std::vector<double> confidence_temperatures);
+  // Load and LoadFor: each rank of `ranks` loads its slice, and copies it into its backend's
+  // memory when `place`.
+  static StatusOr<std::unique_ptr<Drafter>> LoadOn(const std::string& dir,
+                                                   const config::ModelConfig& config,
+                                                   std::shared_ptr<parallel::RankRunner> ranks,
+                                                   Backends backends, int64_t max_rollback,
+                                                   engine::WeightStorage storage, bool place);
   // Rank 0's slice and threads, without collectives (AppendContext's replicated work).
   engine::RankContext RankZeroContext() const;
   // One rank's share of a Draft; `out` on rank 0 only.
@@ -117,8 +131,8 @@ class Drafter {
 
   engine::ModelDims dims_;
   std::shared_ptr<parallel::RankRunner> ranks_;
-  std::vector<std::unique_ptr<engine::backend::Backend>> backends_;  // per rank, on ranks_
-  std::vector<Shard> shards_;                                        // per rank
+  Backends backends_;          // per rank, on ranks_
+  std::vector<Shard> shards_;  // per rank
   kernels::cpu::RopeTable rope_;
   int64_t block_size_, noise_token_, num_features_, markov_rank_, max_rollback_;
   std::vector<double> temperatures_;

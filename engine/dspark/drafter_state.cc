@@ -23,8 +23,10 @@ StatusOr<std::unique_ptr<DrafterState>> DrafterState::Create(engine::KvPool& poo
   RETURN_IF_ERROR(state->ring_.Resize(state->ring_rows()));
   // Pages come back with another request's rows: slots not appended yet are shipped and
   // compared as they are (Serialize), so they start as zeros, as a fresh ring always did.
-  for (int64_t r = 0; r < state->ring_rows(); ++r)
-    std::fill_n(state->ring_.Floats(r), row_width, 0.0f);
+  const engine::PagedRows& ring = state->ring_;
+  ring.ForEachPageRun(0, state->ring_rows(), [&](int64_t, char* rows, int64_t n) {
+    pool.ZeroBytes(rows, n * ring.row_bytes());
+  });
   return state;
 }
 
@@ -39,9 +41,10 @@ DrafterState::DrafterState(engine::PageGroup* group, int64_t stages, int64_t win
 
 StatusOr<std::unique_ptr<DrafterState>> DrafterState::Clone(engine::PageHolder holder) const {
   ASSIGN_OR_RETURN(auto copy, Create(*pool_, stages_, window_, max_rollback_, row_width_, holder));
-  for (int64_t r = 0; r < ring_rows(); ++r) {
-    std::copy_n(ring_.Floats(r), row_width_, copy->ring_.Floats(r));
-  }
+  // Both rings start at row 0 of fresh pages of one group: their page runs coincide.
+  ring_.ForEachPageRun(0, ring_rows(), [&](int64_t r, const char* rows, int64_t n) {
+    pool_->CopyBytes(copy->ring_.Row(r), rows, n * ring_.row_bytes());
+  });
   copy->num_positions_ = num_positions_;
   return copy;
 }
@@ -49,12 +52,18 @@ StatusOr<std::unique_ptr<DrafterState>> DrafterState::Clone(engine::PageHolder h
 void DrafterState::Append(const float* rows) {
   const int64_t slot = num_positions_ % capacity();
   for (int64_t stage = 0; stage < stages_; ++stage) {
-    std::copy_n(rows + stage * row_width_, row_width_, ring_.Floats(slot * stages_ + stage));
+    pool_->WriteBytes(ring_.Row(slot * stages_ + stage), rows + stage * row_width_,
+                      row_width_ * sizeof(float));
   }
   ++num_positions_;
 }
 
 const float* DrafterState::Row(int64_t stage, int64_t position) const {
+  const int64_t slot = position % capacity();
+  return ring_.Floats(slot * stages_ + stage);
+}
+
+float* DrafterState::Row(int64_t stage, int64_t position) {
   const int64_t slot = position % capacity();
   return ring_.Floats(slot * stages_ + stage);
 }
@@ -86,9 +95,9 @@ std::string DrafterState::Serialize() const {
   const size_t row_bytes = row_width_ * sizeof(float);
   std::string out(SerializedBytes(stages_, window_, max_rollback_, row_width_), '\0');
   std::memcpy(out.data(), header, sizeof(header));
-  for (int64_t r = 0; r < ring_rows(); ++r) {
-    std::memcpy(out.data() + sizeof(header) + r * row_bytes, ring_.Row(r), row_bytes);
-  }
+  ring_.ForEachPageRun(0, ring_rows(), [&](int64_t r, const char* rows, int64_t n) {
+    pool_->ReadBytes(out.data() + sizeof(header) + r * row_bytes, rows, n * row_bytes);
+  });
   return out;
 }
 
@@ -104,9 +113,9 @@ Status DrafterState::Restore(std::string_view bytes) {
     return absl::InvalidArgumentError("drafter state: layout does not match this drafter");
   }
   num_positions_ = header[4];
-  for (int64_t r = 0; r < ring_rows(); ++r) {
-    std::memcpy(ring_.Row(r), bytes.data() + sizeof(header) + r * row_bytes, row_bytes);
-  }
+  ring_.ForEachPageRun(0, ring_rows(), [&](int64_t r, char* rows, int64_t n) {
+    pool_->WriteBytes(rows, bytes.data() + sizeof(header) + r * row_bytes, n * row_bytes);
+  });
   return absl::OkStatus();
 }
 

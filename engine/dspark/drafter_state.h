@@ -30,14 +30,17 @@ class DrafterState {
   int64_t window() const { return window_; }
   int64_t max_rollback() const { return max_rollback_; }
   int64_t capacity() const { return window_ + max_rollback_; }
-  // rows: [stages, row_width] for position num_positions().
+  // rows: [stages, row_width] for position num_positions(), from the host.
   void Append(const float* rows);
   // Advances past `count` positions without rows. Their slots keep stale rows, so the caller
   // must Append capacity() positions before anything reads the ring (then every slot is fresh
   // and the ring equals one that appended every position); see serving::PendingContext.
   void Skip(int64_t count) { num_positions_ += count; }
-  // Context row of `stage` at `position` (must be one of the last capacity() positions).
+  // Context row of `stage` at `position` (one of the last capacity() positions, or of the next
+  // ones, which the drafter writes through its backend before it Skips past them), in the
+  // pool's memory (a GPU's when the model runs on one).
   const float* Row(int64_t stage, int64_t position) const;
+  float* Row(int64_t stage, int64_t position);
   // Keeps positions < `position`; fails if that needs rows the ring has already overwritten.
   Status Truncate(int64_t position);
   std::string Serialize() const;

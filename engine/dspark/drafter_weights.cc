@@ -78,4 +78,17 @@ StatusOr<DrafterWeights> LoadDrafterWeights(
   return w;
 }
 
+void AddDrafterWeights(engine::WeightPlacer& placer, DrafterWeights& w) {
+  for (engine::BlockWeights& stage : w.stages) placer.Add(stage);
+  placer.Add(w.main_proj);
+  placer.Add(w.main_norm);
+  placer.Add(w.norm);
+  placer.Add(w.hc_head);
+  placer.Add(w.markov_w1);
+  placer.Add(w.markov_w2);
+  placer.Add(w.confidence);
+  placer.Add(w.embed);
+  placer.Add(w.head);
+}
+
 }  // namespace pdspark::dspark

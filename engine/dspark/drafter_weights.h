@@ -16,6 +16,7 @@
 #include "common/base/status.h"
 #include "common/config/model_config.h"
 #include "engine/model/shard_plan.h"
+#include "engine/model/weight_placement.h"
 #include "engine/model/weights.h"
 
 namespace pdspark::dspark {
@@ -29,12 +30,12 @@ struct DrafterWeights {
   // [dim, n_target_layers * dim] and [dim]: the context rows. TP: rank 0 only (it alone writes
   // the replicated context rings); empty on the other ranks.
   engine::Matrix main_proj;
-  std::vector<float> main_norm;
-  std::vector<float> norm;                 // [dim], last stage, before the shared head
+  engine::WeightArray<float> main_norm;
+  engine::WeightArray<float> norm;         // [dim], last stage, before the shared head
   engine::HyperConnectionWeights hc_head;  // last stage's hc_head_{fn,base,scale}
   engine::Matrix markov_w1;                // [vocab, rank]: embedding of the previous token
   engine::Matrix markov_w2;                // [vocab, rank]: bias = w2 . w1[prev] (TP: plan.vocab)
-  std::vector<float> confidence;           // [dim + rank], no bias (TP: rank 0 only)
+  engine::WeightArray<float> confidence;   // [dim + rank], no bias (TP: rank 0 only)
   engine::Matrix embed;                    // shared with the target [vocab, dim]
   engine::Matrix head;                     // shared with the target [vocab, dim] (TP: plan.vocab)
 };
@@ -50,6 +51,8 @@ StatusOr<DrafterWeights> LoadDrafterWeights(
 StatusOr<DrafterWeights> LoadDrafterWeights(
     std::shared_ptr<const safetensors::Checkpoint> checkpoint, const config::ModelConfig& config,
     const engine::ShardPlan& plan, engine::WeightStorage storage = engine::WeightStorage::kNative);
+// Adds every weight of `w` to `placer` (to copy them into a GPU's memory).
+void AddDrafterWeights(engine::WeightPlacer& placer, DrafterWeights& w);
 // The config checks of the above, without reading tensors.
 Status CheckDrafterConfig(const std::string& dir, const config::ModelConfig& config);
 

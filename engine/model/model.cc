@@ -6,10 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/safetensors/safetensors.h"
-#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/make_backends.h"
 #include "engine/model/batch.h"
 #include "engine/model/layers.h"
 #include "engine/model/vocab_parallel.h"
+#include "engine/model/weight_placement.h"
 #include "engine/parallel/rank_runner.h"
 
 namespace pdspark::engine {
@@ -75,7 +76,12 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Model
   }
   ASSIGN_OR_RETURN(config::ModelConfig config, config::LoadModelConfig(dir));
   std::unique_ptr<Model> model(new Model(std::move(config), options));
+  ASSIGN_OR_RETURN(auto backends, backend::MakeBackends(options.device, *model->runner_));
+  for (auto& b : backends) model->backends_.push_back(std::move(b));
   RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress, options.weights));
+  if (options.device != backend::Device::kCpu || options.place_weights) {
+    RETURN_IF_ERROR(model->PlaceWeights());
+  }
   RETURN_IF_ERROR(model->AllocateKvPool(options));
   return model;
 }
@@ -101,7 +107,6 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
   // The ranks are threads too: each gets its share of the cores for its kernels.
   const int threads = options.threads > 0 ? options.threads : kc::AvailableCores();
   runner_ = parallel::RankRunner::Create(world, std::max(1, threads / world)).value();
-  backends_ = backend::MakeCpuBackends(*runner_);
 }
 
 Model::~Model() {
@@ -129,6 +134,11 @@ Status Model::AllocateKvPool(const ModelOptions& options) {
                      backend::DeviceName(device.device()), "): lower --kv-cache-memory-bytes"));
   }
   kv_pool_ = std::make_unique<KvPool>(kv_memory_, page, pages);
+  // The host reaches a device's arena through its copies (as placed weights are).
+  if (device.device() != backend::Device::kCpu || weights_placed_) {
+    kv_pool_->SetMemoryOps(&device.ops());
+    kv_pool_->EnableHostMirror();
+  }
   LOG_INFO("kv pool pages={} page_bytes={} bytes={}", pages, page, pages * page);
   return absl::OkStatus();
 }
@@ -148,6 +158,16 @@ Status Model::LoadRanks(const std::string& dir, bool show_progress, WeightStorag
     return absl::OkStatus();
   };
   return runner_->RunIndependent(load);
+}
+
+Status Model::PlaceWeights() {
+  RETURN_IF_ERROR(runner_->RunIndependent([&](int rank) -> Status {
+    WeightPlacer placer(backends_[rank]);
+    placer.Add(ranks_[rank].weights);
+    return placer.Place();
+  }));
+  weights_placed_ = true;
+  return absl::OkStatus();
 }
 
 std::unique_ptr<SequenceState> Model::NewSequence() {
@@ -258,8 +278,10 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
   if (ctx.writes_cache) {
     for (const BatchSequence& seq : batch.sequences) seq.state->CommitTokens(seq.count);
   }
-  if (options.logits == LogitsMode::kNone) return absl::OkStatus();
-  return Head(ctx, batch, options.logits, streams, out);
+  if (options.logits != LogitsMode::kNone) {
+    RETURN_IF_ERROR(Head(ctx, batch, options.logits, streams, out));
+  }
+  return ctx.backend->Synchronize();
 }
 
 Status Model::RunBlock(const RankContext& ctx, int64_t layer, const BatchLayout& batch,

@@ -66,6 +66,12 @@ struct ModelOptions {
   // side-by-side benchmarks; the same results).
   WeightStorage weights = WeightStorage::kNative;
   SharedExpertMode shared_expert = SharedExpertMode::kSplit;
+  // The device the ranks compute on (--device): rank r on GPU r with kCuda.
+  backend::Device device = backend::Device::kCpu;
+  // Copy the weights into the backend's memory even where the backend could read the
+  // checkpoint's mapping in place (the CPU), and reach the KV pool through the backend's copies:
+  // what a GPU needs, checked on the CPU by tests.
+  bool place_weights = false;
   // Every rank also computes the replicated cache projections and compares them bitwise with
   // rank 0's; Step then fails (after running) if one differs. A check for tests, not for serving.
   bool check_replicas = false;
@@ -133,6 +139,11 @@ class Model {
   const std::shared_ptr<parallel::RankRunner>& rank_runner() const { return runner_; }
   // Rank `rank`'s device.
   backend::Backend& backend(int rank) const { return *backends_[rank]; }
+  // Every rank's device (the DSpark drafter computes on the target's).
+  const std::vector<std::shared_ptr<backend::Backend>>& backends() const { return backends_; }
+  // Whether the weights were copied into the backends' memory (a GPU's, or ModelOptions::
+  // place_weights).
+  bool weights_placed() const { return weights_placed_; }
 
  private:
   struct Rank {
@@ -142,6 +153,8 @@ class Model {
 
   Model(config::ModelConfig config, const ModelOptions& options);
   Status LoadRanks(const std::string& dir, bool show_progress, WeightStorage storage);
+  // Copies every rank's weights into its backend's memory.
+  Status PlaceWeights();
   Status AllocateKvPool(const ModelOptions& options);
   Status Validate(std::span<const StepInput> inputs) const;
   RankContext Context(int rank, Status* replica_mismatch) const;
@@ -166,7 +179,9 @@ class Model {
   // The rank threads and their group; a rank failing mid-step breaks it, and every later Step
   // returns that error.
   std::shared_ptr<parallel::RankRunner> runner_;
-  std::vector<std::unique_ptr<backend::Backend>> backends_;  // per rank
+  // Per rank; shared with the weights placed in their memory, which return it last.
+  std::vector<std::shared_ptr<backend::Backend>> backends_;
+  bool weights_placed_ = false;
   // The pool's arena, from rank 0's backend (the ranks share the sequence states on the CPU);
   // freed after the pool in ~Model.
   void* kv_memory_ = nullptr;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,34 @@ struct Matrix : kernels::WeightMatrix {
   static Matrix FromFloats(int64_t rows, int64_t cols, std::vector<float> values);
 };
 
+// A small weight vector or table (norm weights, sinks, biases, hyper-connection parameters, the
+// hash-routing table): its values on the host, and where the rank's backend reads them: the
+// same host values, or a copy in device memory once the weights are placed there
+// (weight_placement.h). Kernels take data(); host code reads host().
+template <typename T>
+class WeightArray {
+ public:
+  WeightArray() = default;
+  WeightArray(std::vector<T> values) : values_(std::move(values)) {}  // NOLINT: implicit
+  WeightArray(std::initializer_list<T> values) : values_(values) {}
+
+  // Where the backend reads the values.
+  const T* data() const { return device_ != nullptr ? device_ : values_.data(); }
+  const std::vector<T>& host() const { return values_; }
+  size_t size() const { return values_.size(); }
+  bool empty() const { return values_.empty(); }
+  // The backend reads a copy at `device` from now on; `memory` keeps it alive.
+  void PlaceAt(const T* device, std::shared_ptr<const void> memory) {
+    device_ = device;
+    memory_ = std::move(memory);
+  }
+
+ private:
+  std::vector<T> values_;
+  const T* device_ = nullptr;
+  std::shared_ptr<const void> memory_;
+};
+
 // How matrices are held: views of the checkpoint (default), or fp32 copies.
 enum class WeightStorage { kNative, kFp32 };
 StatusOr<WeightStorage> ParseWeightStorage(const std::string& name);  // "native" | "fp32"
@@ -44,8 +73,8 @@ const char* WeightStorageName(WeightStorage storage);
 
 struct HyperConnectionWeights {
   Matrix fn;                 // [(2+hc)*hc or hc, hc*dim]
-  std::vector<float> base;   // [(2+hc)*hc or hc]
-  std::vector<float> scale;  // [3] or [1]
+  WeightArray<float> base;   // [(2+hc)*hc or hc]
+  WeightArray<float> scale;  // [3] or [1]
 };
 
 // Gated-pooling compressor of one CSA/HCA layer (or of its indexer).
@@ -55,8 +84,8 @@ struct CompressorWeights {
   bool overlap = false;     // ratio 4: pooling over 2 groups, channels split in halves
   Matrix wkv;               // [c*head_dim, dim]
   Matrix wgate;             // [c*head_dim, dim]
-  std::vector<float> ape;   // [ratio, c*head_dim]
-  std::vector<float> norm;  // [head_dim]
+  WeightArray<float> ape;   // [ratio, c*head_dim]
+  WeightArray<float> norm;  // [head_dim]
 };
 
 struct IndexerWeights {
@@ -66,12 +95,12 @@ struct IndexerWeights {
 };
 
 struct AttentionWeights {
-  std::vector<float> attn_sink;  // [heads]                        (TP: plan.heads)
+  WeightArray<float> attn_sink;  // [heads]                        (TP: plan.heads)
   Matrix wq_a;                   // [q_lora, dim]
-  std::vector<float> q_norm;     // [q_lora]
+  WeightArray<float> q_norm;     // [q_lora]
   Matrix wq_b;                   // [heads*head_dim, q_lora]       (TP: rows of plan.heads)
   Matrix wkv;                    // [head_dim, dim]
-  std::vector<float> kv_norm;    // [head_dim]
+  WeightArray<float> kv_norm;    // [head_dim]
   // Per output-projection unit, [o_lora, unit_heads*head_dim]: the rows of its group and the
   // columns of its heads in the checkpoint's [groups*o_lora, heads*head_dim/groups].
   //                                                               (TP: plan.units)
@@ -89,8 +118,8 @@ struct ExpertWeights {
 
 struct MoeWeights {
   Matrix gate;                         // [experts, dim]
-  std::vector<float> gate_bias;        // [experts], score layers only
-  std::vector<int32_t> tid2eid;        // [vocab, top_k], hash layers only
+  WeightArray<float> gate_bias;        // [experts], score layers only
+  WeightArray<int32_t> tid2eid;        // [vocab, top_k], hash layers only
   std::vector<ExpertWeights> experts;  // (TP: plan.experts, the first being expert first_expert)
   int64_t first_expert = 0;
   // inter = moe_inter                 (TP: the intermediate rows/columns of plan.shared_chunks)
@@ -102,8 +131,8 @@ struct BlockWeights {
   bool hash_gate = false;
   HyperConnectionWeights hc_attn;
   HyperConnectionWeights hc_ffn;
-  std::vector<float> attn_norm;
-  std::vector<float> ffn_norm;
+  WeightArray<float> attn_norm;
+  WeightArray<float> ffn_norm;
   AttentionWeights attn;
   MoeWeights ffn;
 };
@@ -113,7 +142,7 @@ struct ModelWeights {
   std::shared_ptr<const safetensors::Checkpoint> checkpoint;
   Matrix embed;  // [vocab, dim]
   Matrix head;   // [vocab, dim]  (TP: rows of plan.vocab)
-  std::vector<float> norm;
+  WeightArray<float> norm;
   HyperConnectionWeights hc_head;
   std::vector<BlockWeights> layers;
   int64_t total_parameters = 0;  // of the whole model, whatever the slice

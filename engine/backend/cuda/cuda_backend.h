@@ -33,8 +33,7 @@ class CudaBackend : public Backend {
 
   int device_index() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  // Waits for the queued work; the first failure of any of it.
-  Status Synchronize() { return ops_->Synchronize(); }
+  Status Synchronize() override { return ops_->Synchronize(); }
 
  private:
   CudaBackend(int device, cudaStream_t stream, parallel::Communicator* comm);

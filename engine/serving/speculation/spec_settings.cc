@@ -33,10 +33,8 @@ Status ApplySpecSettings(const std::string& method, const std::string& tokens,
         absl::StrCat("--spec-tokens ", tokens, ": expected a non-negative integer or auto"));
   }
   if (!automatic && n == 0) return absl::OkStatus();  // speculation explicitly off
-  // Sharded like the target, on its ranks.
-  ASSIGN_OR_RETURN(auto drafter,
-                   dspark::Drafter::Load(model_dir, model.config(), model.rank_runner(),
-                                         /*max_rollback=*/64, model.weight_storage()));
+  // Sharded like the target, on its ranks and devices.
+  ASSIGN_OR_RETURN(auto drafter, dspark::Drafter::LoadFor(model, model_dir));
   if (n > drafter->block_size()) {
     return absl::InvalidArgumentError(absl::StrCat("--spec-tokens ", n, " exceeds the drafter's ",
                                                    "dspark_block_size ", drafter->block_size()));

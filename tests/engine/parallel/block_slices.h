@@ -36,8 +36,9 @@ inline void ExpectBlockIsSlice(const ModelDims& d, const ShardPlan& p, const Blo
   EXPECT_EQ(Values(b.attn.wq_b),
             RowsOf(w.attn.wq_b, p.heads.begin * d.head_dim, p.heads.end * d.head_dim))
       << where;
-  EXPECT_EQ(b.attn.attn_sink, std::vector<float>(w.attn.attn_sink.begin() + p.heads.begin,
-                                                 w.attn.attn_sink.begin() + p.heads.end))
+  EXPECT_EQ(b.attn.attn_sink.host(),
+            std::vector<float>(w.attn.attn_sink.host().begin() + p.heads.begin,
+                               w.attn.attn_sink.host().begin() + p.heads.end))
       << where;
   ASSERT_EQ(b.ffn.experts.size(), static_cast<size_t>(p.experts.size())) << where;
   EXPECT_EQ(b.ffn.first_expert, p.experts.begin);

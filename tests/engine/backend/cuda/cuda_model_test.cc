@@ -1,0 +1,130 @@
+// The whole model and the DSpark drafter on the CUDA backend (--device cuda) against the same
+// on the CPU: the golden tiny checkpoint's logits over a prefill and decode steps, a KV state
+// serialised from device memory and restored into it, and the drafter's greedy drafts. The
+// kernels keep the CPU's operation order, so only the device's exp/log1p may move a bit; the
+// bound is the golden conformance tolerance (1e-4 of the logit scale), and every greedy token
+// must agree. Without a device only the refusal runs.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/dspark/drafter.h"
+#include "engine/model/model.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/cuda_device.h"
+
+namespace pdspark::engine {
+namespace {
+
+const std::string kGoldenDir = std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a";
+const std::string kDsparkDir = std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-dspark";
+
+std::unique_ptr<Model> Load(const std::string& dir, backend::Device device) {
+  ModelOptions options;
+  options.show_progress = false;
+  options.device = device;
+  options.kv_cache_memory_bytes = int64_t{256} << 20;
+  auto model = Model::Load(dir, options);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+std::vector<int32_t> Prompt(size_t n) {
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(7 * i % 4000 + 3);
+  return ids;
+}
+
+// Logits [rows, vocab] of a 40-token prefill and 6 decode steps; the decode steps run on a
+// sequence serialised after the prefill and restored into a fresh one.
+std::vector<float> PrefillAndDecode(Model& model) {
+  const std::vector<int32_t> prompt = Prompt(40);
+  auto seq = model.NewSequence();
+  StepInput in{seq.get(), prompt};
+  std::vector<float> all = model.Step({&in, 1}).value().logits;
+  auto restored = model.NewSequence();
+  EXPECT_TRUE(restored->Restore(seq->Serialize()).ok());
+  for (int32_t t = 0; t < 6; ++t) {
+    const int32_t token = 100 + t;
+    StepInput next{restored.get(), std::span<const int32_t>(&token, 1)};
+    const std::vector<float> logits = model.Step({&next, 1}).value().logits;
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+TEST(CudaModelTest, LoadingOnCudaWorksOrSaysWhyNot) {
+  ModelOptions options;
+  options.show_progress = false;
+  options.device = backend::Device::kCuda;
+  options.kv_cache_memory_bytes = int64_t{64} << 20;
+  auto model = Model::Load(kGoldenDir, options);
+  if (cuda::DeviceCount() == 0) {
+    ASSERT_FALSE(model.ok());
+    EXPECT_NE(model.status().message().find("CUDA"), std::string::npos) << model.status();
+  } else {
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ((*model)->backend(0).device(), backend::Device::kCuda);
+    EXPECT_TRUE((*model)->weights_placed());
+  }
+}
+
+TEST(CudaModelTest, GoldenLogitsAgreeWithTheCpu) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::vector<float> cpu = PrefillAndDecode(*Load(kGoldenDir, backend::Device::kCpu));
+  const std::vector<float> gpu = PrefillAndDecode(*Load(kGoldenDir, backend::Device::kCuda));
+  ASSERT_EQ(gpu.size(), cpu.size());
+  const int64_t vocab = Load(kGoldenDir, backend::Device::kCpu)->config().vocab_size;
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    scale = std::max(scale, std::abs(static_cast<double>(cpu[i])));
+    worst = std::max(worst, std::abs(static_cast<double>(gpu[i]) - cpu[i]));
+  }
+  std::printf("max |gpu - cpu| / max |cpu| = %.3g over %zu logits\n", worst / scale, cpu.size());
+  EXPECT_LE(worst / scale, 1e-4);
+  for (size_t row = 0; row * vocab < cpu.size(); ++row) {
+    const auto argmax = [&](const std::vector<float>& v) {
+      return std::max_element(v.begin() + row * vocab, v.begin() + (row + 1) * vocab) - v.begin();
+    };
+    EXPECT_EQ(argmax(gpu), argmax(cpu)) << "row " << row;
+  }
+}
+
+// Greedy drafts at a few anchors after a prompt longer than the drafter's ring.
+std::vector<int32_t> Drafts(Model& model) {
+  auto drafter = dspark::Drafter::LoadFor(model, kDsparkDir).value();
+  const std::vector<int32_t> ids = Prompt(120);
+  auto seq = model.NewSequence();
+  StepInput input{seq.get(), ids};
+  StepOptions so;
+  so.features = true;
+  so.logits = LogitsMode::kNone;
+  const StepOutput out = model.Step({&input, 1}, so).value();
+  const int64_t width = drafter->num_feature_layers() * model.config().hidden_size;
+  auto state = drafter->NewState(model.kv_pool()).value();
+  const int64_t first = static_cast<int64_t>(ids.size()) - 4;
+  drafter->AppendContext(*state, out.features.data(), first);
+  std::vector<int32_t> tokens;
+  for (int64_t p = first; p < static_cast<int64_t>(ids.size()); ++p) {
+    dspark::DraftInput d{
+        state.get(), ids[p], drafter->block_size(), [](int64_t, std::span<float> logits) {
+          return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                      logits.begin());
+        }};
+    const dspark::DraftOutput o = drafter->Draft({&d, 1})[0];
+    tokens.insert(tokens.end(), o.tokens.begin(), o.tokens.end());
+    drafter->AppendContext(*state, out.features.data() + p * width, 1);
+  }
+  return tokens;
+}
+
+TEST(CudaModelTest, DsparkDraftsAgreeWithTheCpu) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::vector<int32_t> cpu = Drafts(*Load(kDsparkDir, backend::Device::kCpu));
+  EXPECT_FALSE(cpu.empty());
+  EXPECT_EQ(Drafts(*Load(kDsparkDir, backend::Device::kCuda)), cpu);
+}
+
+}  // namespace
+}  // namespace pdspark::engine
