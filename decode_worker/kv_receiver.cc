@@ -317,21 +317,26 @@ Status KvReceiver::Verify(const Reservation& reservation, dspark::DrafterState* 
           "layer ", staged.layer, " ", spec.name, ": rows [", segment.first_row, ", +",
           segment.rows, ") are not the reserved [", staged.first_row, ", ", staged.end_row, ")"));
     }
-    // The rows are where they will be used: check them there, a page's rows at a time.
+    // The rows are where the transfer wrote them (the pages, or a device pool's host mirror of
+    // them): check them there, a page's rows at a time.
     const engine::PagedRows& rows = reservation.sequence->GroupAt(staged.layer, staged.group);
     transport::StreamChecksum checksum;
-    for (int64_t r = staged.first_row; r < staged.end_row;) {
-      const int64_t n =
-          std::min(staged.end_row - r, rows.rows_per_page() - r % rows.rows_per_page());
-      checksum.Update(rows.Row(r), static_cast<size_t>(n * staged.row_bytes));
-      r += n;
-    }
+    rows.ForEachPageRun(staged.first_row, staged.end_row, [&](int64_t, const char* at, int64_t n) {
+      checksum.Update(rows.pool().TransferAddress(at), static_cast<size_t>(n * staged.row_bytes));
+    });
     if (checksum.Digest() != segment.checksum) {
       return absl::DataLossError(absl::StrCat("layer ", staged.layer, " ", spec.name,
                                               " failed its checksum (incomplete or torn "
                                               "transfer)"));
     }
     *bytes += segment.rows * staged.row_bytes;
+  }
+  // All verified: a device pool's rows go on from its host mirror into the pages.
+  for (const engine::StagedGroup& staged : layout.groups) {
+    const engine::PagedRows& rows = reservation.sequence->GroupAt(staged.layer, staged.group);
+    rows.ForEachPageRun(staged.first_row, staged.end_row, [&](int64_t, char* at, int64_t n) {
+      rows.pool().LandTransfer(at, static_cast<size_t>(n * staged.row_bytes));
+    });
   }
   // What the prefill worker counts as sent: the rows and the completion record (drafter ring,
   // segment reports) it wrote.

@@ -13,6 +13,7 @@
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_process.h"
 #include "decode_worker/decode_service.h"
+#include "engine/backend/make_backends.h"
 #include "engine/cache/staging_layout.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/speculation/spec_settings.h"
@@ -55,6 +56,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   model_options.tensor_parallel_size = f.common.tensor_parallel_size;
   model_options.threads = f.common.threads;
   model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
+  model_options.device = engine::backend::ParseDevice(f.common.device).value();  // flag-checked
   auto model = engine::Model::Load(f.common.model, model_options);
   if (!model.ok()) {
     LOG_ERROR("cannot load model: {}", model.status().ToString());
@@ -108,13 +110,12 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
     staging.lease_cache = [&engine](const v1::ReserveRequest& r) {
       return engine.ReserveCache(r.prompt_tokens(), r.max_tokens());
     };
-    // Transfers write rows straight into the engine's KV pool.
+    // Transfers write rows straight into the engine's KV pool, or a GPU pool's host mirror
+    // (engine/cache/kv_pool.h): host memory either way.
     engine::KvPool& pool = engine.model().kv_pool();
-    const auto kind = engine.model().backend(0).device() == engine::backend::Device::kCuda
-                          ? transport::MemoryKind::kCuda
-                          : transport::MemoryKind::kHost;
     auto pool_region =
-        agent->RegisterMemory(pool.base(), static_cast<size_t>(pool.capacity_bytes()), kind);
+        agent->RegisterMemory(pool.transfer_base(), static_cast<size_t>(pool.capacity_bytes()),
+                              transport::MemoryKind::kHost);
     if (!pool_region.ok()) {
       LOG_ERROR("registering the KV pool for transfers: {}", pool_region.status().ToString());
       return 1;

@@ -12,6 +12,7 @@
 #include "common/worker/shutdown_signal.h"
 #include "common/worker/worker_flags.h"
 #include "common/worker/worker_process.h"
+#include "engine/backend/make_backends.h"
 #include "engine/cache/staging_layout.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/speculation/spec_settings.h"
@@ -47,6 +48,7 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   model_options.tensor_parallel_size = f.common.tensor_parallel_size;
   model_options.threads = f.common.threads;
   model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
+  model_options.device = engine::backend::ParseDevice(f.common.device).value();  // flag-checked
   auto model = engine::Model::Load(f.common.model, model_options);
   if (!model.ok()) {
     LOG_ERROR("cannot load model: {}", model.status().ToString());

@@ -66,9 +66,10 @@ Status StateStreamer::QueueNewRows(const engine::SequenceState& state, size_t in
     const int64_t n = std::min({size - r, src_rows - r % src_rows, dst_rows - r % dst_rows});
     const uint64_t bytes = static_cast<uint64_t>(n * staged.row_bytes);
     const uint64_t page = static_cast<uint64_t>(pages[r / dst_rows - first_page]);
-    segment.checksum.Update(rows.Row(r), bytes);
-    ops.push_back(
-        {rows.Row(r), bytes, page * target_.page_bytes + (r % dst_rows) * staged.row_bytes});
+    // A device's rows are staged in the pool's host mirror first (UCX moves host memory).
+    const char* source = rows.pool().StageForTransfer(rows.Row(r), bytes);
+    segment.checksum.Update(source, bytes);
+    ops.push_back({source, bytes, page * target_.page_bytes + (r % dst_rows) * staged.row_bytes});
     r += n;
   }
   segment.sent_end = size;

@@ -18,6 +18,11 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
                  "may run on)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--device", f.device,
+                 "cpu, or cuda: the model on GPU 0, its KV pool in GPU memory (transfers staged "
+                 "through a host mirror of it)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("--weights", f.weights,
                  "native: weights used in the checkpoint's formats; fp32: dequantised copies "
                  "(about 4x the memory, for comparisons)")

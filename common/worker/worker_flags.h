@@ -17,6 +17,7 @@ struct WorkerFlags {
   int tensor_parallel_size = 1;
   int threads = 0;                 // compute threads of the model; 0 = every core allowed
   std::string weights = "native";  // native | fp32 (dequantised copies, for comparisons)
+  std::string device = "cpu";      // cpu | cuda (one GPU for now)
   int block_size = 256;
   int max_num_seqs = 64;
   int max_model_len = 0;

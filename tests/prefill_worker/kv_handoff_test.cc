@@ -3,6 +3,8 @@
 // in-process agent and real UCX (tcp, shared memory); the decode engine continues from it. The
 // restored state must be the colocated one bit for bit (even with a different block size on
 // each side), the tokens and DSpark counters the colocated ones, and bad deliveries refused.
+// The "+mirror" variants run engines whose KV pools are reached through their backend's copies,
+// as a GPU's are (ModelOptions::place_weights): the rows travel through the pools' host mirrors.
 #include <functional>
 #include <memory>
 #include <span>
@@ -31,9 +33,10 @@ const std::string kModel = std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-
 // Prefill and decode engines as the workers build them; every engine chunks prompts the same
 // way (128 tokens per step), so the colocated reference computes exactly the same rows.
 std::unique_ptr<serving::ServingEngine> Engine(int64_t block_rows, const std::string& spec_tokens,
-                                               bool prefix_caching = false) {
+                                               bool prefix_caching = false, bool mirror = false) {
   engine::ModelOptions mo;
   mo.show_progress = false;
+  mo.place_weights = mirror;
   mo.cache_block_rows = block_rows;
   auto model = engine::Model::Load(kModel, mo).value();
   serving::ServingOptions options;
@@ -74,7 +77,11 @@ serving::RequestEvent RunToEnd(serving::ServingEngine& engine, RequestSpec spec)
   return last;
 }
 
-std::unique_ptr<transport::TransferAgent> Agent(const std::string& transport) {
+// A test parameter: the transport, and "+mirror" for pools behind their backend's copies.
+bool Mirrored(const std::string& param) { return param.ends_with("+mirror"); }
+
+std::unique_ptr<transport::TransferAgent> Agent(std::string transport) {
+  if (Mirrored(transport)) transport.resize(transport.size() - std::string("+mirror").size());
   if (transport == "inprocess") return std::make_unique<transport::InProcessAgent>();
   return transport::UcxAgent::Create({transport, ""}).value();
 }
@@ -82,18 +89,32 @@ std::unique_ptr<transport::TransferAgent> Agent(const std::string& transport) {
 // One prefill worker side and one decode worker side, each with its own agent.
 class KvHandoffTest : public ::testing::TestWithParam<std::string> {
  protected:
+  struct Engines {
+    serving::ServingEngine* prefill = nullptr;
+    serving::ServingEngine* decode = nullptr;
+    serving::ServingEngine* colocated = nullptr;
+  };
   static void SetUpTestSuite() {
-    prefill_ = Engine(256, "1").release();  // drafter only for the ring it ships
-    decode_ = Engine(16, "3").release();
-    colocated_ = Engine(16, "3").release();
+    for (bool mirror : {false, true}) {
+      Engines& e = engines_[mirror];
+      e.prefill = Engine(256, "1", false, mirror).release();  // drafter only for its ring
+      e.decode = Engine(16, "3", false, mirror).release();
+      e.colocated = Engine(16, "3", false, mirror).release();
+    }
   }
   static void TearDownTestSuite() {
-    delete prefill_;
-    delete decode_;
-    delete colocated_;
+    for (Engines& e : engines_) {
+      delete e.prefill;
+      delete e.decode;
+      delete e.colocated;
+    }
   }
 
   void SetUp() override {
+    mirror_ = Mirrored(GetParam());
+    prefill_ = engines_[mirror_].prefill;
+    decode_ = engines_[mirror_].decode;
+    colocated_ = engines_[mirror_].colocated;
     prefill_agent_ = Agent(GetParam());
     decode_agent_ = Agent(GetParam());
     metrics_ = std::make_unique<worker::KvTransferMetrics>(registry_, GetParam());
@@ -112,12 +133,15 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     options.lease_cache = [engine](const v1::ReserveRequest& r) {
       return engine->ReserveCache(r.prompt_tokens(), r.max_tokens());
     };
-    // The rows land in the decode engine's pool, registered as the decode worker does.
+    // The rows land in the decode engine's pool (or its host mirror), registered as the decode
+    // worker does.
     engine::KvPool& pool = engine->model().kv_pool();
-    pool_region_ = decode_agent_
-                       ->RegisterMemory(pool.base(), static_cast<size_t>(pool.capacity_bytes()),
-                                        transport::MemoryKind::kHost)
-                       .value();
+    EXPECT_EQ(pool.on_host(), !mirror_);
+    pool_region_ =
+        decode_agent_
+            ->RegisterMemory(pool.transfer_base(), static_cast<size_t>(pool.capacity_bytes()),
+                             transport::MemoryKind::kHost)
+            .value();
     options.pool_region = pool_region_.remote;
     options.page_bytes = pool.page_bytes();
     options.new_sequence = [engine] { return engine->NewSequence(); };
@@ -216,9 +240,12 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
     return receiver_->Take(reserved.reservation_id(), engine->NewDrafterState().value());
   }
 
+  static Engines engines_[2];  // pools on the host, pools behind their backend's copies
+  // The test's engines (of engines_[mirror_]).
   static serving::ServingEngine* prefill_;
   static serving::ServingEngine* decode_;
   static serving::ServingEngine* colocated_;
+  bool mirror_ = false;
   prometheus::Registry registry_;
   std::unique_ptr<worker::KvTransferMetrics> metrics_;
   std::unique_ptr<transport::TransferAgent> prefill_agent_, decode_agent_;
@@ -226,6 +253,7 @@ class KvHandoffTest : public ::testing::TestWithParam<std::string> {
   transport::LocalRegion pool_region_;
 };
 
+KvHandoffTest::Engines KvHandoffTest::engines_[2];
 serving::ServingEngine* KvHandoffTest::prefill_ = nullptr;
 serving::ServingEngine* KvHandoffTest::decode_ = nullptr;
 serving::ServingEngine* KvHandoffTest::colocated_ = nullptr;
@@ -268,7 +296,7 @@ TEST_P(KvHandoffTest, WholeStateModeShipsTheSameBytes) {
   const auto prompt = Prompt(300);
   // After the prompt the prefill side holds only the rows its own blocks kept: the whole-state
   // mode needs the decode worker's block size (layer-wise streaming does not).
-  auto equal_blocks = Engine(16, "1");
+  auto equal_blocks = Engine(16, "1", false, mirror_);
   std::string layerwise, whole;
   for (auto mode : {prefill::StreamMode::kLayerwise, prefill::StreamMode::kWhole}) {
     const auto reserved = Reserve(300);
@@ -285,7 +313,7 @@ TEST_P(KvHandoffTest, WholeStateModeShipsTheSameBytes) {
 // rest of the second turn's prompt only: the rows past the cached prefix travel, and the state
 // it continues from is still the colocated one bit for bit.
 TEST_P(KvHandoffTest, DecodeWorkerHoldingAPrefixReceivesOnlyTheRest) {
-  auto cached_decode = Engine(16, "3", /*prefix_caching=*/true);
+  auto cached_decode = Engine(16, "3", /*prefix_caching=*/true, mirror_);
   receiver_ = MakeReceiver(std::chrono::milliseconds(0), cached_decode.get());
   // A turn travels whole and runs on the decode engine, whose cache then holds its prompt.
   auto run_whole_turn = [&](const std::vector<int32_t>& prompt) {
@@ -375,13 +403,16 @@ TEST_P(KvHandoffTest, DecodeWorkerHoldingAPrefixReceivesOnlyTheRest) {
   EXPECT_TRUE(decode_agent_->DeregisterMemory(pool_region_.id).ok());
 }
 
+std::string TransportName(const ::testing::TestParamInfo<std::string>& info) {
+  const std::vector<std::string> names = {"inprocess", "tcp", "shm", "inprocess_mirror",
+                                          "tcp_mirror"};
+  return names[info.index];
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, KvHandoffTest,
-                         ::testing::Values("inprocess", "tcp", "posix,sysv,cma,self"),
-                         [](const auto& info) {
-                           return info.index == 0   ? std::string("inprocess")
-                                  : info.index == 1 ? std::string("tcp")
-                                                    : std::string("shm");
-                         });
+                         ::testing::Values("inprocess", "tcp", "posix,sysv,cma,self",
+                                           "inprocess+mirror", "tcp+mirror"),
+                         TransportName);
 
 class KvHandoffRefusalTest : public KvHandoffTest {};
 

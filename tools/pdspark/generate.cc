@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "common/tokenizer/tokenizer.h"
+#include "engine/backend/make_backends.h"
 #include "engine/model/model.h"
 #include "engine/serving/serving_engine.h"
 #include "engine/serving/speculation/spec_settings.h"
@@ -35,6 +36,7 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   auto t0 = std::chrono::steady_clock::now();
   engine::ModelOptions model_options;
   model_options.tensor_parallel_size = options.tensor_parallel_size;
+  ASSIGN_OR_RETURN(model_options.device, engine::backend::ParseDevice(options.device));
   model_options.threads = options.threads;
   ASSIGN_OR_RETURN(model_options.weights, engine::ParseWeightStorage(options.weights));
   ASSIGN_OR_RETURN(model_options.kv_cache_dtype, engine::ParseKvCacheDtype(options.kv_cache_dtype));

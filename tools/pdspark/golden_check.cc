@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/safetensors/safetensors.h"
+#include "engine/backend/make_backends.h"
 #include "engine/model/model.h"
 #include "nlohmann/json.hpp"
 
@@ -283,6 +284,7 @@ StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& 
   engine::ModelOptions model_options;
   model_options.show_progress = false;
   model_options.tensor_parallel_size = options.tensor_parallel_size;
+  ASSIGN_OR_RETURN(model_options.device, engine::backend::ParseDevice(options.device));
   ASSIGN_OR_RETURN(model_options.kv_cache_dtype, engine::ParseKvCacheDtype(options.kv_cache_dtype));
   ASSIGN_OR_RETURN(auto model, Model::Load(options.dir, model_options));
   ASSIGN_OR_RETURN(Golden golden, Golden::Open(options.dir));

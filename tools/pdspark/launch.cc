@@ -191,7 +191,9 @@ int Launch(const LaunchOptions& o) {
                                      "--ucx-tls",
                                      o.ucx_tls,
                                      "--tensor-parallel-size",
-                                     std::to_string(o.tensor_parallel_size)};
+                                     std::to_string(o.tensor_parallel_size),
+                                     "--device",
+                                     o.device};
     if (role == "decode") {
       argv.insert(argv.end(), {"--spec-method", o.spec_method, "--spec-tokens", o.spec_tokens});
     }

@@ -127,6 +127,9 @@ int main(int argc, char** argv) {
                    "tensor-parallel ranks (threads), 1..8")
       ->check(CLI::Range(1, 8))
       ->capture_default_str();
+  golden_cmd->add_option("--device", golden.device, "cpu | cuda (one GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   golden_cmd->add_option("--kv-cache-dtype", golden.kv_cache_dtype, "auto | fp8")
       ->check(CLI::IsMember({"auto", "fp8"}))
       ->capture_default_str();
@@ -168,6 +171,9 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--threads", gen.threads, "compute threads (0 = every core allowed)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  gen_cmd->add_option("--device", gen.device, "cpu | cuda (one GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   gen_cmd->add_option("--weights", gen.weights, "native | fp32 (dequantised copies)")
       ->check(CLI::IsMember({"native", "fp32"}))
       ->capture_default_str();
@@ -202,6 +208,9 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--grpc-port", launch.grpc_port, "router gRPC port")
       ->capture_default_str();
   launch_cmd->add_option("--tensor-parallel-size", launch.tensor_parallel_size, "per worker")
+      ->capture_default_str();
+  launch_cmd->add_option("--device", launch.device, "the workers' device: cpu | cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   launch_cmd->add_option("--spec-method", launch.spec_method, "auto | dspark | none")
       ->capture_default_str();
