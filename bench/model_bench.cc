@@ -1,7 +1,7 @@
-// Prefill and decode throughput of the CPU engine at several batch sizes, each next to the
-// memory-bandwidth bound measured in the same run, for weights held in the checkpoint's own
-// formats ("native", the default) and as dequantised fp32 copies ("fp32", the old engine), with
-// the KV cache in fp32 ("auto") or FP8 ("fp8"):
+// Prefill and decode throughput of the engine (on the CPU, or with --device cuda on GPU 0) at
+// several batch sizes, each next to the memory-bandwidth bound measured in the same run, for
+// weights held in the checkpoint's own formats ("native", the default) and as dequantised fp32
+// copies ("fp32", the old engine), with the KV cache in fp32 ("auto") or FP8 ("fp8"):
 //
 //   pdspark_model_bench --model DIR --batch 1,16,64 --prefill-len 128 --decode-steps 64 \
 //       --threads 2 --weights native,fp32 --kv-cache-dtype auto,fp8 --rounds 3
@@ -11,9 +11,9 @@
 // its ratio to the first variant in the same round. The bound of a decode step at batch B is B *
 // bandwidth / bytes, where bytes are every weight the step reads in the storage's format (the
 // routed experts the batch can activate, min(experts, B * top_k) per layer, not the embedding
-// table) and bandwidth is the read bandwidth of `threads` threads over a buffer four times the
-// last-level cache. Resident memory after loading and its peak while that storage ran are printed
-// per storage.
+// table) and bandwidth is the read bandwidth of `threads` threads over a 1 GiB buffer (on a GPU:
+// half the device's copy bandwidth over 1 GiB buffers, which reads and writes each byte).
+// Resident memory after loading and its peak while that storage ran are printed per storage.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +26,8 @@
 #include "CLI/CLI.hpp"
 #include "bench/prefill_decode_round.h"
 #include "common/base/logging.h"
+#include "engine/backend/buffer.h"
+#include "engine/backend/make_backends.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -64,6 +66,21 @@ double MeasureReadBandwidth(int threads) {
   return best;
 }
 
+// Bytes/s one direction of a device-to-device copy of 1 GiB moves (the device's read bandwidth,
+// as the decode bound needs it), timed with the backend's timer.
+double MeasureDeviceBandwidth(engine::backend::Backend& device) {
+  const int64_t n = int64_t{1} << 28;  // floats
+  engine::backend::Buffer<float> from(device, n), to(device, n);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto timer = device.NewTimer();
+    timer->Start();
+    device.ops().Copy(to.data(), from.data(), from.bytes());
+    best = std::max(best, 2.0 * static_cast<double>(from.bytes()) / timer->Stop());
+  }
+  return best / 2;
+}
+
 // VmRSS / VmHWM of this process in bytes.
 int64_t StatusBytes(const std::string& field) {
   std::ifstream in("/proc/self/status");
@@ -93,7 +110,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> kv_dtypes = {"auto"};
   int64_t prefill_len = 128, decode_steps = 64, rounds = 1;
   int threads = 0;
+  std::string device_name = "cpu";
   app.add_option("--model", model_dir, "checkpoint directory")->required();
+  app.add_option("--device", device_name, "cpu | cuda");
   app.add_option("--batch", batches, "batch sizes")->delimiter(',');
   app.add_option("--prefill-len", prefill_len, "prompt tokens per sequence");
   app.add_option("--decode-steps", decode_steps, "decode steps per batch size");
@@ -103,6 +122,11 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--rounds", rounds, "rounds of every variant (each loads the model afresh)");
   CLI11_PARSE(app, argc, argv);
+  const auto device = engine::backend::ParseDevice(device_name);
+  if (!device.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
   struct Variant {
     std::string label;
     engine::WeightStorage weights;
@@ -128,8 +152,11 @@ int main(int argc, char** argv) {
   std::vector<std::vector<double>> bounds(kinds.size());
   std::vector<int64_t> rss_loaded(kinds.size()), rss_peak(kinds.size());
   // Measured first: its 1 GiB buffer must not count in any storage's resident-memory peak.
-  const double bandwidth =
-      MeasureReadBandwidth(threads > 0 ? threads : pdspark::kernels::cpu::AvailableCores());
+  double bandwidth = 0;
+  if (*device == engine::backend::Device::kCpu) {
+    bandwidth =
+        MeasureReadBandwidth(threads > 0 ? threads : pdspark::kernels::cpu::AvailableCores());
+  }
   for (int64_t round = 0; round < std::max<int64_t>(rounds, 1); ++round) {
     for (size_t v = 0; v < kinds.size(); ++v) {
       engine::ModelOptions options;
@@ -137,6 +164,7 @@ int main(int argc, char** argv) {
       options.threads = threads;
       options.weights = kinds[v].weights;
       options.kv_cache_dtype = kinds[v].kv;
+      options.device = *device;
       ResetPeakRss();
       const auto load_start = Clock::now();
       auto loaded = engine::Model::Load(model_dir, options);
@@ -152,6 +180,7 @@ int main(int argc, char** argv) {
                      static_cast<long>(model.dims().max_positions));
         return 1;
       }
+      if (bandwidth == 0) bandwidth = MeasureDeviceBandwidth(model.backend(0));
       if (bounds[v].empty()) {
         const engine::WeightFootprint f = model.footprint();
         const auto& d = model.dims();

@@ -13,11 +13,12 @@
 #                               reports skipped (on a GPU machine nothing may skip). Then the
 #                               model on the GPU (model_checks: golden-check, greedy tokens with
 #                               and without DSpark equal to the CPU's), then the GPU benchmarks
-#                               (BENCHES), their tables to $OUT/NAME.md.
+#                               (BENCHES), their tables to $OUT/NAME.md, then prefill and decode
+#                               at batch 1/16/64 on the real-dimension checkpoint against the HBM
+#                               bound (real_dims_timing, when the device has numpy and the time).
 #
 # With the device tool: run(command="scripts/gpu_check.sh run", carry=[".gpu_bundle"],
-# timeout_s=540). Not yet here: the decode-step timings on the real-dimension checkpoint against
-# the HBM bound (the exact kernels are not the fast path they would time).
+# timeout_s=540).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${GPU_CHECK_BUNDLE:-.gpu_bundle}
@@ -53,6 +54,7 @@ print("\n".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"] i
   for b in "${binaries[@]}"; do add_binary "$b" "$BUNDLE/bin"; done
   for b in "${BENCHES[@]}"; do add_binary "$BUILD_DIR/bin/$b" "$BUNDLE/bench"; done
   add_binary "$BUILD_DIR/bin/pdspark" "$BUNDLE/tools"
+  add_binary "$BUILD_DIR/bin/pdspark_model_bench" "$BUNDLE/tools"
   log "packed ${#binaries[@]} test binaries, ${#BENCHES[@]} benchmarks," \
     "$(ls "$BUNDLE/lib" | wc -l) libraries," \
     "$(du -sh "$BUNDLE" | cut -f1) in $BUNDLE"
@@ -100,6 +102,30 @@ model_checks() {
   return $failed
 }
 
+# Prefill and decode at batch 1/16/64 on the real-dimension checkpoint (13 GB, written by
+# bench/make_real_dims_checkpoint.py within GPU_CHECK_REAL_DIMS_S seconds; GPU_CHECK_REAL_DIMS=test
+# writes its toy-size twin; GPU_CHECK_PYTHON: a python3 with numpy) on $DEVICE, each against the device's copy bandwidth: a timing, so
+# only a crash fails the check.
+real_dims_timing() {
+  local out=$1 dir=${GPU_CHECK_REAL_DIMS_DIR:-/tmp/pdspark-real-dims}
+  local python=${GPU_CHECK_PYTHON:-python3}
+  if ! "$python" -c 'import numpy' 2>/dev/null; then
+    log "not timing the real-dimension checkpoint: $python has no numpy"; return 0
+  fi
+  if [[ ! -f $dir/config.json ]] && ! timeout "${GPU_CHECK_REAL_DIMS_S:-150}" "$python" \
+    bench/make_real_dims_checkpoint.py --out "$dir" --dims "${GPU_CHECK_REAL_DIMS:-real}" \
+    2>"$out/real_dims_make.log"; then
+    log "not timing the real-dimension checkpoint: writing it failed or took too long" \
+      "($(tail -n 1 "$out/real_dims_make.log"))"; return 0
+  fi
+  log "pdspark_model_bench on the real-dimension checkpoint, --device $DEVICE"
+  if ! bundled "$BUNDLE/tools/pdspark_model_bench" --model "$dir" --device "$DEVICE" \
+    --batch 1,16,64 --prefill-len 64 --decode-steps 8 >"$out/real_dims.txt" 2>"$out/real_dims.log"; then
+    log "FAILED: pdspark_model_bench: $(tail -n 2 "$out/real_dims.log")"; return 1
+  fi
+  cat "$out/real_dims.log" "$out/real_dims.txt" >&2
+}
+
 run() {
   [[ -d $BUNDLE/bin ]] || { log "no $BUNDLE: run 'scripts/gpu_check.sh pack' here and carry it"; exit 1; }
   local out=${OUT:-gpu_check_out}
@@ -135,6 +161,9 @@ run() {
     fi
     cat "$out/$b.md" >&2
   done
+  if [[ $DEVICE == cpu || -z ${GPU_CHECK_ALLOW_SKIP:-} ]]; then
+    real_dims_timing "$out" || failed=1
+  fi
   ((failed == 0)) && log "all GPU tests and benchmarks passed" || log "some GPU checks failed"
   return $failed
 }

@@ -14,7 +14,10 @@ count=0
 for b in "$tmp"/bundle/bin/*; do count=$((count + 1)); done
 ((count >= 3)) || { echo "only $count GPU test binaries packed" >&2; exit 1; }
 # The model checks run on the CPU here (GPU_CHECK_DEVICE=cpu): the same commands and comparisons.
-GPU_CHECK_ALLOW_SKIP=1 GPU_CHECK_DEVICE=cpu "$repo/scripts/gpu_check.sh" run
+# The real-dimension timing runs on the checkpoint's toy-size twin.
+GPU_CHECK_ALLOW_SKIP=1 GPU_CHECK_DEVICE=cpu GPU_CHECK_REAL_DIMS=test GPU_CHECK_PYTHON=/usr/bin/python3 \
+  GPU_CHECK_REAL_DIMS_DIR="$tmp/real-dims" "$repo/scripts/gpu_check.sh" run
+grep -q 'decode_tok/s' "$OUT/real_dims.txt"
 grep -q 'run=prompt0 .* PASS' "$OUT/golden_fp8.txt"
 test -s "$OUT/generate_cpu_dspark.txt"
 test -x "$tmp/bundle/tools/pdspark"
