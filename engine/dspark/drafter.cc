@@ -27,20 +27,21 @@ StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir,
   Backends backends;
   for (auto& b : engine::backend::MakeCpuBackends(*ranks)) backends.push_back(std::move(b));
   return LoadOn(dir, config, std::move(ranks), std::move(backends), max_rollback, storage,
-                /*place=*/false);
+                /*place=*/false, /*target=*/nullptr);
 }
 
 StatusOr<std::unique_ptr<Drafter>> Drafter::LoadFor(const engine::Model& target,
                                                     const std::string& dir, int64_t max_rollback) {
   return LoadOn(dir, target.config(), target.rank_runner(), target.backends(), max_rollback,
-                target.weight_storage(), target.weights_placed());
+                target.weight_storage(), target.weights_placed(), &target);
 }
 
 StatusOr<std::unique_ptr<Drafter>> Drafter::LoadOn(const std::string& dir,
                                                    const config::ModelConfig& config,
                                                    std::shared_ptr<parallel::RankRunner> ranks,
                                                    Backends backends, int64_t max_rollback,
-                                                   engine::WeightStorage storage, bool place) {
+                                                   engine::WeightStorage storage, bool place,
+                                                   const engine::Model* target) {
   RETURN_IF_ERROR(CheckDrafterConfig(dir, config));
   ASSIGN_OR_RETURN(std::vector<double> temperatures,
                    LoadConfidenceTemperatures(dir, config.dspark->block_size));
@@ -56,8 +57,15 @@ StatusOr<std::unique_ptr<Drafter>> Drafter::LoadOn(const std::string& dir,
     shard.plan = engine::ShardPlan::Make(drafter->dims_, rank, world);
     ASSIGN_OR_RETURN(shard.w, LoadDrafterWeights(checkpoint, config, shard.plan, storage));
     if (!place) return absl::OkStatus();
+    // The embedding and head are the target's tensors, sliced alike: its placed copies serve
+    // both (a second copy of each would take 1 GB of a GPU at V4-Flash's vocabulary).
+    const bool share = target != nullptr && target->plan(rank).vocab == shard.plan.vocab;
+    if (share) {
+      shard.w.embed = target->weights(rank).embed;
+      shard.w.head = target->weights(rank).head;
+    }
     engine::WeightPlacer placer(drafter->backends_[rank]);
-    AddDrafterWeights(placer, shard.w);
+    AddDrafterWeights(placer, shard.w, /*with_embed_and_head=*/!share);
     RETURN_IF_ERROR(placer.Place());
     shard.w.checkpoint.reset();  // nothing reads the mapping any more
     return absl::OkStatus();

@@ -108,12 +108,13 @@ class Drafter {
   Drafter(const config::ModelConfig& config, std::shared_ptr<parallel::RankRunner> ranks,
           Backends backends, int64_t max_rollback, std::vector<double> confidence_temperatures);
   // Load and LoadFor: each rank of `ranks` loads its slice, and copies it into its backend's
-  // memory when `place`.
+  // memory when `place`, taking the embedding and head from `target` (placed there already).
   static StatusOr<std::unique_ptr<Drafter>> LoadOn(const std::string& dir,
                                                    const config::ModelConfig& config,
                                                    std::shared_ptr<parallel::RankRunner> ranks,
                                                    Backends backends, int64_t max_rollback,
-                                                   engine::WeightStorage storage, bool place);
+                                                   engine::WeightStorage storage, bool place,
+                                                   const engine::Model* target);
   // Rank 0's slice and threads, without collectives (AppendContext's replicated work).
   engine::RankContext RankZeroContext() const;
   // One rank's share of a Draft; `out` on rank 0 only.

@@ -78,7 +78,7 @@ StatusOr<DrafterWeights> LoadDrafterWeights(
   return w;
 }
 
-void AddDrafterWeights(engine::WeightPlacer& placer, DrafterWeights& w) {
+void AddDrafterWeights(engine::WeightPlacer& placer, DrafterWeights& w, bool with_embed_and_head) {
   for (engine::BlockWeights& stage : w.stages) placer.Add(stage);
   placer.Add(w.main_proj);
   placer.Add(w.main_norm);
@@ -87,8 +87,10 @@ void AddDrafterWeights(engine::WeightPlacer& placer, DrafterWeights& w) {
   placer.Add(w.markov_w1);
   placer.Add(w.markov_w2);
   placer.Add(w.confidence);
-  placer.Add(w.embed);
-  placer.Add(w.head);
+  if (with_embed_and_head) {
+    placer.Add(w.embed);
+    placer.Add(w.head);
+  }
 }
 
 }  // namespace pdspark::dspark

@@ -51,8 +51,9 @@ StatusOr<DrafterWeights> LoadDrafterWeights(
 StatusOr<DrafterWeights> LoadDrafterWeights(
     std::shared_ptr<const safetensors::Checkpoint> checkpoint, const config::ModelConfig& config,
     const engine::ShardPlan& plan, engine::WeightStorage storage = engine::WeightStorage::kNative);
-// Adds every weight of `w` to `placer` (to copy them into a GPU's memory).
-void AddDrafterWeights(engine::WeightPlacer& placer, DrafterWeights& w);
+// Adds every weight of `w` to `placer` (to copy them into a GPU's memory); the embedding and
+// head only `with_embed_and_head` (the target's placed copies may serve instead).
+void AddDrafterWeights(engine::WeightPlacer& placer, DrafterWeights& w, bool with_embed_and_head);
 // The config checks of the above, without reading tensors.
 Status CheckDrafterConfig(const std::string& dir, const config::ModelConfig& config);
 

@@ -139,6 +139,10 @@ class Model {
   const std::shared_ptr<parallel::RankRunner>& rank_runner() const { return runner_; }
   // Rank `rank`'s device.
   backend::Backend& backend(int rank) const { return *backends_[rank]; }
+  // Rank `rank`'s slice of the model and its weights (the DSpark drafter shares the embedding
+  // and head placed on a device).
+  const ShardPlan& plan(int rank) const { return ranks_[rank].plan; }
+  const ModelWeights& weights(int rank) const { return ranks_[rank].weights; }
   // Every rank's device (the DSpark drafter computes on the target's).
   const std::vector<std::shared_ptr<backend::Backend>>& backends() const { return backends_; }
   // Whether the weights were copied into the backends' memory (a GPU's, or ModelOptions::

@@ -12,6 +12,7 @@ struct Range {
   int64_t end = 0;
   int64_t size() const { return end - begin; }
   bool empty() const { return end == begin; }
+  bool operator==(const Range&) const = default;
 };
 
 // The share of rank `rank` in [0, world) of n items; world >= 1, n >= 0.

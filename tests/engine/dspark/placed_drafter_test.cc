@@ -36,7 +36,10 @@ Trace DraftAfterALongPrompt(bool place, int tp) {
   options.tensor_parallel_size = tp;
   auto model = engine::Model::Load(kModelDir, options).value();
   EXPECT_EQ(model->weights_placed(), place);
+  const long embed_holders = model->weights(0).embed.storage.use_count();
   auto drafter = Drafter::LoadFor(*model, kModelDir).value();
+  // Placed, the drafter reads the target's copies of the embedding and head (no second copy).
+  if (place) EXPECT_GT(model->weights(0).embed.storage.use_count(), embed_holders);
   std::vector<int32_t> ids(160);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(37 * i % 4000 + 2);
   auto seq = model->NewSequence();
