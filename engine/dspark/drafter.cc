@@ -285,8 +285,10 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
         chosen[a] = static_cast<float>(prev[i]);  // exact: token ids are below 2^24
       }
     }
-    if (ctx.distributed()) {
-      RETURN_IF_ERROR(ctx.comm->Broadcast(chosen.data(), m, 0));
+    if (ctx.distributed()) {  // through the ranks' memory, where the collectives run
+      engine::Floats shared(*ctx.backend, std::span<const float>(chosen.data(), m));
+      RETURN_IF_ERROR(ctx.comm->Broadcast(shared.data(), m, 0));
+      ctx.ops().CopyToHost(chosen.data(), shared.data(), m * sizeof(float));
       for (int64_t a = 0; a < m; ++a) prev[active[a]] = static_cast<int32_t>(chosen[a]);
     }
   }

@@ -34,16 +34,18 @@ Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, in
     padded = std::max(padded, ranges.back().size());
   }
   const int64_t local = ctx.plan->vocab.size();
-  std::vector<float> mine(rows * padded, 0.0f), all(world * rows * padded);
+  // The collective runs on the ranks' memory (a GPU's with NCCL); rank 0 reads the result.
+  backend::Buffer<float> mine = ctx.Floats(rows * padded), all = ctx.Floats(world * rows * padded);
   for (int64_t r = 0; r < rows; ++r) {
-    std::copy_n(slice + r * local, local, mine.data() + r * padded);
+    ctx.ops().Copy(mine.data() + r * padded, slice + r * local, local * sizeof(float));
   }
   RETURN_IF_ERROR(ctx.comm->AllGather(mine.data(), mine.size(), all.data()));
   if (!full) return absl::OkStatus();
+  const std::vector<float> gathered = all.ToHost();
   full->resize(rows * vocab);
   for (int k = 0; k < world; ++k) {
     for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(all.data() + (k * rows + r) * padded, ranges[k].size(),
+      std::copy_n(gathered.data() + (k * rows + r) * padded, ranges[k].size(),
                   full->data() + r * vocab + ranges[k].begin);
     }
   }

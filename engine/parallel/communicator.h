@@ -7,9 +7,9 @@
 // float buffers, which must stay valid and untouched by the caller until the call returns.
 // Results are bitwise identical on every rank and from run to run.
 //
-// Buffers are host memory for the in-process backend. The NCCL backend (CUDA builds,
-// nccl_communicator.h) takes device pointers and enqueues on the stream it was created with;
-// the calls keep their shape.
+// Buffers are in the ranks' memory (the model passes backend::Buffers): host memory for the
+// in-process backend; the NCCL backend (CUDA builds, nccl_communicator.h) takes device pointers
+// and enqueues on the stream it was created with. The calls keep their shape.
 #pragma once
 
 #include <cstddef>
