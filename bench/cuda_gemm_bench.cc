@@ -1,7 +1,8 @@
 // The CUDA backend's GEMM on DeepSeek-V4-Flash's decode shapes against the device's memory
 // bandwidth, measured in the same run (a device-to-device copy): y[m, n] = x[m, k] . W[n, k]^T
 // with W in its checkpoint format. Times come from CUDA events (the backend's Timer). A decode
-// step is bandwidth-bound when the weights' bytes per second approach the copy's.
+// step is bandwidth-bound when the weights' bytes per second approach the copy's. FP4 shapes run
+// twice, side by side: the exact kernel and the fast one (W4A16 on tensor cores).
 //
 //   pdspark_cuda_gemm_bench --rows 1,16,64
 //
@@ -114,23 +115,30 @@ int main(int argc, char** argv) {
   const double copy = CopyBandwidth(backend);
   std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy / 1e9);
   std::printf("copy bandwidth (read + write): %.0f GB/s\n\n", copy / 1e9);
-  std::printf("| matrix | n | k | rows | us | weight GB/s | of copy bandwidth | GFLOP/s |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "| matrix | kernels | n | k | rows | us | weight GB/s | of copy bandwidth | GFLOP/s |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Shape& s : kShapes) {
     std::vector<void*> owned;
     const WeightMatrix w = DeviceWeights(backend, s, owned);
+    const bool has_fast = s.format == WeightFormat::kFp4E2M1;
     for (const int64_t m : rows) {
       float* x = static_cast<float*>(backend.Allocate(m * s.k * sizeof(float)));
       float* y = static_cast<float*>(backend.Allocate(m * s.n * sizeof(float)));
       cudaMemset(x, 0, m * s.k * sizeof(float));
       cudaDeviceSynchronize();
-      const double sec = SecondsPerCall(backend, repeats, calls, [&] {
-        backend.ops().Gemm({x, m, s.k, w, y, s.n});
-      });
-      std::printf("| %s | %ld | %ld | %ld | %.1f | %.0f | %.0f %% | %.0f |\n", s.what, s.n, s.k, m,
-                  sec * 1e6, w.Bytes() / sec / 1e9, 100.0 * w.Bytes() / sec / copy,
-                  2.0 * m * s.n * s.k / sec / 1e9);
-      std::fflush(stdout);
+      for (const bool fast : {false, true}) {
+        if (fast && !has_fast) continue;
+        static_cast<be::CudaOps&>(backend.ops()).set_fast_kernels(fast);
+        const double sec = SecondsPerCall(backend, repeats, calls, [&] {
+          backend.ops().Gemm({x, m, s.k, w, y, s.n});
+        });
+        std::printf("| %s | %s | %ld | %ld | %ld | %.1f | %.0f | %.0f %% | %.0f |\n", s.what,
+                    fast ? "fast" : "exact", s.n, s.k, m, sec * 1e6, w.Bytes() / sec / 1e9,
+                    100.0 * w.Bytes() / sec / copy, 2.0 * m * s.n * s.k / sec / 1e9);
+        std::fflush(stdout);
+      }
+      static_cast<be::CudaOps&>(backend.ops()).set_fast_kernels(false);
       backend.Free(x);
       backend.Free(y);
     }

@@ -5,15 +5,17 @@
 //
 //   pdspark_model_bench --model DIR --batch 1,16,64 --prefill-len 128 --decode-steps 64 \
 //       --threads 2 --weights native,fp32 --kv-cache-dtype auto,fp8 --rounds 3
+//   pdspark_model_bench --model DIR --device cuda --kernels exact,fast
 //
-// A variant is a weight storage with a KV cache dtype. Each round loads the model afresh for
-// every variant in turn; a variant's decode tok/s is also reported as the median over rounds of
-// its ratio to the first variant in the same round. The bound of a decode step at batch B is B *
-// bandwidth / bytes, where bytes are every weight the step reads in the storage's format (the
-// routed experts the batch can activate, min(experts, B * top_k) per layer, not the embedding
-// table) and bandwidth is the read bandwidth of `threads` threads over a 1 GiB buffer (on a GPU:
-// half the device's copy bandwidth over 1 GiB buffers, which reads and writes each byte).
-// Resident memory after loading and its peak while that storage ran are printed per storage.
+// A variant is a weight storage with a KV cache dtype and (on cuda) a kernel set. Each round loads
+// the model afresh for every variant in turn; a variant's decode tok/s is also reported as the
+// median over rounds of its ratio to the first variant in the same round. The bound of a decode
+// step at batch B is B * bandwidth / bytes, where bytes are every weight the step reads in the
+// storage's format (the routed experts the batch can activate, min(experts, B * top_k) per layer,
+// not the embedding table) and bandwidth is the read bandwidth of `threads` threads over a 1 GiB
+// buffer (on a GPU: half the device's copy bandwidth over 1 GiB buffers, which reads and writes
+// each byte). Resident memory after loading and its peak while that storage ran are printed per
+// storage.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -111,8 +113,12 @@ int main(int argc, char** argv) {
   int64_t prefill_len = 128, decode_steps = 64, rounds = 1;
   int threads = 0;
   std::string device_name = "cpu";
+  std::vector<std::string> kernel_sets = {"exact"};
   app.add_option("--model", model_dir, "checkpoint directory")->required();
   app.add_option("--device", device_name, "cpu | cuda");
+  app.add_option("--kernels", kernel_sets, "kernel sets to compare on cuda: exact, fast")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"exact", "fast"}));
   app.add_option("--batch", batches, "batch sizes")->delimiter(',');
   app.add_option("--prefill-len", prefill_len, "prompt tokens per sequence");
   app.add_option("--decode-steps", decode_steps, "decode steps per batch size");
@@ -131,19 +137,24 @@ int main(int argc, char** argv) {
     std::string label;
     engine::WeightStorage weights;
     engine::KvCacheDtype kv;
+    bool fast_kernels;
   };
   std::vector<Variant> kinds;
   for (const std::string& s : storages) {
     for (const std::string& k : kv_dtypes) {
-      auto weights = engine::ParseWeightStorage(s);
-      auto kv = engine::ParseKvCacheDtype(k);
-      for (const pdspark::Status& st : {weights.status(), kv.status()}) {
-        if (!st.ok()) {
-          std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-          return 2;
+      for (const std::string& kernels : kernel_sets) {
+        auto weights = engine::ParseWeightStorage(s);
+        auto kv = engine::ParseKvCacheDtype(k);
+        for (const pdspark::Status& st : {weights.status(), kv.status()}) {
+          if (!st.ok()) {
+            std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+            return 2;
+          }
         }
+        std::string label = kv_dtypes.size() > 1 ? s + "/kv-" + k : s;
+        if (kernel_sets.size() > 1) label += "/" + kernels;
+        kinds.push_back({label, *weights, *kv, kernels == "fast"});
       }
-      kinds.push_back({kv_dtypes.size() > 1 ? s + "/kv-" + k : s, *weights, *kv});
     }
   }
 
@@ -165,6 +176,7 @@ int main(int argc, char** argv) {
       options.weights = kinds[v].weights;
       options.kv_cache_dtype = kinds[v].kv;
       options.device = *device;
+      options.fast_kernels = kinds[v].fast_kernels;
       ResetPeakRss();
       const auto load_start = Clock::now();
       auto loaded = engine::Model::Load(model_dir, options);

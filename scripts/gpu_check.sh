@@ -120,7 +120,8 @@ real_dims_timing() {
   fi
   log "pdspark_model_bench on the real-dimension checkpoint, --device $DEVICE"
   if ! bundled "$BUNDLE/tools/pdspark_model_bench" --model "$dir" --device "$DEVICE" \
-    --batch 1,16,64 --prefill-len 64 --decode-steps 8 >"$out/real_dims.txt" 2>"$out/real_dims.log"; then
+    --batch 1,16,64 --prefill-len 64 --decode-steps 8 --kernels exact,fast \
+    >"$out/real_dims.txt" 2>"$out/real_dims.log"; then
     log "FAILED: pdspark_model_bench: $(tail -n 2 "$out/real_dims.log")"; return 1
   fi
   cat "$out/real_dims.log" "$out/real_dims.txt" >&2

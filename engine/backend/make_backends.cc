@@ -15,7 +15,8 @@ StatusOr<Device> ParseDevice(const std::string& name) {
 }
 
 StatusOr<std::vector<std::unique_ptr<Backend>>> MakeBackends(Device device,
-                                                             const parallel::RankRunner& runner) {
+                                                             const parallel::RankRunner& runner,
+                                                             [[maybe_unused]] bool fast_kernels) {
   if (device == Device::kCpu) return MakeCpuBackends(runner);
 #ifdef PDSPARK_HAVE_CUDA
   if (runner.world_size() > 1) {
@@ -24,6 +25,7 @@ StatusOr<std::vector<std::unique_ptr<Backend>>> MakeBackends(Device device,
                      runner.world_size(), ": use --tensor-parallel-size 1"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(0, nullptr));
+  static_cast<CudaOps&>(cuda->ops()).set_fast_kernels(fast_kernels);
   std::vector<std::unique_ptr<Backend>> backends;
   backends.push_back(std::move(cuda));
   return backends;

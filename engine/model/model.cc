@@ -76,7 +76,8 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Model
   }
   ASSIGN_OR_RETURN(config::ModelConfig config, config::LoadModelConfig(dir));
   std::unique_ptr<Model> model(new Model(std::move(config), options));
-  ASSIGN_OR_RETURN(auto backends, backend::MakeBackends(options.device, *model->runner_));
+  ASSIGN_OR_RETURN(auto backends,
+                   backend::MakeBackends(options.device, *model->runner_, options.fast_kernels));
   for (auto& b : backends) model->backends_.push_back(std::move(b));
   RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress, options.weights));
   if (options.device != backend::Device::kCpu || options.place_weights) {

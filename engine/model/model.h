@@ -68,6 +68,9 @@ struct ModelOptions {
   SharedExpertMode shared_expert = SharedExpertMode::kSplit;
   // The device the ranks compute on (--device): rank r on GPU r with kCuda.
   backend::Device device = backend::Device::kCpu;
+  // The CUDA backend's fast kernels (W4A16 tensor-core GEMMs of the FP4 experts: x rounded to
+  // BF16, within a stated bound of the exact kernels, not their bits); no effect on the CPU.
+  bool fast_kernels = false;
   // Copy the weights into the backend's memory even where the backend could read the
   // checkpoint's mapping in place (the CPU), and reach the KV pool through the backend's copies:
   // what a GPU needs, checked on the CPU by tests.

@@ -6,8 +6,9 @@
 // gives the CPU's bits for every format, slice and batch.
 //
 // This is the exact path, not the fast one: SIMT fp32, weights re-read once per kRowsPerTile
-// rows of x. The tensor-core paths (cuBLASLt FP8 with block scales, a W4A16 grouped GEMM for
-// the FP4 experts) come next and are checked against this one within a stated tolerance.
+// rows of x. The fast kernels (CudaOps::set_fast_kernels) take the FP4 problems to a W4A16
+// tensor-core GEMM (cuda_w4a16_gemm.cu), checked against this one within a stated bound;
+// cuBLASLt FP8 with block scales comes next.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,15 +71,21 @@ __global__ void GemmKernel(const GemmCall* calls) {
 void CudaOps::Gemm(const GemmCall& call) { GroupedGemm(std::span<const GemmCall>(&call, 1)); }
 
 void CudaOps::GroupedGemm(std::span<const GemmCall> calls) {
-  std::vector<GemmCall> work;
-  int64_t max_rows = 0, max_m = 0;
+  std::vector<GemmCall> exact, fast;
   for (const GemmCall& c : calls) {
     if (c.m == 0 || c.w.rows == 0) continue;
-    work.push_back(c);
+    (fast_kernels_ && W4A16Eligible(c) ? fast : exact).push_back(c);
+  }
+  if (!fast.empty()) W4A16GroupedGemm(fast);
+  if (!exact.empty()) ExactGroupedGemm(exact);
+}
+
+void CudaOps::ExactGroupedGemm(std::span<const GemmCall> work) {
+  int64_t max_rows = 0, max_m = 0;
+  for (const GemmCall& c : work) {
     max_rows = std::max(max_rows, c.w.rows);
     max_m = std::max(max_m, c.m);
   }
-  if (work.empty()) return;
   const dim3 grid(static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>((max_m + kRowsPerTile - 1) / kRowsPerTile),
                   static_cast<unsigned>(work.size()));

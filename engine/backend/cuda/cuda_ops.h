@@ -35,6 +35,9 @@ class CudaOps : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   cudaStream_t stream() const { return stream_; }
+  // The fast kernels: FP4 GEMMs as W4A16 on tensor cores (x rounded to BF16; within the bound
+  // cuda_w4a16_gemm.cu states, not the CPU's bits). Off: every GEMM is the exact one.
+  void set_fast_kernels(bool on) { fast_kernels_ = on; }
   // OK, or the first failure of anything queued so far (after waiting for it all).
   Status Synchronize();
 
@@ -128,8 +131,14 @@ class CudaOps : public Ops {
     const int64_t* offsets = nullptr;
   };
   DeviceKeys KeysOnDevice(const AttentionKeys& keys);
+  // The exact GEMM of every problem (cuda_gemm.cu); the W4A16 one of FP4 problems it can take
+  // (cuda_w4a16_gemm.cu).
+  void ExactGroupedGemm(std::span<const GemmCall> calls);
+  static bool W4A16Eligible(const GemmCall& call);
+  void W4A16GroupedGemm(std::span<const GemmCall> calls);
 
   cudaStream_t stream_;
+  bool fast_kernels_ = false;
   Status status_;
   std::vector<void*> scratch_;
   std::unordered_map<const kernels::cpu::RopeTable*, DeviceRope> ropes_;

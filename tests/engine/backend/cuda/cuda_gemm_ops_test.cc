@@ -125,5 +125,55 @@ TEST_F(CudaOpsTest, GroupedGemmEqualsEachProductAlone) {
   for (int e = 0; e < 3; ++e) ExpectBitEqual(dys[e]->ToHost(), wants[e], "grouped expert");
 }
 
+// The fast kernels' W4A16 GEMM of FP4 experts against the exact product: x rounded to BF16
+// moves each product by at most 2^-9 of its size, so every output stays within 2^-8 of
+// sum_k |x_k w_k| of the CPU's value; FP8 problems in the same launch stay exact.
+TEST_F(CudaOpsTest, FastW4A16ExpertsStayWithinTheBf16BoundOfTheExactProduct) {
+  const auto a = RandomWeights(WeightFormat::kFp4E2M1, 300, 512, rng_);  // partial row tile
+  const auto b = RandomWeights(WeightFormat::kFp4E2M1, 64, 96, rng_);
+  const auto c = RandomWeights(WeightFormat::kFp8E4M3, 33, 128, rng_);
+  // A tensor-parallel slice on the 32-column grid, and the FP8 problem the fast path leaves.
+  const WeightMatrix slice_host = a->host.RowSlice(40, 300).ColSlice(64, 448);
+  const WeightMatrix slice_device = a->device.RowSlice(40, 300).ColSlice(64, 448);
+  const WeightMatrix hosts[] = {a->host, b->host, slice_host, c->host};
+  const WeightMatrix devices[] = {a->device, b->device, slice_device, c->device};
+  const int64_t ms[] = {1, 37, 16, 5};
+  static_cast<CudaOps&>(gpu()).set_fast_kernels(true);
+  std::vector<std::vector<float>> xs, wants;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> dxs, dys;
+  std::vector<GemmCall> calls;
+  for (int e = 0; e < 4; ++e) {
+    const WeightMatrix& w = hosts[e];
+    xs.push_back(Random(ms[e] * w.cols));
+    wants.emplace_back(ms[e] * w.rows);
+    cpu().Gemm({xs[e].data(), ms[e], w.cols, w, wants[e].data(), w.rows});
+    dxs.push_back(std::make_unique<DeviceBuffer<float>>(xs[e]));
+    dys.push_back(std::make_unique<DeviceBuffer<float>>(wants[e].size()));
+    calls.push_back({dxs[e]->get(), ms[e], w.cols, devices[e], dys[e]->get(), w.rows});
+  }
+  gpu().GroupedGemm(calls);
+  static_cast<CudaOps&>(gpu()).set_fast_kernels(false);
+  for (int e = 0; e < 3; ++e) {
+    const WeightMatrix& w = hosts[e];
+    const std::vector<float> got = dys[e]->ToHost();
+    bool moved = false;  // the fast path ran: some output is not the exact one
+    for (int64_t i = 0; i < ms[e]; ++i) {
+      for (int64_t j = 0; j < w.rows; ++j) {
+        double magnitude = 0;
+        for (int64_t k = 0; k < w.cols; ++k) {
+          magnitude += std::abs(static_cast<double>(xs[e][i * w.cols + k]) * w.At(j, k));
+        }
+        const double diff =
+            std::abs(static_cast<double>(got[i * w.rows + j]) - wants[e][i * w.rows + j]);
+        ASSERT_LE(diff, std::ldexp(magnitude, -8) + 1e-30)
+            << "problem " << e << " [" << i << ", " << j << "]";
+        moved |= diff > 0;
+      }
+    }
+    EXPECT_TRUE(moved) << "problem " << e << " gave the exact bits: the fast path did not run";
+  }
+  ExpectBitEqual(dys[3]->ToHost(), wants[3], "FP8 problem beside the fast ones");
+}
+
 }  // namespace
 }  // namespace pdspark::engine::backend::testing
