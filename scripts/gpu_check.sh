@@ -103,9 +103,10 @@ model_checks() {
 }
 
 # Prefill and decode at batch 1/16/64 on the real-dimension checkpoint (13 GB, written by
-# bench/make_real_dims_checkpoint.py within GPU_CHECK_REAL_DIMS_S seconds; GPU_CHECK_REAL_DIMS=test
-# writes its toy-size twin; GPU_CHECK_PYTHON: a python3 with numpy) on $DEVICE, each against the device's copy bandwidth: a timing, so
-# only a crash fails the check.
+# bench/make_real_dims_checkpoint.py within GPU_CHECK_REAL_DIMS_S seconds) on $DEVICE, exact and
+# fast kernels side by side, each against the device's copy bandwidth: a timing, so only a crash
+# fails the check. GPU_CHECK_REAL_DIMS=test writes the checkpoint's toy-size twin instead;
+# GPU_CHECK_PYTHON names a python3 with numpy.
 real_dims_timing() {
   local out=$1 dir=${GPU_CHECK_REAL_DIMS_DIR:-/tmp/pdspark-real-dims}
   local python=${GPU_CHECK_PYTHON:-python3}
