@@ -108,7 +108,7 @@ model_checks() {
 # fails the check. GPU_CHECK_REAL_DIMS=test writes the checkpoint's toy-size twin instead;
 # GPU_CHECK_PYTHON names a python3 with numpy.
 real_dims_timing() {
-  local out=$1 dir=${GPU_CHECK_REAL_DIMS_DIR:-/tmp/pdspark-real-dims}
+  local out=$1 dir=${GPU_CHECK_REAL_DIMS_DIR:-build/real-dims}
   local python=${GPU_CHECK_PYTHON:-python3}
   if ! "$python" -c 'import numpy' 2>/dev/null; then
     log "not timing the real-dimension checkpoint: $python has no numpy"; return 0

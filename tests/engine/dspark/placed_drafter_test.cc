@@ -27,6 +27,23 @@ int32_t Greedy(int64_t, std::span<float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+// n token ids, id i = (step * i) % 4000 + first.
+std::vector<int32_t> Ids(size_t n, int step, int first) {
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(step * i % 4000 + first);
+  return ids;
+}
+
+// The prompt's prefill: the feature rows the drafter's context is made of (no logits).
+engine::StepOutput Prefill(engine::Model& model, engine::SequenceState& seq,
+                           const std::vector<int32_t>& ids) {
+  engine::StepInput input{&seq, ids};
+  engine::StepOptions so;
+  so.features = true;
+  so.logits = engine::LogitsMode::kNone;
+  return model.Step({&input, 1}, so).value();
+}
+
 // A prompt longer than the drafter's ring, then drafts at a few anchors, each after the context
 // of one more position.
 Trace DraftAfterALongPrompt(bool place, int tp) {
@@ -40,14 +57,9 @@ Trace DraftAfterALongPrompt(bool place, int tp) {
   auto drafter = Drafter::LoadFor(*model, kModelDir).value();
   // Placed, the drafter reads the target's copies of the embedding and head (no second copy).
   if (place) EXPECT_GT(model->weights(0).embed.storage.use_count(), embed_holders);
-  std::vector<int32_t> ids(160);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(37 * i % 4000 + 2);
+  const std::vector<int32_t> ids = Ids(160, 37, 2);
   auto seq = model->NewSequence();
-  engine::StepInput input{seq.get(), ids};
-  engine::StepOptions so;
-  so.features = true;
-  so.logits = engine::LogitsMode::kNone;
-  const engine::StepOutput out = model->Step({&input, 1}, so).value();
+  const engine::StepOutput out = Prefill(*model, *seq, ids);
   const int64_t width = drafter->num_feature_layers() * model->config().hidden_size;
   auto state = drafter->NewState(model->kv_pool()).value();
   EXPECT_GT(static_cast<int64_t>(ids.size()) - 5, state->capacity());
@@ -88,14 +100,9 @@ TEST(PlacedDrafter, ALongContextRunKeepsWhatOnePositionAtATimeKeeps) {
   options.show_progress = false;
   auto model = engine::Model::Load(kModelDir, options).value();
   auto drafter = Drafter::LoadFor(*model, kModelDir).value();
-  std::vector<int32_t> ids(150);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(13 * i % 4000 + 9);
+  const std::vector<int32_t> ids = Ids(150, 13, 9);
   auto seq = model->NewSequence();
-  engine::StepInput input{seq.get(), ids};
-  engine::StepOptions so;
-  so.features = true;
-  so.logits = engine::LogitsMode::kNone;
-  const engine::StepOutput out = model->Step({&input, 1}, so).value();
+  const engine::StepOutput out = Prefill(*model, *seq, ids);
   const int64_t width = drafter->num_feature_layers() * model->config().hidden_size;
   auto whole = drafter->NewState(model->kv_pool()).value();
   auto single = drafter->NewState(model->kv_pool()).value();
