@@ -74,39 +74,56 @@ int64_t PageGroup::pages_in_use() const {
 }
 
 void KvPool::CopyBytes(char* dst, const char* src, size_t bytes) const {
-  if (memory_ops_) {
-    memory_ops_->Copy(dst, src, bytes);
-  } else if (bytes) {
-    std::memmove(dst, src, bytes);
+  if (bytes == 0) return;
+  for (const Replica& r : replicas_) {
+    const std::ptrdiff_t shift = r.base - base_;
+    if (r.ops) {
+      r.ops->Copy(dst + shift, src + shift, bytes);
+    } else {
+      std::memmove(dst + shift, src + shift, bytes);
+    }
   }
 }
 
 void KvPool::ReadBytes(void* host, const char* src, size_t bytes) const {
-  if (memory_ops_) {
-    memory_ops_->CopyToHost(host, src, bytes);
-  } else if (bytes) {
+  if (bytes == 0) return;
+  if (replicas_[0].ops) {
+    replicas_[0].ops->CopyToHost(host, src, bytes);
+  } else {
     std::memcpy(host, src, bytes);
   }
 }
 
 void KvPool::WriteBytes(char* dst, const void* host, size_t bytes) const {
-  if (memory_ops_) {
-    memory_ops_->CopyToDevice(dst, host, bytes);
-  } else if (bytes) {
-    std::memcpy(dst, host, bytes);
+  if (bytes == 0) return;
+  for (const Replica& r : replicas_) {
+    char* const at = dst + (r.base - base_);
+    if (r.ops) {
+      r.ops->CopyToDevice(at, host, bytes);
+    } else {
+      std::memcpy(at, host, bytes);
+    }
   }
 }
 
 void KvPool::ZeroBytes(char* dst, size_t bytes) const {
-  if (memory_ops_) {
-    memory_ops_->Zero(dst, bytes);
-  } else if (bytes) {
-    std::memset(dst, 0, bytes);
+  if (bytes == 0) return;
+  for (const Replica& r : replicas_) {
+    char* const at = dst + (r.base - base_);
+    if (r.ops) {
+      r.ops->Zero(at, bytes);
+    } else {
+      std::memset(at, 0, bytes);
+    }
   }
 }
 
+void KvPool::AddReplica(void* memory, backend::Ops* ops) {
+  replicas_.push_back({static_cast<char*>(memory), ops});
+}
+
 void KvPool::EnableHostMirror() {
-  if (on_host() || mirror_) return;
+  if ((on_host() && replicas() == 1) || mirror_) return;
   // Not value-initialised: the pages no transfer touches never become resident.
   mirror_.reset(new (std::nothrow) char[static_cast<size_t>(capacity_bytes())]);
   if (!mirror_) {
@@ -131,7 +148,10 @@ void KvPool::LandTransfer(char* at, size_t bytes) const {
 }
 
 KvPool::KvPool(void* memory, int64_t page_bytes, int64_t num_pages)
-    : base_(static_cast<char*>(memory)), page_bytes_(page_bytes), num_pages_(num_pages) {
+    : base_(static_cast<char*>(memory)),
+      page_bytes_(page_bytes),
+      num_pages_(num_pages),
+      replicas_{{base_, nullptr}} {
   if (num_pages < 0 || num_pages > std::numeric_limits<int32_t>::max()) {
     LOG_ERROR("KV pool of {} pages: page ids are int32 (KvPoolPages caps the count)", num_pages);
     std::abort();

@@ -15,12 +15,20 @@
 // shared page before appending to it). Pages held only by the prefix cache are reclaimable: when
 // the free list runs short, the pool asks its reclaimer (the cache's eviction) for pages.
 //
+// A tensor-parallel model whose ranks have memory of their own (a GPU each) keeps one replica of
+// the arena per rank, page for page: the KV rows are replicated state that every rank reads
+// (docs/tensor_parallel.md). Pages, rows and block tables are named in the first replica
+// (base()); replica_offset(r) moves an address to the same byte of replica r, where rank r
+// writes and reads its rows. What the host writes through the pool (CopyBytes, WriteBytes,
+// ZeroBytes, LandTransfer) goes to every replica; what it reads comes from the first.
+//
 //   KvPool pool(memory, PageGeometry::For(layout, 256).page_bytes, pages);
 //   PageGroup& window = pool.ForGroup("window_kv", head_dim * sizeof(float));
 //   int32_t page = window.Allocate();  // kNoPage when the pool is full
 //   char* row = window.Row(page, 3);
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -97,9 +105,17 @@ class KvPool {
   // How the host reads and writes the arena: plain copies while it is host memory (the
   // default), the device's copies when it is a GPU's (the model sets its backend's ops). Set
   // before the pool is shared between threads.
-  void SetMemoryOps(backend::Ops* ops) { memory_ops_ = ops; }
-  bool on_host() const { return memory_ops_ == nullptr; }
-  // Bytes within the arena, out of it to the host, into it from the host; zeros.
+  void SetMemoryOps(backend::Ops* ops) { replicas_[0].ops = ops; }
+  bool on_host() const { return replicas_[0].ops == nullptr; }
+  // Adds a replica of the arena in `memory` (as many bytes as the first; it outlives the pool),
+  // reached through `ops` (null: host memory, plain copies). Added before any page is taken,
+  // and before the pool is shared between threads.
+  void AddReplica(void* memory, backend::Ops* ops);
+  int replicas() const { return static_cast<int>(replicas_.size()); }
+  // Replica r's address of arena address `at` is at + replica_offset(r) (0 for the first).
+  std::ptrdiff_t replica_offset(int replica) const { return replicas_[replica].base - base_; }
+  // Bytes within the arena, out of it to the host, into it from the host; zeros (the writes
+  // in every replica, the read from the first).
   void CopyBytes(char* dst, const char* src, size_t bytes) const;
   void ReadBytes(void* host, const char* src, size_t bytes) const;
   void WriteBytes(char* dst, const void* host, size_t bytes) const;
@@ -107,9 +123,9 @@ class KvPool {
 
   // A host copy of a device's arena, page for page, for KV transfers (UCX as built here moves
   // host memory only): the prefill side stages the rows it ships there, the decode side has
-  // rows written there and lands them in the arena. A host arena needs none: transfers use it
-  // directly. The model enables it for a device's arena; its pages become resident only as
-  // transfers use them. Idempotent.
+  // rows written there and lands them in the arena (every replica). A single host arena needs
+  // none: transfers use it directly. The model enables it for a device's arena or replicated
+  // arenas; its pages become resident only as transfers use them. Idempotent.
   void EnableHostMirror();
   // Where transfers read and write: the arena itself, or its mirror (page p at
   // transfer_base() + p * page_bytes() either way).
@@ -119,8 +135,8 @@ class KvPool {
   const char* StageForTransfer(const char* at, size_t bytes) const;
   // The transfer address of arena address `at`, as it is: what a decode worker checks.
   const char* TransferAddress(const char* at) const;
-  // Copies bytes a transfer wrote at `at`'s transfer address into the arena (nothing to do on a
-  // host arena).
+  // Copies bytes a transfer wrote at `at`'s transfer address into the arena, every replica
+  // (nothing to do on a single host arena).
   void LandTransfer(char* at, size_t bytes) const;
 
   // The arena (page p at base() + p * page_bytes()), in the backend's memory.
@@ -156,8 +172,13 @@ class KvPool {
   std::vector<int32_t> cache_holders_;  // per page: how many of its holders are the cache's
   int64_t reclaimable_ = 0;             // pages whose every holder is the cache's
   Reclaimer reclaimer_;
-  backend::Ops* memory_ops_ = nullptr;
-  std::unique_ptr<char[]> mirror_;  // EnableHostMirror's, when the arena is not host memory
+  // One copy of the arena per rank that has its own memory; the first is base_.
+  struct Replica {
+    char* base = nullptr;
+    backend::Ops* ops = nullptr;  // null: host memory, plain copies
+  };
+  std::vector<Replica> replicas_;
+  std::unique_ptr<char[]> mirror_;  // EnableHostMirror's, unless the arena is one host arena
   int64_t high_water_ = 0;
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<PageGroup>> groups_;
 };

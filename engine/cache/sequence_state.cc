@@ -103,6 +103,25 @@ const PagedRows& SequenceState::Group(int64_t layer, CacheGroupKind kind) const 
   return groups_[layer][layout_->layers[layer].Find(kind)];
 }
 
+void SequenceState::ReserveTokens(int64_t count) {
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    const auto& specs = layout_->layers[l].groups;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      const int64_t rows = (num_tokens_ + count) / specs[g].tokens_per_row;
+      while (groups_[l][g].size() < rows) groups_[l][g].Append();
+    }
+  }
+}
+
+void SequenceState::DropReservedRows() {
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    const auto& specs = layout_->layers[l].groups;
+    for (size_t g = 0; g < specs.size(); ++g) {
+      groups_[l][g].Truncate(num_tokens_ / specs[g].tokens_per_row);
+    }
+  }
+}
+
 void SequenceState::CommitTokens(int64_t count) {
   num_tokens_ += count;
   size_t flat = 0;

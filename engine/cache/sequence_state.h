@@ -35,7 +35,14 @@ class SequenceState {
   // rows rounded up).
   int64_t PagesToGrow(int64_t count) const;
 
-  // Called by the forward once `count` tokens were appended to every group; releases blocks
+  // Grows every group to the rows of num_tokens() + count tokens, of unspecified values that
+  // the forward then writes (each tensor-parallel rank its replica of the pool: kv_pool.h).
+  // Called before the ranks run, so the block tables, host state, change on one thread. The
+  // pages must be free (PagesToGrow).
+  void ReserveTokens(int64_t count);
+  // Drops the rows reserved past num_tokens() (after a step that failed).
+  void DropReservedRows();
+  // Called by the forward once the `count` reserved tokens' rows were written; releases blocks
   // that fell out of every group's retention window.
   void CommitTokens(int64_t count);
   // Rows at or after first_rows[g] (groups layer-major, in layout order) are never released,

@@ -51,11 +51,15 @@ StatusOr<std::unique_ptr<Drafter>> Drafter::LoadOn(const std::string& dir,
       new Drafter(config, ranks, std::move(backends), max_rollback, std::move(temperatures)));
   const int world = ranks->world_size();
   drafter->shards_.resize(world);
+  // Ranks with their own replica of the target's pool each write their context rings.
+  const bool context_on_every_rank = target != nullptr && target->kv_pool().replicas() > 1;
+  drafter->context_on_every_rank_ = context_on_every_rank;
   // Each rank takes its own slice in its own thread, as the target's ranks do.
   Status st = ranks->RunIndependent([&](int rank) -> Status {
     Shard& shard = drafter->shards_[rank];
     shard.plan = engine::ShardPlan::Make(drafter->dims_, rank, world);
-    ASSIGN_OR_RETURN(shard.w, LoadDrafterWeights(checkpoint, config, shard.plan, storage));
+    ASSIGN_OR_RETURN(shard.w, LoadDrafterWeights(checkpoint, config, shard.plan, storage,
+                                                 context_on_every_rank));
     if (!place) return absl::OkStatus();
     // The embedding and head are the target's tensors, sliced alike: its placed copies serve
     // both (a second copy of each would take 1 GB of a GPU at V4-Flash's vocabulary).
@@ -95,6 +99,11 @@ Drafter::Drafter(const config::ModelConfig& c, std::shared_ptr<parallel::RankRun
       temperatures_(std::move(confidence_temperatures)) {}
 
 StatusOr<std::unique_ptr<DrafterState>> Drafter::NewState(engine::KvPool& pool) const {
+  if (pool.replicas() > 1 && !context_on_every_rank_) {
+    return absl::FailedPreconditionError(
+        "a KV pool replicated over the ranks needs the drafter loaded for its model "
+        "(Drafter::LoadFor)");
+  }
   return DrafterState::Create(pool, static_cast<int64_t>(shards_[0].w.stages.size()), dims_.window,
                               max_rollback_, dims_.head_dim);
 }
@@ -112,18 +121,38 @@ int64_t Drafter::StatePoolBytes(const engine::KvPool& pool) const {
   return (rows + rows_per_page - 1) / rows_per_page * pool.page_bytes();
 }
 
-engine::RankContext Drafter::RankZeroContext() const {
-  engine::RankContext ctx = engine::RankContext::For(shards_[0].plan, *backends_[0]);
-  ctx.comm = nullptr;  // no collectives: replicated work of rank 0 alone
+engine::RankContext Drafter::ContextOf(int rank, const engine::KvPool& pool) const {
+  engine::RankContext ctx = engine::RankContext::For(shards_[rank].plan, *backends_[rank]);
+  ctx.kv_replicated = pool.replicas() > 1;
+  ctx.kv_offset = ctx.kv_replicated ? pool.replica_offset(rank) : 0;
   return ctx;
 }
 
-// Replicated state: rank 0's weights, on the caller's thread; every rank reads the rows later.
+// Replicated state: rank 0 writes it on the caller's thread, or each rank its replica.
 void Drafter::AppendContext(DrafterState& state, const float* features, int64_t count) const {
   if (count <= 0) return;
+  if (state.pool().replicas() == 1) {
+    engine::RankContext ctx = ContextOf(0, state.pool());
+    ctx.comm = nullptr;  // no collectives: replicated work of rank 0 alone
+    WriteContext(ctx, state, features, count);
+  } else {
+    // WriteContext cannot fail here; a device's failure surfaces at its next Synchronize.
+    ranks_
+        ->RunIndependent([&](int rank) {
+          engine::RankContext ctx = ContextOf(rank, state.pool());
+          ctx.comm = nullptr;
+          WriteContext(ctx, state, features, count);
+          return absl::OkStatus();
+        })
+        .IgnoreError();
+  }
+  state.Skip(count);
+}
+
+void Drafter::WriteContext(const engine::RankContext& ctx, DrafterState& state,
+                           const float* features, int64_t count) const {
   const engine::ModelDims& d = dims_;
-  const DrafterWeights& w = shards_[0].w;
-  const engine::RankContext ctx = RankZeroContext();
+  const DrafterWeights& w = shards_[ctx.plan->rank].w;
   // The target's features come from the host (StepOutput::features).
   const engine::Floats x(*ctx.backend, std::span<const float>(features, count * w.main_proj.cols));
   engine::Floats main_x = ctx.Floats(count * d.dim);
@@ -142,10 +171,11 @@ void Drafter::AppendContext(DrafterState& state, const float* features, int64_t 
   for (int64_t s = 0; s < stages; ++s) {
     const engine::Floats kv = engine::ProjectLatentKv(d, ctx, w.stages[s].attn, rope_,
                                                       main_x.data(), count, positions.data());
-    for (int64_t i = skip; i < count; ++i) rows[i - skip] = state.Row(s, state.num_positions() + i);
+    for (int64_t i = skip; i < count; ++i) {
+      rows[i - skip] = ctx.Kv(state.Row(s, state.num_positions() + i));
+    }
     ctx.ops().WriteCacheRows(kv.data() + skip * d.head_dim, count - skip, d.head_dim, rows, {});
   }
-  state.Skip(count);
 }
 
 StatusOr<engine::Floats> Drafter::StageAttention(const engine::RankContext& ctx, int64_t stage,
@@ -168,7 +198,7 @@ StatusOr<engine::Floats> Drafter::StageAttention(const engine::RankContext& ctx,
       const int64_t a = state.num_positions(), first_row = batch.row_begin[i];
       for (int64_t k = 0; k < inputs[i].gamma; ++k) {
         for (int64_t p = std::max<int64_t>(0, a - state.window()); p < a; ++p) {
-          keys.rows.push_back(state.Row(stage, p));
+          keys.rows.push_back(ctx.Kv(state.Row(stage, p)));
         }
         for (int64_t g = 0; g < inputs[i].gamma; ++g) {
           keys.rows.push_back(block_kv.data() + (first_row + g) * hd);
@@ -195,9 +225,9 @@ std::vector<DraftOutput> Drafter::Draft(std::span<const DraftInput> inputs) cons
   }
   std::vector<DraftOutput> out(inputs.size());
   if (batch.row_begin.back() == 0) return out;
+  const engine::KvPool& pool = inputs[0].state->pool();
   const Status st = ranks_->Run([&](int rank) {
-    const engine::RankContext ctx = engine::RankContext::For(shards_[rank].plan, *backends_[rank]);
-    return RankDraft(ctx, inputs, batch, rank == 0 ? &out : nullptr);
+    return RankDraft(ContextOf(rank, pool), inputs, batch, rank == 0 ? &out : nullptr);
   });
   if (!st.ok()) {
     LOG_WARN("dspark drafter ranks failed, drafting nothing error={}", st.ToString());

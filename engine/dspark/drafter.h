@@ -77,7 +77,8 @@ class Drafter {
   // The checkpoint's offline STS temperatures (empty: none shipped); see confidence_calibration.h.
   const std::vector<double>& confidence_temperatures() const { return temperatures_; }
   // A request's context ring, in pages of `pool` (the target model's KV pool); fails when the
-  // pool is full.
+  // pool is full, or is replicated over the ranks (GPUs) and this drafter was not loaded for
+  // its model (LoadFor).
   StatusOr<std::unique_ptr<DrafterState>> NewState(engine::KvPool& pool) const;
   // DrafterState::Serialize()'s size: what a prefilled request's ring occupies on the wire.
   uint64_t StateWireBytes() const;
@@ -115,8 +116,12 @@ class Drafter {
                                                    Backends backends, int64_t max_rollback,
                                                    engine::WeightStorage storage, bool place,
                                                    const engine::Model* target);
-  // Rank 0's slice and threads, without collectives (AppendContext's replicated work).
-  engine::RankContext RankZeroContext() const;
+  // Rank `rank`'s slice and device, reading the replica of `pool` (the target's) it keeps.
+  engine::RankContext ContextOf(int rank, const engine::KvPool& pool) const;
+  // Writes the context rows of `count` positions from num_positions() on into ctx's replica of
+  // the state's ring (AppendContext's work on one rank).
+  void WriteContext(const engine::RankContext& ctx, DrafterState& state, const float* features,
+                    int64_t count) const;
   // One rank's share of a Draft; `out` on rank 0 only.
   Status RankDraft(const engine::RankContext& ctx, std::span<const DraftInput> inputs,
                    const Batch& batch, std::vector<DraftOutput>* out) const;
@@ -132,8 +137,9 @@ class Drafter {
 
   engine::ModelDims dims_;
   std::shared_ptr<parallel::RankRunner> ranks_;
-  Backends backends_;          // per rank, on ranks_
-  std::vector<Shard> shards_;  // per rank
+  Backends backends_;                   // per rank, on ranks_
+  bool context_on_every_rank_ = false;  // every rank holds main_proj (a replicated pool)
+  std::vector<Shard> shards_;           // per rank
   kernels::cpu::RopeTable rope_;
   int64_t block_size_, noise_token_, num_features_, markov_rank_, max_rollback_;
   std::vector<double> temperatures_;

@@ -54,6 +54,8 @@ class DrafterState {
                                   int64_t row_width);
   // Pool bytes the ring holds.
   int64_t bytes() const { return ring_.bytes(); }
+  // The pool whose pages hold the ring.
+  const engine::KvPool& pool() const { return *pool_; }
 
  private:
   DrafterState(engine::PageGroup* group, int64_t stages, int64_t window, int64_t max_rollback,

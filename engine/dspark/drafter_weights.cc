@@ -37,7 +37,7 @@ StatusOr<DrafterWeights> LoadDrafterWeights(const std::string& dir, const config
 
 StatusOr<DrafterWeights> LoadDrafterWeights(
     std::shared_ptr<const safetensors::Checkpoint> checkpoint, const config::ModelConfig& c,
-    const engine::ShardPlan& plan, engine::WeightStorage storage) {
+    const engine::ShardPlan& plan, engine::WeightStorage storage, bool context_on_every_rank) {
   RETURN_IF_ERROR(CheckDrafterConfig(checkpoint->directory(), c));
   const config::DSparkConfig& ds = *c.dspark;
   engine::TensorLoader r(checkpoint, storage, /*show_progress=*/false);
@@ -51,8 +51,8 @@ StatusOr<DrafterWeights> LoadDrafterWeights(
                                                    /*compress_ratio=*/0, /*hash_gate=*/false));
     w.stages.push_back(std::move(stage));
   }
-  const bool writer = plan.rank == 0;  // of the context rings, and of the confidences
-  if (writer) {
+  // Rank 0 writes the context rings (or every rank its replica) and reports the confidences.
+  if (plan.rank == 0 || context_on_every_rank) {
     ASSIGN_OR_RETURN(w.main_proj, r.LoadMatrix("mtp.0.main_proj.weight", dim, n_feat * dim));
     ASSIGN_OR_RETURN(w.main_norm, r.LoadVector("mtp.0.main_norm.weight", dim));
   } else {
@@ -67,7 +67,7 @@ StatusOr<DrafterWeights> LoadDrafterWeights(
                    r.LoadMatrix(last + ".markov_head.markov_w2.weight", vocab, rank,
                                 engine::Rect{plan.vocab.begin, plan.vocab.end, 0, rank}));
   const std::string confidence = last + ".confidence_head.proj.weight";
-  if (writer) {
+  if (plan.rank == 0) {
     ASSIGN_OR_RETURN(w.confidence, r.LoadFlat(confidence, 1, dim + rank));
   } else {
     RETURN_IF_ERROR(r.Skip(confidence, dim + rank));

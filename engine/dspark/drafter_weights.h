@@ -48,9 +48,12 @@ StatusOr<DrafterWeights> LoadDrafterWeights(
     const std::string& dir, const config::ModelConfig& config, const engine::ShardPlan& plan,
     engine::WeightStorage storage = engine::WeightStorage::kNative);
 // The same from an open checkpoint; safe to call from several threads at once (one per rank).
+// The context projection (main_proj, main_norm) is rank 0's, or every rank's with
+// `context_on_every_rank` (ranks that keep their own replica of the context rings).
 StatusOr<DrafterWeights> LoadDrafterWeights(
     std::shared_ptr<const safetensors::Checkpoint> checkpoint, const config::ModelConfig& config,
-    const engine::ShardPlan& plan, engine::WeightStorage storage = engine::WeightStorage::kNative);
+    const engine::ShardPlan& plan, engine::WeightStorage storage = engine::WeightStorage::kNative,
+    bool context_on_every_rank = false);
 // Adds every weight of `w` to `placer` (to copy them into a GPU's memory); the embedding and
 // head only `with_embed_and_head` (the target's placed copies may serve instead).
 void AddDrafterWeights(engine::WeightPlacer& placer, DrafterWeights& w, bool with_embed_and_head);

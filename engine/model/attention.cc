@@ -5,8 +5,9 @@
 //
 // Tensor parallelism (docs/tensor_parallel.md): a rank runs the query heads, indexer heads and
 // output-projection units of its ShardPlan. The latent KV and the compressors are replicated
-// state that rank 0 computes and appends; the indexer's partial scores and the output
-// projection's partial sums are reduced over the ranks in double.
+// state that rank 0 computes and writes (or every rank into its own replica of the pool); the
+// indexer's partial scores and the output projection's partial sums are reduced over the ranks
+// in double.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -116,31 +117,33 @@ Status CheckCacheProjections(const RankContext& ctx, int64_t layer, const Attent
   return absl::OkStatus();
 }
 
-// Appends this sequence's new tokens to its caches (window KV, compressor rows and entries).
-void AppendToCache(const ModelDims& d, const RankContext& ctx, int64_t layer,
-                   const AttentionWeights& w, const kc::RopeTable& rope,
-                   const AttentionProjections& p, const BatchSequence& seq) {
+// Writes this sequence's new tokens' rows, reserved before the step (SequenceState::
+// ReserveTokens), into this rank's replica of its caches: window KV, compressor rows and the
+// entries whose groups complete.
+void WriteToCache(const ModelDims& d, const RankContext& ctx, int64_t layer,
+                  const AttentionWeights& w, const kc::RopeTable& rope,
+                  const AttentionProjections& p, const BatchSequence& seq) {
   SequenceState& state = *seq.state;
   PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
   std::vector<void*> rows(seq.count);
-  for (void*& row : rows) row = window.Append();
+  for (int64_t i = 0; i < seq.count; ++i) rows[i] = ctx.Kv(window.Row(seq.start_pos + i));
   ctx.ops().WriteCacheRows(p.kv.data() + seq.row_begin * d.head_dim, seq.count, d.head_dim, rows,
                            window.fp8());
   if (w.compressor) {
     const int64_t width = w.compressor->wkv.rows;
-    CompressorAppend(d, ctx, *w.compressor, rope, CompressedKeyFormat::kFp8Nope,
-                     p.comp_kv.data() + seq.row_begin * width,
-                     p.comp_score.data() + seq.row_begin * width, seq.count, seq.start_pos,
-                     state.Group(layer, CacheGroupKind::kCompressorRows),
-                     state.Group(layer, CacheGroupKind::kCompressedKv));
+    CompressorWrite(d, ctx, *w.compressor, rope, CompressedKeyFormat::kFp8Nope,
+                    p.comp_kv.data() + seq.row_begin * width,
+                    p.comp_score.data() + seq.row_begin * width, seq.count, seq.start_pos,
+                    state.Group(layer, CacheGroupKind::kCompressorRows),
+                    state.Group(layer, CacheGroupKind::kCompressedKv));
   }
   if (w.indexer) {
     const int64_t width = w.indexer->compressor.wkv.rows;
-    CompressorAppend(d, ctx, w.indexer->compressor, rope, CompressedKeyFormat::kHadamardFp4,
-                     p.index_kv.data() + seq.row_begin * width,
-                     p.index_score.data() + seq.row_begin * width, seq.count, seq.start_pos,
-                     state.Group(layer, CacheGroupKind::kIndexerRows),
-                     state.Group(layer, CacheGroupKind::kIndexerKeys));
+    CompressorWrite(d, ctx, w.indexer->compressor, rope, CompressedKeyFormat::kHadamardFp4,
+                    p.index_kv.data() + seq.row_begin * width,
+                    p.index_score.data() + seq.row_begin * width, seq.count, seq.start_pos,
+                    state.Group(layer, CacheGroupKind::kIndexerRows),
+                    state.Group(layer, CacheGroupKind::kIndexerKeys));
   }
 }
 
@@ -157,7 +160,7 @@ StatusOr<Floats> IndexerScores(const ModelDims& d, const RankContext& ctx, int64
     const PagedRows& entries = seq.state->Group(layer, CacheGroupKind::kIndexerKeys);
     for (int64_t i = 0; i < seq.count; ++i) {
       for (int64_t j = 0; j < (seq.start_pos + i + 1) / ratio; ++j) {
-        keys.rows.push_back(entries.Floats(j));
+        keys.rows.push_back(ctx.Kv(entries.Floats(j)));
       }
       keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
     }
@@ -193,15 +196,15 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
     for (int64_t i = 0; i < seq.count; ++i) {
       const int64_t t = seq.start_pos + i, row = seq.row_begin + i;
       for (int64_t pos = std::max<int64_t>(0, t - d.window + 1); pos <= t; ++pos) {
-        keys.rows.push_back(window.Row(pos));
+        keys.rows.push_back(ctx.Kv(window.Row(pos)));
       }
       if (ratio > 0) {
         const PagedRows& entries = state.Group(layer, CacheGroupKind::kCompressedKv);
         const int64_t eligible = (t + 1) / ratio;
         if (w.indexer) {
-          for (int32_t j : selected[row]) keys.rows.push_back(entries.Row(j));
+          for (int32_t j : selected[row]) keys.rows.push_back(ctx.Kv(entries.Row(j)));
         } else {
-          for (int64_t j = 0; j < eligible; ++j) keys.rows.push_back(entries.Row(j));
+          for (int64_t j = 0; j < eligible; ++j) keys.rows.push_back(ctx.Kv(entries.Row(j)));
         }
       }
       keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
@@ -323,12 +326,10 @@ StatusOr<Floats> AttentionForward(const ModelDims& d, const RankContext& ctx, in
   const AttentionProjections p = Project(d, ctx, w, rope, u, batch);
   if (ctx.check_replicas) RETURN_IF_ERROR(CheckCacheProjections(ctx, layer, p));
   if (ctx.writes_cache) {
-    for (const BatchSequence& seq : batch.sequences) {
-      AppendToCache(d, ctx, layer, w, rope, p, seq);
-    }
+    for (const BatchSequence& seq : batch.sequences) WriteToCache(d, ctx, layer, w, rope, p, seq);
   }
-  // Nobody reads this layer's caches before rank 0 has appended the step's tokens.
-  if (ctx.distributed()) RETURN_IF_ERROR(ctx.comm->Barrier());
+  // Ranks sharing rank 0's arena read this layer's rows once it has written them.
+  if (ctx.distributed() && !ctx.kv_replicated) RETURN_IF_ERROR(ctx.comm->Barrier());
   Floats o = ctx.Floats(batch.rows() * ctx.plan->heads.size() * d.head_dim);
   RETURN_IF_ERROR(AttendAll(d, ctx, layer, w, rope, p, batch, o));
   Floats out;

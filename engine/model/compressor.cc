@@ -21,9 +21,9 @@ void PoolEntry(const RankContext& ctx, const CompressorWeights& w, const PagedRo
   std::vector<int64_t> channel_offset(slots, 0);
   for (int64_t s = 0; s < slots; ++s) {
     if (w.overlap && s < r) {
-      if (j > 0) rows[s] = token_rows.Floats((j - 1) * r + s);
+      if (j > 0) rows[s] = ctx.Kv(token_rows.Floats((j - 1) * r + s));
     } else {
-      rows[s] = token_rows.Floats(w.overlap ? j * r + (s - r) : j * r + s);
+      rows[s] = ctx.Kv(token_rows.Floats(w.overlap ? j * r + (s - r) : j * r + s));
       channel_offset[s] = w.overlap ? hd : 0;
     }
   }
@@ -54,17 +54,17 @@ void FinishEntry(const ModelDims& d, const RankContext& ctx, const CompressorWei
 
 }  // namespace
 
-void CompressorAppend(const ModelDims& d, const RankContext& ctx, const CompressorWeights& w,
-                      const kc::RopeTable& rope, CompressedKeyFormat format, const float* kv,
-                      const float* score, int64_t count, int64_t start_pos, PagedRows& token_rows,
-                      PagedRows& entries) {
+void CompressorWrite(const ModelDims& d, const RankContext& ctx, const CompressorWeights& w,
+                     const kc::RopeTable& rope, CompressedKeyFormat format, const float* kv,
+                     const float* score, int64_t count, int64_t start_pos, PagedRows& token_rows,
+                     PagedRows& entries) {
   const int64_t width = (w.overlap ? 2 : 1) * w.head_dim;
   backend::Ops& ops = ctx.ops();
   backend::Buffer<float> entry(*ctx.backend, w.head_dim);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t t = start_pos + i;
     // The token's cache row: [kv | score + ape of its slot in the group].
-    float* row = token_rows.AppendFloats();
+    float* row = ctx.Kv(token_rows.Floats(t));
     ops.Copy(row, kv + i * width, width * sizeof(float));
     ops.Add(score + i * width, w.ape.data() + (t % w.ratio) * width, width, row + width);
     if ((t + 1) % w.ratio == 0) {
@@ -72,7 +72,7 @@ void CompressorAppend(const ModelDims& d, const RankContext& ctx, const Compress
       PoolEntry(ctx, w, token_rows, j, entry.data());
       FinishEntry(d, ctx, w, rope, format, j, entry.data());
       // FP8-encoded under --kv-cache-dtype fp8.
-      void* const entry_row = entries.Append();
+      void* const entry_row = ctx.Kv(entries.Row(j));
       ops.WriteCacheRows(entry.data(), 1, w.head_dim, {&entry_row, 1}, entries.fp8());
     }
   }

@@ -17,12 +17,12 @@ namespace pdspark::engine {
 
 enum class CompressedKeyFormat { kFp8Nope, kHadamardFp4 };
 
-// Appends token rows for `count` tokens starting at `start_pos` from the projections
-// kv/score [count, c*head_dim] (row stride c*head_dim), then emits every entry whose group
-// completed into `entries`.
-void CompressorAppend(const ModelDims& d, const RankContext& ctx, const CompressorWeights& w,
-                      const kernels::cpu::RopeTable& rope, CompressedKeyFormat format,
-                      const float* kv, const float* score, int64_t count, int64_t start_pos,
-                      PagedRows& token_rows, PagedRows& entries);
+// Writes the token rows of `count` tokens starting at `start_pos` from the projections
+// kv/score [count, c*head_dim] (row stride c*head_dim), then every entry whose group completed
+// into `entries`: rows reserved already (SequenceState::ReserveTokens), in ctx's replica.
+void CompressorWrite(const ModelDims& d, const RankContext& ctx, const CompressorWeights& w,
+                     const kernels::cpu::RopeTable& rope, CompressedKeyFormat format,
+                     const float* kv, const float* score, int64_t count, int64_t start_pos,
+                     PagedRows& token_rows, PagedRows& entries);
 
 }  // namespace pdspark::engine

@@ -112,15 +112,22 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
 
 Model::~Model() {
   kv_pool_.reset();
-  if (kv_memory_ != nullptr) backends_[0]->Free(kv_memory_);
+  for (size_t r = 0; r < kv_memory_.size(); ++r) backends_[r]->Free(kv_memory_[r]);
 }
 
 Status Model::AllocateKvPool(const ModelOptions& options) {
-  backend::Backend& device = *backends_[0];
-  const int64_t bytes = options.kv_cache_memory_bytes > 0
-                            ? options.kv_cache_memory_bytes
-                            : static_cast<int64_t>(static_cast<double>(device.FreeMemoryBytes()) *
-                                                   options.kv_cache_memory_fraction);
+  // Ranks with memory of their own (GPUs, or placed weights on the CPU) each keep a replica.
+  const bool on_host = options.device == backend::Device::kCpu && !weights_placed_;
+  const int replicas = on_host ? 1 : tensor_parallel_size();
+  int64_t bytes = options.kv_cache_memory_bytes;
+  if (bytes <= 0) {
+    int64_t free_bytes = backends_[0]->FreeMemoryBytes();
+    for (int r = 1; r < replicas; ++r) {
+      free_bytes = std::min(free_bytes, backends_[r]->FreeMemoryBytes());
+    }
+    bytes =
+        static_cast<int64_t>(static_cast<double>(free_bytes) * options.kv_cache_memory_fraction);
+  }
   const int64_t page = page_geometry_.page_bytes;
   const int64_t pages = std::min<int64_t>(bytes / page, std::numeric_limits<int32_t>::max());
   if (pages < 1) {
@@ -128,19 +135,26 @@ Status Model::AllocateKvPool(const ModelOptions& options) {
         absl::StrCat("KV cache of ", bytes, " bytes holds no ", page, "-byte page (--block-size ",
                      options.cache_block_rows, "): raise --kv-cache-memory-bytes"));
   }
-  kv_memory_ = device.Allocate(static_cast<size_t>(pages * page));
-  if (kv_memory_ == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate the KV cache (", pages * page, " bytes on ",
-                     backend::DeviceName(device.device()), "): lower --kv-cache-memory-bytes"));
+  for (int r = 0; r < replicas; ++r) {
+    backend::Backend& device = *backends_[r];
+    void* memory = device.Allocate(static_cast<size_t>(pages * page));
+    if (memory == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate the KV cache (", pages * page, " bytes on ",
+                       backend::DeviceName(device.device()), " of rank ", r,
+                       "): lower --kv-cache-memory-bytes"));
+    }
+    kv_memory_.push_back(memory);
   }
-  kv_pool_ = std::make_unique<KvPool>(kv_memory_, page, pages);
-  // The host reaches a device's arena through its copies (as placed weights are).
-  if (device.device() != backend::Device::kCpu || weights_placed_) {
-    kv_pool_->SetMemoryOps(&device.ops());
+  kv_pool_ = std::make_unique<KvPool>(kv_memory_[0], page, pages);
+  if (!on_host) {
+    // The host reaches the arenas through the devices' copies (as placed weights are).
+    kv_pool_->SetMemoryOps(&backends_[0]->ops());
+    for (int r = 1; r < replicas; ++r) kv_pool_->AddReplica(kv_memory_[r], &backends_[r]->ops());
     kv_pool_->EnableHostMirror();
   }
-  LOG_INFO("kv pool pages={} page_bytes={} bytes={}", pages, page, pages * page);
+  LOG_INFO("kv pool pages={} page_bytes={} bytes={} replicas={}", pages, page, pages * page,
+           replicas);
   return absl::OkStatus();
 }
 
@@ -225,17 +239,28 @@ StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOp
       out.logit_offsets.push_back(out.logit_offsets.back() + BatchLayout::LogitRows(seq));
     }
   }
+  // The step's rows are reserved here, on one thread; the ranks then write them.
+  for (const StepInput& in : inputs) {
+    in.sequence->ReserveTokens(static_cast<int64_t>(in.tokens.size()));
+  }
   std::vector<Status> mismatches(tensor_parallel_size());
-  RETURN_IF_ERROR(runner_->Run([&](int rank) {
+  const Status st = runner_->Run([&](int rank) {
     return RankStep(rank, batch, options, rank == 0 ? &out : nullptr, mismatches[rank]);
-  }));
-  for (const Status& st : mismatches) RETURN_IF_ERROR(st);
+  });
+  if (!st.ok()) {
+    for (const StepInput& in : inputs) in.sequence->DropReservedRows();
+    return st;
+  }
+  for (const Status& m : mismatches) RETURN_IF_ERROR(m);
   return out;
 }
 
 RankContext Model::Context(int rank, Status* replica_mismatch) const {
   RankContext ctx = RankContext::For(ranks_[rank].plan, *backends_[rank]);
-  ctx.writes_cache = rank == 0;
+  ctx.owns_state = rank == 0;
+  ctx.kv_replicated = kv_pool_->replicas() > 1;
+  ctx.writes_cache = rank == 0 || ctx.kv_replicated;
+  ctx.kv_offset = ctx.kv_replicated ? kv_pool_->replica_offset(rank) : 0;
   ctx.check_replicas = check_replicas_ && ctx.comm != nullptr;
   ctx.replica_mismatch = replica_mismatch;
   return ctx;
@@ -269,14 +294,14 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
                    feature_values.data() + (it - feature_layers_.begin()) * d.dim, slots * d.dim);
       }
     }
-    // Rank 0 writes the caches (the others' replicated rows are not stored), so it alone
-    // tells the caller a layer's rows are ready: once per layer, not once per rank.
-    if (ctx.writes_cache && options.on_layer_done) options.on_layer_done(l);
+    // Rank 0 tells the caller a layer's rows are ready (in its arena, the first replica, which
+    // transfers read): once per layer, not once per rank.
+    if (ctx.owns_state && options.on_layer_done) options.on_layer_done(l);
   }
   if (block_io) save_block_io();
   if (features) out->features = feature_values.ToHost();
   // After the last layer's all-reduce no rank reads the caches any more.
-  if (ctx.writes_cache) {
+  if (ctx.owns_state) {
     for (const BatchSequence& seq : batch.sequences) seq.state->CommitTokens(seq.count);
   }
   if (options.logits != LogitsMode::kNone) {

@@ -72,8 +72,9 @@ struct ModelOptions {
   // BF16, within a stated bound of the exact kernels, not their bits); no effect on the CPU.
   bool fast_kernels = false;
   // Copy the weights into the backend's memory even where the backend could read the
-  // checkpoint's mapping in place (the CPU), and reach the KV pool through the backend's copies:
-  // what a GPU needs, checked on the CPU by tests.
+  // checkpoint's mapping in place (the CPU), reach the KV pool through the backend's copies, and
+  // give each tensor-parallel rank a replica of the pool of its own: what GPUs need, checked on
+  // the CPU by tests.
   bool place_weights = false;
   // Every rank also computes the replicated cache projections and compares them bitwise with
   // rank 0's; Step then fails (after running) if one differs. A check for tests, not for serving.
@@ -123,7 +124,8 @@ class Model {
 
   std::unique_ptr<SequenceState> NewSequence();
   // One forward over all inputs; appends their tokens to their states. ResourceExhausted
-  // (nothing run) when the KV pool has too few free pages for the new tokens.
+  // (nothing run) when the KV pool has too few free pages for the new tokens. A step that fails
+  // leaves the states as they were.
   StatusOr<StepOutput> Step(std::span<const StepInput> inputs, const StepOptions& options = {});
 
   const config::ModelConfig& config() const { return config_; }
@@ -189,9 +191,9 @@ class Model {
   // Per rank; shared with the weights placed in their memory, which return it last.
   std::vector<std::shared_ptr<backend::Backend>> backends_;
   bool weights_placed_ = false;
-  // The pool's arena, from rank 0's backend (the ranks share the sequence states on the CPU);
-  // freed after the pool in ~Model.
-  void* kv_memory_ = nullptr;
+  // The pool's arenas, freed after the pool in ~Model: rank 0's, which ranks sharing memory (the
+  // CPU's threads) share, or one replica per rank from its backend (GPUs; KvPool::AddReplica).
+  std::vector<void*> kv_memory_;
   std::unique_ptr<KvPool> kv_pool_;
 };
 

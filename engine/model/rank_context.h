@@ -2,6 +2,8 @@
 // Internal to the engine.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -19,9 +21,16 @@ struct RankContext {
   const ShardPlan* plan = nullptr;
   backend::Backend* backend = nullptr;     // the rank's device: its ops and communicator
   parallel::Communicator* comm = nullptr;  // null: one rank, nothing to reduce
-  // Rank 0 appends the step's tokens to the sequence states, which all ranks share (they are
-  // replicated state: docs/tensor_parallel.md); the others read them after a barrier.
-  bool writes_cache = true;
+  // The sequence states (their block tables, reserved before the step) are host state all ranks
+  // share; rank 0 commits the step's tokens and reports the layers done.
+  bool owns_state = true;
+  // The cache rows are replicated state (docs/tensor_parallel.md). Ranks sharing one pool arena
+  // leave writing them to rank 0 and read its rows after a barrier; ranks with a replica of the
+  // pool of their own (kv_replicated, kv_pool.h) each write and read theirs.
+  bool kv_replicated = false;
+  bool writes_cache = true;  // rank 0, or every rank when kv_replicated
+  // This rank's replica of a pool address is the address + kv_offset (KvPool::replica_offset).
+  std::ptrdiff_t kv_offset = 0;
   // Every rank computes the cache projections and compares them bitwise with rank 0's; the first
   // difference is stored in *replica_mismatch (the step itself goes on).
   bool check_replicas = false;
@@ -32,6 +41,11 @@ struct RankContext {
   const int32_t* token_ids = nullptr;
 
   bool distributed() const { return comm != nullptr && comm->world_size() > 1; }
+  // Pool address `at` in this rank's replica.
+  template <typename T>
+  T* Kv(T* at) const {
+    return reinterpret_cast<T*>(reinterpret_cast<std::uintptr_t>(at) + kv_offset);
+  }
   backend::Ops& ops() const { return backend->ops(); }
   // `n` zeros in the rank's memory: the activations of a sub-layer.
   backend::Buffer<float> Floats(int64_t n) const { return {*backend, n}; }

@@ -3,6 +3,7 @@
 // a crash), and PagesToGrow predicts exactly what Append takes. Forks share pages by reference
 // count and copy a shared page before writing into it; pages only the prefix cache holds are
 // counted reclaimable and handed back through the pool's reclaimer.
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -101,6 +102,49 @@ TEST(KvPool, FullPoolIsReportedAndLeavesNothingAllocated) {
   EXPECT_EQ(arena.pool.free_pages(), 1);
   group.Free(a);
   EXPECT_EQ(arena.pool.high_water_pages(), 2);
+}
+
+// Replicas of the arena (one per tensor-parallel rank with memory of its own): what the host
+// writes through the pool reaches every replica at the same offset, what it reads comes from
+// the first, and a transfer landed from the mirror reaches them all.
+TEST(KvPool, HostWritesReachEveryReplicaAndReadsComeFromTheFirst) {
+  SmallPool arena(4);
+  KvPool& pool = arena.pool;
+  std::vector<float> second(arena.memory.size(), -1.0f), third(arena.memory.size(), -1.0f);
+  pool.AddReplica(second.data(), nullptr);
+  pool.AddReplica(third.data(), nullptr);
+  ASSERT_EQ(pool.replicas(), 3);
+  EXPECT_EQ(pool.replica_offset(0), 0);
+  const auto in_replica = [&](int r, const char* at) {
+    return reinterpret_cast<const float*>(at + pool.replica_offset(r));
+  };
+  PagedRows rows(&pool.ForGroup("g", 2 * sizeof(float)));
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(rows.Assign(0, 3, reinterpret_cast<const char*>(values.data())).ok());
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(in_replica(r, rows.Row(2))[1], 6.0f) << "replica " << r;
+  }
+  pool.ZeroBytes(rows.Row(0), 2 * sizeof(float));
+  pool.CopyBytes(rows.Row(1), rows.Row(2), 2 * sizeof(float));
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(in_replica(r, rows.Row(0))[0], 0.0f) << "replica " << r;
+    EXPECT_EQ(in_replica(r, rows.Row(1))[0], 5.0f) << "replica " << r;
+  }
+  // Reads come from the first replica alone.
+  third[0] = 42.0f;
+  float read = -1.0f;
+  pool.ReadBytes(&read, reinterpret_cast<const char*>(arena.memory.data()), sizeof(float));
+  EXPECT_EQ(read, arena.memory[0]);
+  // Replicated host arenas need a mirror for transfers: written there, landed in every replica.
+  pool.EnableHostMirror();
+  ASSERT_NE(pool.transfer_base(), pool.base());
+  const float landed[2] = {7.0f, 8.0f};
+  std::memcpy(const_cast<char*>(pool.TransferAddress(rows.Row(2))), landed, sizeof(landed));
+  pool.LandTransfer(rows.Row(2), sizeof(landed));
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(in_replica(r, rows.Row(2))[0], 7.0f) << "replica " << r;
+    EXPECT_EQ(in_replica(r, rows.Row(2))[1], 8.0f) << "replica " << r;
+  }
 }
 
 TEST(PagedRows, SerialiseRoundTripKeepsLogicalIndices) {
