@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/parallel/rank_runner.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -238,6 +239,36 @@ TEST_F(ModelTest, RejectsBadInputs) {
   std::vector<StepInput> twice = {{seq.get(), std::span<const int32_t>(kPrompt).subspan(0, 1)},
                                   {seq.get(), std::span<const int32_t>(kPrompt).subspan(0, 1)}};
   EXPECT_FALSE(model_->Step(twice).ok());
+}
+
+// A step whose ranks fail (here: their group was broken by an earlier failed job) reports the
+// error and leaves the sequence as it was: the rows reserved for it are dropped.
+TEST(ModelStep, AFailedStepLeavesTheSequenceAsItWas) {
+  ModelOptions options;
+  options.show_progress = false;
+  options.tensor_parallel_size = 2;
+  auto model = Model::Load(kGoldenDir, options).value();
+  auto seq = model->NewSequence();
+  std::vector<int32_t> prompt(30);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 * i + 1);
+  StepInput in{seq.get(), prompt};
+  ASSERT_TRUE(model->Step({&in, 1}).ok());
+  const std::string state = seq->Serialize();
+  const int64_t pages = model->kv_pool().pages_in_use();
+  parallel::RankRunner& ranks = *model->rank_runner();
+  ASSERT_FALSE(ranks
+                   .Run([&](int rank) -> Status {
+                     if (rank == 1) return absl::InternalError("rank 1 failed");
+                     return ranks.comm(0)->Barrier();
+                   })
+                   .ok());
+  StepInput more{seq.get(), std::span<const int32_t>(prompt).subspan(0, 20)};
+  const auto failed = model->Step({&more, 1});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().message(), "rank 1 failed");
+  EXPECT_EQ(seq->num_tokens(), 30);
+  EXPECT_EQ(seq->Serialize(), state);
+  EXPECT_EQ(model->kv_pool().pages_in_use(), pages);
 }
 
 // A checkpoint directory assembled from the golden one with an edited index or config.
