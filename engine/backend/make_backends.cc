@@ -19,15 +19,12 @@ StatusOr<std::vector<std::unique_ptr<Backend>>> MakeBackends(Device device,
                                                              [[maybe_unused]] bool fast_kernels) {
   if (device == Device::kCpu) return MakeCpuBackends(runner);
 #ifdef PDSPARK_HAVE_CUDA
-  if (runner.world_size() > 1) {
-    return absl::UnimplementedError(
-        absl::StrCat("--device cuda runs one rank for now, got --tensor-parallel-size ",
-                     runner.world_size(), ": use --tensor-parallel-size 1"));
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(0, nullptr));
-  static_cast<CudaOps&>(cuda->ops()).set_fast_kernels(fast_kernels);
+  ASSIGN_OR_RETURN(auto cuda, CudaBackend::CreateAll(runner.world_size()));
   std::vector<std::unique_ptr<Backend>> backends;
-  backends.push_back(std::move(cuda));
+  for (auto& rank : cuda) {
+    static_cast<CudaOps&>(rank->ops()).set_fast_kernels(fast_kernels);
+    backends.push_back(std::move(rank));
+  }
   return backends;
 #else
   return absl::FailedPreconditionError(

@@ -74,6 +74,9 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Model
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv-cache-memory-fraction must be in (0, 1], got ", options.kv_cache_memory_fraction));
   }
+  if (options.check_replicas && options.device != backend::Device::kCpu) {
+    return absl::InvalidArgumentError("check_replicas compares the ranks on the CPU only");
+  }
   ASSIGN_OR_RETURN(config::ModelConfig config, config::LoadModelConfig(dir));
   std::unique_ptr<Model> model(new Model(std::move(config), options));
   ASSIGN_OR_RETURN(auto backends,

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_device.h"
 
 namespace pdspark::parallel {
 namespace {
@@ -23,13 +24,17 @@ Status CudaStatus(cudaError_t error, const char* what) {
 }  // namespace
 
 StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> NcclCommunicator::CreateAll(
-    int world_size) {
+    int world_size, const std::vector<CUstream_st*>& streams) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
   if (world_size < 1 || world_size > devices) {
     return absl::FailedPreconditionError(absl::StrCat("NCCL tensor parallelism over ", world_size,
                                                       " ranks needs as many GPUs; ", devices,
                                                       " visible (check CUDA_VISIBLE_DEVICES)"));
+  }
+  if (!streams.empty() && static_cast<int>(streams.size()) != world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(streams.size(), " streams for ", world_size, " NCCL ranks"));
   }
   std::vector<ncclComm_t> comms(world_size);
   std::vector<int> device_ids(world_size);
@@ -38,8 +43,8 @@ StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> NcclCommunicator::Creat
       NcclStatus(ncclCommInitAll(comms.data(), world_size, device_ids.data()), "ncclCommInitAll"));
   std::vector<std::unique_ptr<NcclCommunicator>> out;
   for (int r = 0; r < world_size; ++r) {
-    out.push_back(
-        std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comms[r], r, world_size, r)));
+    out.push_back(std::unique_ptr<NcclCommunicator>(
+        new NcclCommunicator(comms[r], r, world_size, r, streams.empty() ? nullptr : streams[r])));
     if (out.back()->stream_ == nullptr) {
       return absl::InternalError(absl::StrCat("cannot create a CUDA stream on GPU ", r));
     }
@@ -69,26 +74,30 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(const std::
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
   ncclComm_t comm;
   RETURN_IF_ERROR(NcclStatus(ncclCommInitRank(&comm, world_size, id, rank), "ncclCommInitRank"));
-  auto out =
-      std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comm, rank, world_size, device));
+  auto out = std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(comm, rank, world_size, device, nullptr));
   if (out->stream_ == nullptr) {
     return absl::InternalError(absl::StrCat("cannot create a CUDA stream on GPU ", device));
   }
   return out;
 }
 
-NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int world_size, int device)
-    : comm_(comm), rank_(rank), world_size_(world_size), device_(device) {
-  cudaSetDevice(device_);
-  cudaStream_t stream;
-  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess) stream_ = stream;
+NcclCommunicator::NcclCommunicator(ncclComm* comm, int rank, int world_size, int device,
+                                   CUstream_st* stream)
+    : comm_(comm), stream_(stream), rank_(rank), world_size_(world_size), device_(device) {
+  const cuda::DeviceScope on_device(device_);
+  cudaStream_t own;
+  if (stream_ == nullptr && cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) == cudaSuccess) {
+    stream_ = own;
+    owns_stream_ = true;
+  }
   if (cudaMalloc(&barrier_word_, sizeof(float)) != cudaSuccess) barrier_word_ = nullptr;
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  cudaSetDevice(device_);
+  const cuda::DeviceScope on_device(device_);
   if (barrier_word_) cudaFree(barrier_word_);
-  if (stream_) cudaStreamDestroy(stream_);
+  if (owns_stream_) cudaStreamDestroy(stream_);
   ncclCommDestroy(comm_);
 }
 
@@ -98,16 +107,19 @@ Status NcclCommunicator::Finish(int result, const char* what) {
 }
 
 Status NcclCommunicator::AllReduceSum(float* data, size_t n) {
+  const cuda::DeviceScope on_device(device_);
   return Finish(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_),
                 "ncclAllReduce(float)");
 }
 
 Status NcclCommunicator::AllReduceSum(double* data, size_t n) {
+  const cuda::DeviceScope on_device(device_);
   return Finish(ncclAllReduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_),
                 "ncclAllReduce(double)");
 }
 
 Status NcclCommunicator::AllGather(const float* in, size_t n, float* out) {
+  const cuda::DeviceScope on_device(device_);
   return Finish(ncclAllGather(in, out, n, ncclFloat32, comm_, stream_), "ncclAllGather");
 }
 
@@ -115,11 +127,13 @@ Status NcclCommunicator::Broadcast(float* data, size_t n, int root) {
   if (root < 0 || root >= world_size_) {
     return absl::InvalidArgumentError(absl::StrCat("Broadcast: root ", root, " out of range"));
   }
+  const cuda::DeviceScope on_device(device_);
   return Finish(ncclBroadcast(data, data, n, ncclFloat32, root, comm_, stream_), "ncclBroadcast");
 }
 
 Status NcclCommunicator::Barrier() {
   if (barrier_word_ == nullptr) return absl::InternalError("NCCL barrier buffer not allocated");
+  const cuda::DeviceScope on_device(device_);
   return Finish(
       ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_),
       "ncclAllReduce(barrier)");

@@ -1,6 +1,8 @@
 // The NCCL backend of Communicator (CUDA builds): one rank per GPU, buffers are device pointers.
-// Every call is enqueued on the communicator's own stream and waited for before it returns,
-// which keeps the interface's synchronous, in-place contract.
+// Every call is enqueued on the communicator's stream and waited for before it returns, which
+// keeps the interface's synchronous, in-place contract. The stream is its own, or the one the
+// rank computes on (CreateAll with streams: the CUDA backend's), so a collective starts after
+// the work that made its input.
 //
 // Ordering: NCCL does not add in rank order (ring and tree algorithms choose their own order),
 // but one reduction's result is computed once and copied, so it is bitwise the same on every
@@ -27,8 +29,10 @@ namespace pdspark::parallel {
 class NcclCommunicator final : public Communicator {
  public:
   // Communicators for GPUs 0..world_size-1 of this process (ncclCommInitAll); fails clearly
-  // when there are fewer GPUs.
-  static StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> CreateAll(int world_size);
+  // when there are fewer GPUs. With `streams` (one per GPU, not owned) rank r works on
+  // streams[r]; without, on a stream of its own.
+  static StatusOr<std::vector<std::unique_ptr<NcclCommunicator>>> CreateAll(
+      int world_size, const std::vector<CUstream_st*>& streams = {});
   // Rank `rank` of a group spread over processes: every rank passes the id rank 0 made with
   // NewUniqueId (sent by the caller's own channel) and the GPU it drives.
   static StatusOr<std::unique_ptr<NcclCommunicator>> Create(const std::string& unique_id, int rank,
@@ -50,12 +54,14 @@ class NcclCommunicator final : public Communicator {
   Status Barrier() override;
 
  private:
-  NcclCommunicator(ncclComm* comm, int rank, int world_size, int device);
+  // `stream`: null for a stream of its own.
+  NcclCommunicator(ncclComm* comm, int rank, int world_size, int device, CUstream_st* stream);
   // Waits for the stream after `result` (an ncclResult_t) was OK.
   Status Finish(int result, const char* what);
 
   ncclComm* comm_;
   CUstream_st* stream_ = nullptr;
+  bool owns_stream_ = false;
   int rank_, world_size_, device_;
   float* barrier_word_ = nullptr;  // one device float for Barrier
 };

@@ -24,8 +24,17 @@ StatusOr<std::string> DescribeDevice(int index) {
 
 Status CudaStatus(int error, const char* what) {
   if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrFormat(
-      "%s failed: %s", what, cudaGetErrorString(static_cast<cudaError_t>(error))));
+  return absl::InternalError(
+      absl::StrFormat("%s failed: %s", what, cudaGetErrorString(static_cast<cudaError_t>(error))));
+}
+
+DeviceScope::DeviceScope(int device) : device_(device), previous_(device) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = device;
+  if (previous_ != device_) cudaSetDevice(device_);
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ != device_) cudaSetDevice(previous_);
 }
 
 }  // namespace pdspark::cuda

@@ -27,6 +27,7 @@
 
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/host_like_math.cuh"
+#include "kernels/cuda/cuda_device.h"
 #include "kernels/number_formats.h"
 
 namespace pdspark::engine::backend {
@@ -370,6 +371,7 @@ unsigned BlocksFor(int64_t items, int64_t per_block) {
 
 void CudaOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
                      const float* sink, float* out) {
+  const cuda::DeviceScope on_device(device_);
   const int64_t rows = keys.num_rows();
   if (rows <= 0 || heads <= 0 || head_dim <= 0) return;
   const int64_t total = keys.offsets[rows] - keys.offsets[0];
@@ -394,6 +396,7 @@ void CudaOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, i
 
 void CudaOps::IndexerScores(const AttentionKeys& keys, const float* q, const float* w,
                             int64_t heads, int64_t dim, double* scores) {
+  const cuda::DeviceScope on_device(device_);
   const int64_t rows = keys.num_rows();
   if (rows <= 0) return;
   const int64_t total = keys.offsets[rows] - keys.offsets[0];
@@ -413,6 +416,7 @@ void CudaOps::IndexerScores(const AttentionKeys& keys, const float* q, const flo
 // of each value and 45 sort stages of 256 compare-exchanges.
 std::vector<std::vector<int32_t>> CudaOps::TopK(const float* values,
                                                 const std::vector<int64_t>& offsets, int64_t k) {
+  const cuda::DeviceScope on_device(device_);
   const int64_t rows = std::max<int64_t>(0, static_cast<int64_t>(offsets.size()) - 1);
   std::vector<std::vector<int32_t>> top(rows);
   // Where each row's indices go in the flat result, and its sort buffer if not in shared memory.
@@ -455,6 +459,7 @@ std::vector<std::vector<int32_t>> CudaOps::TopK(const float* values,
 
 void CudaOps::PoolEntry(const float* const* slot_rows, const int64_t* channel_offset, int64_t slots,
                         int64_t head_dim, int64_t score_offset, float* out) {
+  const cuda::DeviceScope on_device(device_);
   if (head_dim <= 0) return;
   PoolEntryKernel<<<BlocksFor(head_dim, kPoolThreads), kPoolThreads, 0, stream_>>>(
       slot_rows, channel_offset, slots, head_dim, score_offset, out);

@@ -1,6 +1,10 @@
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include "absl/strings/str_format.h"
+#include "kernels/cuda/cuda_device.h"
+#ifdef PDSPARK_HAVE_NCCL
+#include "engine/parallel/nccl_communicator.h"
+#endif
 
 namespace pdspark::engine::backend {
 namespace {
@@ -16,16 +20,22 @@ Status CudaError(cudaError_t error, const char* what) {
 // the time is the work's, not the host's wait for it.
 class CudaTimer : public Timer {
  public:
-  explicit CudaTimer(cudaStream_t stream) : stream_(stream) {
+  CudaTimer(cudaStream_t stream, int device) : stream_(stream), device_(device) {
+    const cuda::DeviceScope on_device(device_);
     cudaEventCreate(&start_);
     cudaEventCreate(&stop_);
   }
   ~CudaTimer() override {
+    const cuda::DeviceScope on_device(device_);
     cudaEventDestroy(start_);
     cudaEventDestroy(stop_);
   }
-  void Start() override { cudaEventRecord(start_, stream_); }
+  void Start() override {
+    const cuda::DeviceScope on_device(device_);
+    cudaEventRecord(start_, stream_);
+  }
   double Stop() override {
+    const cuda::DeviceScope on_device(device_);
     cudaEventRecord(stop_, stream_);
     float ms = 0.0f;
     if (cudaEventSynchronize(stop_) != cudaSuccess ||
@@ -37,6 +47,7 @@ class CudaTimer : public Timer {
 
  private:
   cudaStream_t stream_;
+  int device_;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
@@ -53,9 +64,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
     return absl::InvalidArgumentError(
         absl::StrFormat("CUDA device %d does not exist: this process sees %d", device, count));
   }
-  if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-    return CudaError(e, "cudaSetDevice");
-  }
+  const cuda::DeviceScope on_device(device);
   cudaStream_t stream = nullptr;
   if (const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
       e != cudaSuccess) {
@@ -64,20 +73,49 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
   return std::unique_ptr<CudaBackend>(new CudaBackend(device, stream, comm));
 }
 
+StatusOr<std::vector<std::unique_ptr<CudaBackend>>> CudaBackend::CreateAll(int world_size) {
+  std::vector<std::unique_ptr<CudaBackend>> backends;
+  std::vector<CUstream_st*> streams;
+  for (int r = 0; r < world_size; ++r) {
+    ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, Create(r));
+    streams.push_back(backend->stream());
+    backends.push_back(std::move(backend));
+  }
+  if (world_size == 1) return backends;
+#ifdef PDSPARK_HAVE_NCCL
+  ASSIGN_OR_RETURN(auto comms, parallel::NcclCommunicator::CreateAll(world_size, streams));
+  for (int r = 0; r < world_size; ++r) {
+    backends[r]->owned_comm_ = std::move(comms[r]);
+    backends[r]->comm_ = backends[r]->owned_comm_.get();
+  }
+  return backends;
+#else
+  return absl::FailedPreconditionError(
+      "tensor parallelism over GPUs needs NCCL, which this build did not find: install libnccl "
+      "under /usr/local/cuda and rebuild, or use --tensor-parallel-size 1");
+#endif
+}
+
 CudaBackend::CudaBackend(int device, cudaStream_t stream, parallel::Communicator* comm)
-    : device_(device), stream_(stream), ops_(std::make_unique<CudaOps>(stream)), comm_(comm) {}
+    : device_(device),
+      stream_(stream),
+      ops_(std::make_unique<CudaOps>(stream, device)),
+      comm_(comm) {}
 
 CudaBackend::~CudaBackend() {
+  const cuda::DeviceScope on_device(device_);
   ops_->Synchronize().IgnoreError();
   ops_.reset();
+  owned_comm_.reset();  // before the stream its collectives ran on
   cudaStreamDestroy(stream_);
 }
 
 std::unique_ptr<Timer> CudaBackend::NewTimer() const {
-  return std::make_unique<CudaTimer>(stream_);
+  return std::make_unique<CudaTimer>(stream_, device_);
 }
 
 void* CudaBackend::Allocate(size_t bytes) {
+  const cuda::DeviceScope on_device(device_);
   void* p = nullptr;
   if (cudaMalloc(&p, bytes) != cudaSuccess) {
     cudaGetLastError();  // an out-of-memory answer is not sticky; clear it
@@ -86,9 +124,13 @@ void* CudaBackend::Allocate(size_t bytes) {
   return p;
 }
 
-void CudaBackend::Free(void* p) { cudaFree(p); }
+void CudaBackend::Free(void* p) {
+  const cuda::DeviceScope on_device(device_);
+  cudaFree(p);
+}
 
 int64_t CudaBackend::FreeMemoryBytes() const {
+  const cuda::DeviceScope on_device(device_);
   size_t free_bytes = 0, total = 0;
   if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
   return static_cast<int64_t>(free_bytes);

@@ -1,11 +1,12 @@
 // The CUDA backend: one tensor-parallel rank on one GPU, its work queued on one stream
-// (CudaOps), timed with CUDA events, its memory from cudaMalloc. The communicator is the
-// caller's (null for one rank; NCCL for several, issue 23).
+// (CudaOps), timed with CUDA events, its memory from cudaMalloc. Its communicator is null for
+// one rank; with several, an NCCL communicator working on the backend's own stream (CreateAll).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <vector>
 
 #include "common/base/status.h"
 #include "engine/backend/backend.h"
@@ -19,6 +20,10 @@ class CudaBackend : public Backend {
   // device, no memory for a stream).
   static StatusOr<std::unique_ptr<CudaBackend>> Create(int device,
                                                        parallel::Communicator* comm = nullptr);
+  // The backends of `world_size` tensor-parallel ranks, rank r on GPU r, each owning its NCCL
+  // communicator, which runs the collectives on the backend's stream (ordered after the work
+  // that made their inputs). One rank: no communicator.
+  static StatusOr<std::vector<std::unique_ptr<CudaBackend>>> CreateAll(int world_size);
   ~CudaBackend() override;
 
   Device device() const override { return Device::kCuda; }
@@ -42,6 +47,7 @@ class CudaBackend : public Backend {
   cudaStream_t stream_;
   std::unique_ptr<CudaOps> ops_;
   parallel::Communicator* comm_;
+  std::unique_ptr<parallel::Communicator> owned_comm_;  // CreateAll's NCCL communicator
 };
 
 }  // namespace pdspark::engine::backend

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_device.h"
 #include "kernels/number_formats.h"
 
 namespace pdspark::engine::backend {
@@ -53,6 +54,7 @@ __global__ void WriteFp8RowsKernel(const float* values, Fp8Layout f, void* const
 
 void CudaOps::WriteCacheRows(const float* values, int64_t count, int64_t width,
                              std::span<void* const> rows, const kernels::cpu::Fp8KvRow& fp8) {
+  const cuda::DeviceScope on_device(device_);
   if (count == 0) return;
   void* const* device_rows = Upload(rows.data(), static_cast<size_t>(count));
   if (!status_.ok()) return FreeScratch();

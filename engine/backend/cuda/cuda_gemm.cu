@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_device.h"
 
 namespace pdspark::engine::backend {
 namespace {
@@ -71,6 +72,7 @@ __global__ void GemmKernel(const GemmCall* calls) {
 void CudaOps::Gemm(const GemmCall& call) { GroupedGemm(std::span<const GemmCall>(&call, 1)); }
 
 void CudaOps::GroupedGemm(std::span<const GemmCall> calls) {
+  const cuda::DeviceScope on_device(device_);
   std::vector<GemmCall> exact, fast;
   for (const GemmCall& c : calls) {
     if (c.m == 0 || c.w.rows == 0) continue;

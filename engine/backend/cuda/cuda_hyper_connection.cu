@@ -22,6 +22,7 @@
 
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/host_like_math.cuh"
+#include "kernels/cuda/cuda_device.h"
 
 namespace pdspark::engine::backend {
 
@@ -223,6 +224,7 @@ dim3 TileGrid(int64_t dim, int64_t rows) {
 
 void CudaOps::HcPre(const HcShape& s, const float* streams, float* mixes, int64_t rows,
                     const float* scale, const float* base, float* input, float* post, float* comb) {
+  const cuda::DeviceScope on_device(device_);
   if (rows == 0) return;
   const int64_t hc = s.hc;
   const size_t shared = static_cast<size_t>((2 + hc) * hc + hc * hc + hc) * sizeof(float);
@@ -233,6 +235,7 @@ void CudaOps::HcPre(const HcShape& s, const float* streams, float* mixes, int64_
 
 void CudaOps::HcPost(const HcShape& s, const float* f, const float* post, const float* comb,
                      int64_t rows, float* streams) {
+  const cuda::DeviceScope on_device(device_);
   if (rows == 0 || s.dim == 0) return;
   const size_t shared = static_cast<size_t>(s.hc) * kThreads * sizeof(float);
   HcPostKernel<<<TileGrid(s.dim, rows), kThreads, shared, stream_>>>(s, f, post, comb, streams);
@@ -241,6 +244,7 @@ void CudaOps::HcPost(const HcShape& s, const float* f, const float* post, const 
 
 void CudaOps::HcHead(const HcShape& s, const float* streams, float* mixes, int64_t rows,
                      const float* scale, const float* base, float* y) {
+  const cuda::DeviceScope on_device(device_);
   if (rows == 0) return;
   const size_t shared = static_cast<size_t>(2 * s.hc) * sizeof(float);
   HcHeadKernel<<<static_cast<unsigned>(rows), kThreads, shared, stream_>>>(s, streams, mixes, scale,
@@ -250,6 +254,7 @@ void CudaOps::HcHead(const HcShape& s, const float* streams, float* mixes, int64
 
 void CudaOps::StreamMean(const HcShape& s, const float* streams, int64_t rows, float* out,
                          int64_t out_stride) {
+  const cuda::DeviceScope on_device(device_);
   if (rows == 0 || s.dim == 0) return;
   StreamMeanKernel<<<TileGrid(s.dim, rows), kThreads, 0, stream_>>>(s, streams, out, out_stride);
   Check(cudaGetLastError(), "StreamMeanKernel launch");

@@ -16,6 +16,7 @@
 
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/host_like_math.cuh"
+#include "kernels/cuda/cuda_device.h"
 
 namespace pdspark::engine::backend {
 
@@ -85,6 +86,7 @@ __global__ void RouteKernel(const float* logits, int64_t experts, int64_t top_k,
 Routing CudaOps::Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
                        const float* bias, const int32_t* hash_table, const int32_t* token_ids,
                        float route_scale) {
+  const cuda::DeviceScope on_device(device_);
   Routing routing;
   routing.experts.resize(rows * top_k);
   routing.weights.resize(rows * top_k);

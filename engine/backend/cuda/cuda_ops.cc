@@ -5,10 +5,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "kernels/cuda/cuda_device.h"
 
 namespace pdspark::engine::backend {
 
 CudaOps::~CudaOps() {
+  const cuda::DeviceScope on_device(device_);
   FreeScratch();
   for (auto& [table, rope] : ropes_) FreeRope(rope);
 }
@@ -20,6 +22,7 @@ void CudaOps::Check(cudaError_t error, const char* what) {
 }
 
 Status CudaOps::Synchronize() {
+  const cuda::DeviceScope on_device(device_);
   Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   return status_;
 }
@@ -86,22 +89,26 @@ CudaOps::DeviceRope CudaOps::RopeOnDevice(const kernels::cpu::RopeTable& table) 
 }
 
 void CudaOps::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  const cuda::DeviceScope on_device(device_);
   // From pageable memory the copy has read `src` when it returns; the stream orders the rest.
   if (bytes)
     Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "CopyToDevice");
 }
 
 void CudaOps::CopyToHost(void* dst, const void* src, size_t bytes) {
+  const cuda::DeviceScope on_device(device_);
   if (!bytes) return;
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyToHost");
   Check(cudaStreamSynchronize(stream_), "CopyToHost (wait)");
 }
 
 void CudaOps::Copy(void* dst, const void* src, size_t bytes) {
+  const cuda::DeviceScope on_device(device_);
   if (bytes) Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "Copy");
 }
 
 void CudaOps::Zero(void* p, size_t bytes) {
+  const cuda::DeviceScope on_device(device_);
   if (bytes) Check(cudaMemsetAsync(p, 0, bytes, stream_), "Zero");
 }
 

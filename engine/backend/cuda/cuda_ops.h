@@ -29,7 +29,9 @@ namespace pdspark::engine::backend {
 
 class CudaOps : public Ops {
  public:
-  explicit CudaOps(cudaStream_t stream) : stream_(stream) {}
+  // Work on `stream` of GPU `device` (made the current device for each call: the pool reaches
+  // every rank's ops from one thread).
+  CudaOps(cudaStream_t stream, int device) : stream_(stream), device_(device) {}
   ~CudaOps() override;
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
@@ -138,6 +140,7 @@ class CudaOps : public Ops {
   void W4A16GroupedGemm(std::span<const GemmCall> calls);
 
   cudaStream_t stream_;
+  int device_;
   bool fast_kernels_ = false;
   Status status_;
   std::vector<void*> scratch_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_device.h"
 #include "kernels/number_formats.h"
 
 namespace pdspark::engine::backend {
@@ -181,6 +182,7 @@ __global__ void AddKernel(const float* a, const float* b, int64_t n, float* out)
 
 void CudaOps::GatherActivationRows(const float* x, int64_t ldx, int64_t width,
                                    std::span<const int64_t> rows, float* out) {
+  const cuda::DeviceScope on_device(device_);
   const int64_t count = static_cast<int64_t>(rows.size());
   if (count == 0 || width == 0) return;
   const int64_t* device_rows = Upload(rows.data(), rows.size());
@@ -192,12 +194,14 @@ void CudaOps::GatherActivationRows(const float* x, int64_t ldx, int64_t width,
 }
 
 void CudaOps::DoubleToFloat(const double* x, int64_t n, float* y) {
+  const cuda::DeviceScope on_device(device_);
   if (n == 0) return;
   DoubleToFloatKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, n, y);
   Check(cudaGetLastError(), "DoubleToFloat");
 }
 
 void CudaOps::Add(const float* a, const float* b, int64_t n, float* out) {
+  const cuda::DeviceScope on_device(device_);
   if (n == 0) return;
   AddKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(a, b, n, out);
   Check(cudaGetLastError(), "Add");
@@ -205,6 +209,7 @@ void CudaOps::Add(const float* a, const float* b, int64_t n, float* out) {
 
 void CudaOps::GatherRows(const kernels::WeightMatrix& table, std::span<const int32_t> ids,
                          int64_t copies, float* out) {
+  const cuda::DeviceScope on_device(device_);
   const int64_t count = static_cast<int64_t>(ids.size());
   if (count == 0 || copies == 0) return;
   const int32_t* device_ids = Upload(ids.data(), ids.size());
@@ -217,6 +222,7 @@ void CudaOps::GatherRows(const kernels::WeightMatrix& table, std::span<const int
 
 void CudaOps::RmsNorm(const float* x, const float* weight, int64_t rows, int64_t n, float eps,
                       float* y) {
+  const cuda::DeviceScope on_device(device_);
   if (rows == 0) return;
   RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(x, weight, n, eps, y);
   Check(cudaGetLastError(), "RmsNorm");
@@ -224,6 +230,7 @@ void CudaOps::RmsNorm(const float* x, const float* weight, int64_t rows, int64_t
 
 void CudaOps::Rope(const kernels::cpu::RopeTable& table, const int64_t* positions, int64_t rows,
                    int64_t vectors, int64_t stride, int64_t offset, bool inverse, float* x) {
+  const cuda::DeviceScope on_device(device_);
   if (rows == 0 || vectors == 0 || table.rope_dim == 0) return;
   const DeviceRope rope = RopeOnDevice(table);
   if (!rope.cos) return;
@@ -234,6 +241,7 @@ void CudaOps::Rope(const kernels::cpu::RopeTable& table, const int64_t* position
 }
 
 void CudaOps::QuantDequantFp8(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t block) {
+  const cuda::DeviceScope on_device(device_);
   if (rows == 0 || cols == 0) return;
   const int64_t warps = rows * ((cols + block - 1) / block);
   QuantDequantKernel<false><<<BlocksFor(32 * warps), kThreads, 0, stream_>>>(x, rows, cols, stride,
@@ -242,6 +250,7 @@ void CudaOps::QuantDequantFp8(float* x, int64_t rows, int64_t cols, int64_t stri
 }
 
 void CudaOps::QuantDequantFp4(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t block) {
+  const cuda::DeviceScope on_device(device_);
   if (rows == 0 || cols == 0) return;
   const int64_t warps = rows * ((cols + block - 1) / block);
   QuantDequantKernel<true><<<BlocksFor(32 * warps), kThreads, 0, stream_>>>(
@@ -250,6 +259,7 @@ void CudaOps::QuantDequantFp4(float* x, int64_t rows, int64_t cols, int64_t stri
 }
 
 void CudaOps::Hadamard(float* x, int64_t rows, int64_t n, float scale) {
+  const cuda::DeviceScope on_device(device_);
   if (rows == 0) return;
   HadamardKernel<<<static_cast<unsigned>(rows), kThreads, n * sizeof(float), stream_>>>(x, n,
                                                                                         scale);
@@ -258,6 +268,7 @@ void CudaOps::Hadamard(float* x, int64_t rows, int64_t n, float scale) {
 
 void CudaOps::SwiGlu(const float* gate, const float* up, const float* row_scale, int64_t rows,
                      int64_t n, float limit, float* out) {
+  const cuda::DeviceScope on_device(device_);
   if (rows * n == 0) return;
   SwiGluKernel<<<BlocksFor(rows * n), kThreads, 0, stream_>>>(gate, up, row_scale, rows, n, limit,
                                                               out);
@@ -266,12 +277,14 @@ void CudaOps::SwiGlu(const float* gate, const float* up, const float* row_scale,
 
 void CudaOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows,
                             double* acc, int64_t acc_stride) {
+  const cuda::DeviceScope on_device(device_);
   if (count == 0 || n == 0) return;
   AddRowsDoubleKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, count, n, rows, acc, acc_stride);
   Check(cudaGetLastError(), "AddRowsDouble");
 }
 
 void CudaOps::Scale(float* x, int64_t n, float s) {
+  const cuda::DeviceScope on_device(device_);
   if (n == 0) return;
   ScaleKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, n, s);
   Check(cudaGetLastError(), "Scale");

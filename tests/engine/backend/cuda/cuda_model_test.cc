@@ -3,7 +3,8 @@
 // serialised from device memory and restored into it, and the drafter's greedy drafts. The
 // kernels keep the CPU's operation order, so only the device's exp/log1p may move a bit; the
 // bound is the golden conformance tolerance (1e-4 of the logit scale), and every greedy token
-// must agree. Without a device only the refusal runs.
+// must agree. With several GPUs the same holds at tensor-parallel sizes 2 and 4 (NCCL between the
+// ranks, a KV replica per GPU). Without a device only the refusals run.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -20,10 +21,11 @@ namespace {
 const std::string kGoldenDir = std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a";
 const std::string kDsparkDir = std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-dspark";
 
-std::unique_ptr<Model> Load(const std::string& dir, backend::Device device) {
+std::unique_ptr<Model> Load(const std::string& dir, backend::Device device, int tp = 1) {
   ModelOptions options;
   options.show_progress = false;
   options.device = device;
+  options.tensor_parallel_size = tp;
   options.kv_cache_memory_bytes = int64_t{256} << 20;
   auto model = Model::Load(dir, options);
   EXPECT_TRUE(model.ok()) << model.status();
@@ -70,12 +72,9 @@ TEST(CudaModelTest, LoadingOnCudaWorksOrSaysWhyNot) {
   }
 }
 
-TEST(CudaModelTest, GoldenLogitsAgreeWithTheCpu) {
-  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  const std::vector<float> cpu = PrefillAndDecode(*Load(kGoldenDir, backend::Device::kCpu));
-  const std::vector<float> gpu = PrefillAndDecode(*Load(kGoldenDir, backend::Device::kCuda));
+// The logits within 1e-4 of their scale, every row's argmax equal.
+void ExpectAgree(const std::vector<float>& gpu, const std::vector<float>& cpu, int64_t vocab) {
   ASSERT_EQ(gpu.size(), cpu.size());
-  const int64_t vocab = Load(kGoldenDir, backend::Device::kCpu)->config().vocab_size;
   double scale = 0, worst = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
     scale = std::max(scale, std::abs(static_cast<double>(cpu[i])));
@@ -89,6 +88,40 @@ TEST(CudaModelTest, GoldenLogitsAgreeWithTheCpu) {
     };
     EXPECT_EQ(argmax(gpu), argmax(cpu)) << "row " << row;
   }
+}
+
+TEST(CudaModelTest, GoldenLogitsAgreeWithTheCpu) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto cpu_model = Load(kGoldenDir, backend::Device::kCpu);
+  ExpectAgree(PrefillAndDecode(*Load(kGoldenDir, backend::Device::kCuda)),
+              PrefillAndDecode(*cpu_model), cpu_model->config().vocab_size);
+}
+
+// Tensor parallelism over GPUs: NCCL reductions (their own order, in double) and a KV replica
+// per GPU give the CPU's logits within the same bound (the CPU's are the same at every size).
+TEST(CudaModelTest, TensorParallelLogitsAgreeWithTheCpu) {
+  if (cuda::DeviceCount() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  const auto cpu_model = Load(kGoldenDir, backend::Device::kCpu);
+  const std::vector<float> cpu = PrefillAndDecode(*cpu_model);
+  for (int tp : {2, 4}) {
+    if (tp > cuda::DeviceCount()) break;
+    SCOPED_TRACE(tp);
+    const auto gpu_model = Load(kGoldenDir, backend::Device::kCuda, tp);
+    ASSERT_EQ(gpu_model->kv_pool().replicas(), tp);
+    ExpectAgree(PrefillAndDecode(*gpu_model), cpu, cpu_model->config().vocab_size);
+  }
+}
+
+// More ranks than GPUs is refused, naming CUDA, never a crash (runs everywhere).
+TEST(CudaModelTest, MoreRanksThanGpusIsRefused) {
+  ModelOptions options;
+  options.show_progress = false;
+  options.device = backend::Device::kCuda;
+  options.tensor_parallel_size = cuda::DeviceCount() + 1;
+  options.kv_cache_memory_bytes = int64_t{64} << 20;
+  const auto model = Model::Load(kGoldenDir, options);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("CUDA"), std::string::npos) << model.status();
 }
 
 // Greedy drafts at a few anchors after a prompt longer than the drafter's ring.
@@ -124,6 +157,9 @@ TEST(CudaModelTest, DsparkDraftsAgreeWithTheCpu) {
   const std::vector<int32_t> cpu = Drafts(*Load(kDsparkDir, backend::Device::kCpu));
   EXPECT_FALSE(cpu.empty());
   EXPECT_EQ(Drafts(*Load(kDsparkDir, backend::Device::kCuda)), cpu);
+  if (cuda::DeviceCount() >= 2) {
+    EXPECT_EQ(Drafts(*Load(kDsparkDir, backend::Device::kCuda, 2)), cpu) << "tp 2";
+  }
 }
 
 }  // namespace
