@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/argmax_rule.h"
 #include "kernels/cpu/fp8_kv_row.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/weight_matrix.h"
@@ -111,6 +112,11 @@ class Ops {
                              double* acc, int64_t acc_stride) = 0;
   // x *= s over n values.
   virtual void Scale(float* x, int64_t n, float s) = 0;
+  // Per row r of x [rows, n] (rows ldx apart): its largest value and that value's lowest index
+  // (kernels/argmax_rule.h), as out[r] (index -1 when n is 0). What greedy decoding reads of a
+  // row of logits, without moving the row.
+  virtual void ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
+                      kernels::ArgmaxCandidate* out) = 0;
 
   // ---- Hyper-connections (mHC) ---------------------------------------------------------------
   // From streams [rows, hc, dim] and their raw mixes [rows, (2+hc)*hc] (streams . fn^T), which

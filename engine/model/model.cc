@@ -308,7 +308,7 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
     for (const BatchSequence& seq : batch.sequences) seq.state->CommitTokens(seq.count);
   }
   if (options.logits != LogitsMode::kNone) {
-    RETURN_IF_ERROR(Head(ctx, batch, options.logits, streams, out));
+    RETURN_IF_ERROR(Head(ctx, batch, options, streams, out));
   }
   return ctx.backend->Synchronize();
 }
@@ -322,8 +322,9 @@ Status Model::RunBlock(const RankContext& ctx, int64_t layer, const BatchLayout&
   return RunV4Block(dims_, ctx, block, batch.rows(), attention, streams);
 }
 
-Status Model::Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode mode,
+Status Model::Head(const RankContext& ctx, const BatchLayout& batch, const StepOptions& options,
                    const Floats& streams, StepOutput* out) {
+  const LogitsMode mode = options.logits;
   const ModelDims& d = dims_;
   const ModelWeights& w = ranks_[ctx.plan->rank].weights;
   // Only the rows whose logits are wanted go through hc_head and the vocabulary projection.
@@ -347,6 +348,9 @@ Status Model::Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode 
   Floats y = HcHead(d, ctx, w.hc_head, *head_in, rows);
   ctx.ops().RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, y.data());
   const Floats logits = VocabSliceLogits(ctx, y.data(), rows, w.head);
+  if (options.argmax_only) {
+    return GatherArgmax(ctx, d.vocab, logits.data(), rows, out ? &out->argmax : nullptr);
+  }
   return GatherVocab(ctx, d.vocab, logits.data(), rows, out ? &out->logits : nullptr);
 }
 

@@ -98,6 +98,10 @@ struct StepOptions {
   LogitsMode logits = LogitsMode::kAllTokens;
   bool features = false;  // hc-mean outputs of the feature layers
   bool block_io = false;  // the 4-stream state entering every block and leaving the last
+  // The logits rows `logits` selects come back as their argmax ids (StepOutput::argmax: the
+  // largest logit's lowest id), found where the logits are; StepOutput::logits stays empty.
+  // All greedy decoding needs, without moving vocabulary-wide rows off a GPU.
+  bool argmax_only = false;
   // Called on the calling thread once layer `layer` has appended this step's rows to every
   // sequence's cache groups (the prefill worker ships them while later layers compute).
   std::function<void(int64_t layer)> on_layer_done;
@@ -112,6 +116,8 @@ struct StepOutput {
   // Input i's rows of `logits` are [logit_offsets[i], logit_offsets[i + 1]) (size = inputs + 1;
   // empty with kNone).
   std::vector<int64_t> logit_offsets;
+  // With StepOptions::argmax_only: one id per logits row, in place of `logits`.
+  std::vector<int32_t> argmax;
   std::vector<float> features;  // [total_tokens, feature_layers, dim]
   std::vector<float> block_io;  // [layers + 1, total_tokens, hc, dim]
 };
@@ -173,7 +179,7 @@ class Model {
   Status RunBlock(const RankContext& ctx, int64_t layer, const BatchLayout& batch,
                   backend::Buffer<float>& streams);
   // hc_head, norm and this rank's vocabulary rows; rank 0 gathers the logits into out.
-  Status Head(const RankContext& ctx, const BatchLayout& batch, LogitsMode mode,
+  Status Head(const RankContext& ctx, const BatchLayout& batch, const StepOptions& options,
               const backend::Buffer<float>& streams, StepOutput* out);
 
   config::ModelConfig config_;

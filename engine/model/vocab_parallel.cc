@@ -52,4 +52,36 @@ Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, in
   return absl::OkStatus();
 }
 
+Status GatherArgmax(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
+                    std::vector<int32_t>* ids) {
+  const int world = ctx.distributed() ? ctx.comm->world_size() : 1;
+  const int64_t local = ctx.plan->vocab.size();
+  backend::Buffer<kernels::ArgmaxCandidate> mine(*ctx.backend, rows);
+  ctx.ops().ArgMax(slice, rows, local, local, mine.data());
+  // A candidate is a float and an int32: the collective moves it as two floats, bit for bit.
+  static_assert(sizeof(kernels::ArgmaxCandidate) == 2 * sizeof(float));
+  backend::Buffer<kernels::ArgmaxCandidate> all(*ctx.backend, world * rows);
+  if (world > 1) {
+    RETURN_IF_ERROR(ctx.comm->AllGather(reinterpret_cast<const float*>(mine.data()), 2 * rows,
+                                        reinterpret_cast<float*>(all.data())));
+  }
+  if (!ids) return absl::OkStatus();
+  const std::vector<kernels::ArgmaxCandidate> candidates = (world > 1 ? all : mine).ToHost();
+  // Rank k's indices count from its first vocabulary row; ranks hold ascending rows.
+  ids->assign(rows, -1);
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::ArgmaxCandidate best;
+    for (int k = 0; k < world; ++k) {
+      kernels::ArgmaxCandidate c = candidates[k * rows + r];
+      if (c.index >= 0) {
+        c.index += static_cast<int32_t>(
+            FixedChunks(vocab, parallel::EvenSplit(kFixedChunks, k, world)).begin);
+      }
+      best = kernels::ArgmaxMerge(best, c);
+    }
+    (*ids)[r] = best.index;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pdspark::engine

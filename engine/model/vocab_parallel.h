@@ -26,4 +26,11 @@ backend::Buffer<float> VocabSliceLogits(const RankContext& ctx, const float* x, 
 Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
                    std::vector<float>* full);
 
+// The argmax id of every whole row [rows, vocab] whose slices the ranks hold (as GatherVocab
+// would gather them), into `ids` (may be null where not needed; every rank must call it): each
+// rank's winner is found where its slice is, then only the winners are gathered and merged by
+// the same rule (kernels/argmax_rule.h), so the id is the whole row's argmax at every TP size.
+Status GatherArgmax(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
+                    std::vector<int32_t>* ids);
+
 }  // namespace pdspark::engine

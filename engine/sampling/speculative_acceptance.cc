@@ -64,12 +64,20 @@ Status ValidateDraftVerification(const DraftVerification& input) {
 
 StatusOr<AcceptanceResult> AcceptGreedy(const DraftVerification& input) {
   RETURN_IF_ERROR(ValidateDraftVerification(input));
+  std::vector<int32_t> target(input.draft_tokens.size() + 1);
+  for (size_t k = 0; k < target.size(); ++k) {
+    target[k] = Argmax(Row(input.target_probs, input.vocab_size, k));
+  }
+  return AcceptGreedyArgmax(input.draft_tokens, target);
+}
+
+AcceptanceResult AcceptGreedyArgmax(std::span<const int32_t> draft_tokens,
+                                    std::span<const int32_t> target_argmax) {
   AcceptanceResult result;
-  const size_t num_drafts = input.draft_tokens.size();
-  for (size_t k = 0; k <= num_drafts; ++k) {
-    const int32_t target = Argmax(Row(input.target_probs, input.vocab_size, k));
-    result.tokens.push_back(target);
-    if (k == num_drafts || input.draft_tokens[k] != target) break;
+  const size_t num_drafts = draft_tokens.size();
+  for (size_t k = 0; k <= num_drafts && k < target_argmax.size(); ++k) {
+    result.tokens.push_back(target_argmax[k]);
+    if (k == num_drafts || draft_tokens[k] != target_argmax[k]) break;
     ++result.num_accepted;
   }
   return result;

@@ -44,6 +44,10 @@ Status ValidateDraftVerification(const DraftVerification& input);
 
 // Greedy rule: accept d_k while d_k == argmax p_{k-1}; then emit argmax p_a.
 StatusOr<AcceptanceResult> AcceptGreedy(const DraftVerification& input);
+// The same rule from the rows' argmax ids (argmax p_0..p_L, L + 1 of them), found where the
+// logits are (engine::StepOptions::argmax_only).
+AcceptanceResult AcceptGreedyArgmax(std::span<const int32_t> draft_tokens,
+                                    std::span<const int32_t> target_argmax);
 
 // Rejection sampling: accept d_k with probability min(1, p_{k-1}(d_k) / q_k(d_k)); at the first
 // rejection emit a sample of norm(max(0, p_{k-1} - q_k)); if all are accepted emit a sample of

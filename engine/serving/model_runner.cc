@@ -70,13 +70,14 @@ bool ModelRunner::WantsAllLogits(const ActiveRequest& request) {
   return !request.draft.empty() || prompt_logprobs;
 }
 
-StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned,
+StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned, bool argmax_only,
                                       std::span<engine::StepInput> inputs) {
   StepResult result;
   // Only the requests that verify drafts or want prompt logprobs pay for every row's head.
   for (size_t i = 0; i < planned.size(); ++i) inputs[i].all_logits = WantsAllLogits(*planned[i]);
   engine::StepOptions options;
   options.logits = engine::LogitsMode::kLastTokenPerSequence;
+  options.argmax_only = argmax_only;
   // Every fed position's drafter context comes from this step's target features.
   options.features = drafter_ != nullptr;
   // Prefill workers ship each layer's new cache rows as soon as the layer is done.

@@ -33,6 +33,12 @@ struct StepResult {
   const float* SampleRow(size_t i, int64_t vocab) const {
     return output.logits.data() + (output.logit_offsets[i + 1] - 1) * vocab;
   }
+  // The same rows as argmax ids, when the step returned those instead (argmax_only).
+  bool argmax_only() const { return !output.argmax.empty(); }
+  const int32_t* ArgmaxRows(size_t i) const {
+    return output.argmax.data() + output.logit_offsets[i];
+  }
+  int32_t SampleArgmax(size_t i) const { return output.argmax[output.logit_offsets[i + 1] - 1]; }
 };
 
 class ModelRunner {
@@ -54,7 +60,9 @@ class ModelRunner {
   static bool WantsAllLogits(const ActiveRequest& request);
 
   // Asks for every row of the inputs whose request WantsAllLogits, and runs the step.
-  StatusOr<StepResult> Run(const std::vector<ActiveRequest*>& planned,
+  // With `argmax_only` every request's rows come back as argmax ids (OutputProcessor::
+  // ArgmaxSuffices must hold for all of them).
+  StatusOr<StepResult> Run(const std::vector<ActiveRequest*>& planned, bool argmax_only,
                            std::span<engine::StepInput> inputs);
 
  private:

@@ -5,7 +5,6 @@
 #include <span>
 
 #include "engine/sampling/penalties.h"
-#include "engine/sampling/speculative_acceptance.h"
 
 namespace pdspark::serving {
 
@@ -28,7 +27,6 @@ Emission OutputProcessor::Sample(ActiveRequest& request, const float* logits_row
 // to the anchor plus the accepted drafts; the correction/bonus token is fed next round.
 StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits) const {
   const int64_t gamma = static_cast<int64_t>(r.draft.size());
-  const int64_t anchor_position = static_cast<int64_t>(r.tokens.size()) - 1;
   std::vector<float> target(logits, logits + (gamma + 1) * vocab_);
   // The grammar after the drafts before each row; once a draft is refused, the rows after it
   // are never used (the acceptance stops at that draft).
@@ -51,6 +49,35 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
   v.target_probs = target;
   v.vocab_size = vocab_;
   ASSIGN_OR_RETURN(auto result, sampling::AcceptDraftTokens(v, *r.sampler));
+  return CommitRound(r, std::move(result), logits);
+}
+
+bool OutputProcessor::ArgmaxSuffices(const ActiveRequest& request) const {
+  const sampling::SamplingParams& params = request.spec.sampling;
+  return request.sampler->greedy() && params.logprobs < 0 && params.prompt_logprobs < 0 &&
+         !sampling::HasLogitAdjustments(params) && !request.grammar &&
+         request.generated >= params.min_tokens;  // no stop token suppressed (SuppressStopTokens)
+}
+
+Emission OutputProcessor::SampleArgmax(ActiveRequest& request, int32_t argmax) const {
+  Emission out;
+  out.tokens.push_back(argmax);
+  out.reason = sampling::ApplyStopConditions(request.spec.sampling, eos_ids_,
+                                             static_cast<int32_t>(request.generated), &out.tokens);
+  return out;
+}
+
+StatusOr<Emission> OutputProcessor::VerifyArgmax(ActiveRequest& r, const int32_t* argmax) const {
+  return CommitRound(
+      r,
+      sampling::AcceptGreedyArgmax(r.draft, std::span<const int32_t>(argmax, r.draft.size() + 1)),
+      nullptr);
+}
+
+StatusOr<Emission> OutputProcessor::CommitRound(ActiveRequest& r, sampling::AcceptanceResult result,
+                                                const float* rows) const {
+  const int64_t gamma = static_cast<int64_t>(r.draft.size());
+  const int64_t anchor_position = static_cast<int64_t>(r.tokens.size()) - 1;
   Emission out;
   out.gamma = gamma;
   out.accepted = result.num_accepted;
@@ -66,7 +93,7 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
   RETURN_IF_ERROR(st_drafter);
   out.tokens = std::move(result.tokens);
   AdvanceGrammar(r, out.tokens);
-  AddLogprobs(r, logits, &out);
+  if (rows) AddLogprobs(r, rows, &out);
   return out;
 }
 

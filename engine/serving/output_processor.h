@@ -11,6 +11,7 @@
 
 #include "common/base/status.h"
 #include "engine/sampling/logprobs.h"
+#include "engine/sampling/speculative_acceptance.h"
 #include "engine/sampling/stop_conditions.h"
 #include "engine/sampling/token_vocabulary.h"
 #include "engine/serving/active_request.h"
@@ -42,6 +43,13 @@ class OutputProcessor {
   // A verify round: rows p_0..p_gamma of [anchor, d_1..d_gamma]. Counts the round in the
   // request's SpecStats and clears its drafts.
   StatusOr<Emission> Verify(ActiveRequest& request, const float* logits) const;
+  // Whether the request's next tokens are its rows' argmax, with nothing else read from the
+  // logits: greedy, no logprobs, no logit adjustments, no grammar, past min_tokens. Then
+  // SampleArgmax and VerifyArgmax give what Sample and Verify would, from the argmax ids alone.
+  bool ArgmaxSuffices(const ActiveRequest& request) const;
+  Emission SampleArgmax(ActiveRequest& request, int32_t argmax) const;
+  // `argmax`: the ids of rows p_0..p_gamma.
+  StatusOr<Emission> VerifyArgmax(ActiveRequest& request, const int32_t* argmax) const;
   // A step fed `count` tokens from position `first_position` with one row of logits each: the
   // logprobs of the prompt tokens they predict, kept for the first token's event.
   void AddPromptLogprobs(ActiveRequest& request, const float* rows, int64_t first_position,
@@ -53,6 +61,11 @@ class OutputProcessor {
   void Adjust(const ActiveRequest& request, int64_t drafts, std::span<float> row) const;
   // Moves the request's grammar past tokens it emitted.
   void AdvanceGrammar(ActiveRequest& request, const std::vector<int32_t>& tokens) const;
+  // A verify round's outcome committed: stats, stop conditions, the target state and the
+  // drafter ring truncated to what was accepted, the grammar and logprobs (rows: the round's
+  // logits, null when the request asks for no logprobs).
+  StatusOr<Emission> CommitRound(ActiveRequest& request, sampling::AcceptanceResult result,
+                                 const float* rows) const;
   // The request's logprobs of out->tokens, token k from row k (none when it asks for none).
   void AddLogprobs(const ActiveRequest& request, const float* rows, Emission* out) const;
 

@@ -309,7 +309,9 @@ void ServingEngine::RunStep() {
     decode_step = decode_step && r->pending() == 1;
     generated_before.push_back(r->generated);
   }
-  auto step = runner_.Run(planned, inputs);
+  bool argmax_only = options_.argmax_on_device;
+  for (const ActiveRequest* r : planned) argmax_only = argmax_only && output_.ArgmaxSuffices(*r);
+  auto step = runner_.Run(planned, argmax_only, inputs);
   if (!step.ok()) {
     LOG_ERROR("engine step failed sequences={} error={}", planned.size(), step.status().ToString());
     for (ActiveRequest* r : planned) {
@@ -341,13 +343,14 @@ void ServingEngine::RunStep() {
       r.prompt_stored = true;
     }
     if (!r.draft.empty()) {
-      AfterVerify(r, step->Rows(i, vocab));
+      AfterVerify(r, *step, i);
       continue;
     }
-    if (output.logit_offsets[i + 1] - output.logit_offsets[i] == end - begin) {
+    if (!step->argmax_only() &&
+        output.logit_offsets[i + 1] - output.logit_offsets[i] == end - begin) {
       output_.AddPromptLogprobs(r, step->Rows(i, vocab), r.fed() - (end - begin), end - begin);
     }
-    AfterStep(r, step->SampleRow(i, vocab));
+    AfterStep(r, *step, i);
   }
   if (decode_step) {
     double committed = 0;
@@ -358,13 +361,16 @@ void ServingEngine::RunStep() {
   }
   std::lock_guard lock(mu_);
   ++stats_.steps;
+  if (step->argmax_only()) ++stats_.argmax_steps;
   stats_.step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
   stats_.batch_size.Observe(static_cast<double>(planned.size()));
 }
 
-void ServingEngine::AfterStep(ActiveRequest& request, const float* logits) {
+void ServingEngine::AfterStep(ActiveRequest& request, const StepResult& step, size_t i) {
   if (request.pending() > 0) return;  // prefill chunk that did not reach the end yet
-  Emit(request, output_.Sample(request, logits));
+  const int64_t vocab = model_->config().vocab_size;
+  Emit(request, step.argmax_only() ? output_.SampleArgmax(request, step.SampleArgmax(i))
+                                   : output_.Sample(request, step.SampleRow(i, vocab)));
 }
 
 void ServingEngine::Emit(ActiveRequest& request, Emission emission) {
@@ -421,8 +427,10 @@ void ServingEngine::Emit(ActiveRequest& request, Emission emission) {
 
 // Judges this round's drafts against the verify rows p_0..p_gamma and emits every token it
 // commits in one event.
-void ServingEngine::AfterVerify(ActiveRequest& request, const float* logits) {
-  auto out = output_.Verify(request, logits);
+void ServingEngine::AfterVerify(ActiveRequest& request, const StepResult& step, size_t i) {
+  const int64_t vocab = model_->config().vocab_size;
+  auto out = step.argmax_only() ? output_.VerifyArgmax(request, step.ArgmaxRows(i))
+                                : output_.Verify(request, step.Rows(i, vocab));
   if (!out.ok()) {
     Finish(request, Outcome::kFailed, sampling::FinishReason::kNone,
            std::string(out.status().message()));

@@ -42,6 +42,7 @@ struct ServingStats {
   int64_t cache_bytes_in_use = 0;
   int64_t cache_blocks_in_use = 0;
   int64_t steps = 0;
+  int64_t argmax_steps = 0;  // of those, steps that took argmax ids (argmax_on_device)
   int64_t generated_tokens = 0;
   SpecStats spec;  // all requests' speculative rounds since start
 
@@ -121,8 +122,9 @@ class ServingEngine {
  private:
   void Loop();
   void RunStep();
-  void AfterStep(ActiveRequest& request, const float* logits);
-  void AfterVerify(ActiveRequest& request, const float* logits);
+  // Request i of `step` after a plain step (its next token) or a verify round.
+  void AfterStep(ActiveRequest& request, const StepResult& step, size_t i);
+  void AfterVerify(ActiveRequest& request, const StepResult& step, size_t i);
   void Emit(ActiveRequest& request, Emission emission);
   void Finish(ActiveRequest& request, Outcome outcome, sampling::FinishReason reason,
               std::string error);

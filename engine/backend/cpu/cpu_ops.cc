@@ -156,6 +156,17 @@ void CpuOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64
             });
 }
 
+void CpuOps::ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
+                    kernels::ArgmaxCandidate* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::ArgmaxCandidate best;
+    for (int64_t j = 0; j < n; ++j) {
+      best = kernels::ArgmaxMerge(best, {x[r * ldx + j], static_cast<int32_t>(j)});
+    }
+    out[r] = best;
+  }
+}
+
 void CpuOps::Scale(float* x, int64_t n, float s) {
   ForChunks(n, 32768, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) x[i] *= s;

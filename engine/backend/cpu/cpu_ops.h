@@ -45,6 +45,8 @@ class CpuOps : public Ops {
   void AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows, double* acc,
                      int64_t acc_stride) override;
   void Scale(float* x, int64_t n, float s) override;
+  void ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
+              kernels::ArgmaxCandidate* out) override;
 
   void HcPre(const HcShape& s, const float* streams, float* mixes, int64_t rows, const float* scale,
              const float* base, float* input, float* post, float* comb) override;

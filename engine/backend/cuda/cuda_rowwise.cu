@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "kernels/argmax_rule.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/number_formats.h"
 
@@ -163,6 +164,34 @@ __global__ void AddRowsDoubleKernel(const float* x, int64_t count, int64_t n, co
   }
 }
 
+// One block per row: each thread's candidates in index order, then a tree of merges; the rule
+// is associative, so the winner is the in-order scan's (kernels/argmax_rule.h).
+__global__ void ArgMaxKernel(const float* x, int64_t n, int64_t ldx,
+                             kernels::ArgmaxCandidate* out) {
+  // Shared memory takes no constructors: the candidates as two plain arrays.
+  __shared__ float values[kThreads];
+  __shared__ int32_t indices[kThreads];
+  const float* row = x + blockIdx.x * ldx;
+  kernels::ArgmaxCandidate mine;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    mine = kernels::ArgmaxMerge(mine, {row[j], static_cast<int32_t>(j)});
+  }
+  values[threadIdx.x] = mine.value;
+  indices[threadIdx.x] = mine.index;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      const kernels::ArgmaxCandidate merged =
+          kernels::ArgmaxMerge({values[threadIdx.x], indices[threadIdx.x]},
+                               {values[threadIdx.x + stride], indices[threadIdx.x + stride]});
+      values[threadIdx.x] = merged.value;
+      indices[threadIdx.x] = merged.index;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = {values[0], indices[0]};
+}
+
 __global__ void ScaleKernel(float* x, int64_t n, float s) { PDSPARK_GRID_LOOP(i, n) x[i] *= s; }
 
 __global__ void GatherActivationRowsKernel(const float* x, int64_t ldx, int64_t width,
@@ -281,6 +310,14 @@ void CudaOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int6
   if (count == 0 || n == 0) return;
   AddRowsDoubleKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, count, n, rows, acc, acc_stride);
   Check(cudaGetLastError(), "AddRowsDouble");
+}
+
+void CudaOps::ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
+                     kernels::ArgmaxCandidate* out) {
+  const cuda::DeviceScope on_device(device_);
+  if (rows == 0) return;
+  ArgMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(x, n, ldx, out);
+  Check(cudaGetLastError(), "ArgMax");
 }
 
 void CudaOps::Scale(float* x, int64_t n, float s) {

@@ -37,13 +37,15 @@ class SpecDecodeTest : public ::testing::Test {
   static constexpr int64_t kAuto = -1;
   static std::unique_ptr<ServingEngine> Engine(
       int64_t spec_tokens, int64_t max_batch_tokens = 512, const std::string* dir = dir_,
-      SpecCostModel auto_costs = SpecCostModel::Unprofiled(), int64_t max_num_seqs = 64) {
+      SpecCostModel auto_costs = SpecCostModel::Unprofiled(), int64_t max_num_seqs = 64,
+      bool argmax_on_device = true) {
     engine::ModelOptions mo;
     mo.show_progress = false;
     auto model = engine::Model::Load(*dir, mo).value();
     ServingOptions options;
     options.max_batch_tokens = max_batch_tokens;
     options.max_num_seqs = max_num_seqs;
+    options.argmax_on_device = argmax_on_device;
     if (spec_tokens != 0) {
       options.drafter = dspark::Drafter::Load(*dir, model->config()).value();
       options.spec_tokens = std::max<int64_t>(spec_tokens, 0);
@@ -145,6 +147,45 @@ TEST_F(SpecDecodeTest, GreedyEqualsPlainDecodingForEveryGamma) {
                 static_cast<long>(drafts),
                 drafts ? 1.0 + static_cast<double>(accepted) / drafts : 0.0);
     ExpectNoCacheLeft(*engine);
+  }
+}
+
+// Greedy steps take the rows' argmax ids from the model instead of its logits (what keeps a
+// GPU's logits on the GPU): the tokens are those the host's logits give, plain and speculative;
+// a request that reads more of its logits (logprobs, a penalty, min_tokens) keeps the logits
+// for every step it is in.
+TEST_F(SpecDecodeTest, ArgmaxStepsGiveTheTokensOfTheLogits) {
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 4; ++i) {
+    specs.push_back(Spec("a" + std::to_string(i), Prompt(5 + 11 * i, i), 12 + 2 * i, 0.f));
+  }
+  for (int64_t gamma : {int64_t{0}, int64_t{3}}) {
+    auto logits_engine = Engine(gamma, 512, dir_, SpecCostModel::Unprofiled(), 64, false);
+    const auto want = RunAll(*logits_engine, specs);
+    EXPECT_EQ(logits_engine->Stats().argmax_steps, 0);
+    auto engine = Engine(gamma);
+    const auto got = RunAll(*engine, specs);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(got[i].first, want[i].first) << "gamma " << gamma << " request " << i;
+      EXPECT_EQ(got[i].second.spec.accepted_tokens, want[i].second.spec.accepted_tokens);
+    }
+    EXPECT_EQ(engine->Stats().argmax_steps, engine->Stats().steps) << "gamma " << gamma;
+  }
+  // One request of the batch reads more than the argmax each time.
+  for (auto reads_logits : std::vector<void (*)(RequestSpec&)>{
+           [](RequestSpec& s) { s.sampling.logprobs = 2; },
+           [](RequestSpec& s) { s.sampling.repetition_penalty = 1.3f; },
+           [](RequestSpec& s) { s.sampling.min_tokens = 48; }}) {
+    std::vector<RequestSpec> mixed = specs;
+    mixed[0].sampling.max_tokens = 48;
+    reads_logits(mixed[0]);
+    auto logits_engine = Engine(3, 512, dir_, SpecCostModel::Unprofiled(), 64, false);
+    const auto want = RunAll(*logits_engine, mixed);
+    auto engine = Engine(3);
+    const auto got = RunAll(*engine, mixed);
+    for (size_t i = 0; i < mixed.size(); ++i) EXPECT_EQ(got[i].first, want[i].first) << i;
+    // Request 0 is in every step (it outlives the others), and each takes the logits.
+    EXPECT_EQ(engine->Stats().argmax_steps, 0);
   }
 }
 

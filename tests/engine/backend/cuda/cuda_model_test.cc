@@ -97,6 +97,23 @@ TEST(CudaModelTest, GoldenLogitsAgreeWithTheCpu) {
               PrefillAndDecode(*cpu_model), cpu_model->config().vocab_size);
 }
 
+// The argmax ids found on the device (StepOptions::argmax_only, what greedy serving takes) are
+// the CPU's, every row of a prefill.
+TEST(CudaModelTest, ArgmaxIdsAgreeWithTheCpu) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto ids = [](Model& model) {
+    const std::vector<int32_t> prompt = Prompt(40);
+    auto seq = model.NewSequence();
+    StepInput in{seq.get(), prompt};
+    StepOptions options;
+    options.argmax_only = true;
+    return model.Step({&in, 1}, options).value().argmax;
+  };
+  const std::vector<int32_t> cpu = ids(*Load(kGoldenDir, backend::Device::kCpu));
+  EXPECT_EQ(cpu.size(), 40u);
+  EXPECT_EQ(ids(*Load(kGoldenDir, backend::Device::kCuda)), cpu);
+}
+
 // Tensor parallelism over GPUs: NCCL reductions (their own order, in double) and a KV replica
 // per GPU give the CPU's logits within the same bound (the CPU's are the same at every size).
 TEST(CudaModelTest, TensorParallelLogitsAgreeWithTheCpu) {

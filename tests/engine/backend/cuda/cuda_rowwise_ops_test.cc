@@ -3,6 +3,7 @@
 // be equal to the bit; SwiGlu alone calls expf, whose device and glibc versions may differ by
 // 2 ulp, hence its relative 1e-6.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "tests/engine/backend/cuda/device_buffer.h"
@@ -202,6 +203,32 @@ TEST_F(CudaOpsTest, MemoryOperationsMoveTheValuesTheCpuDoes) {
   ExpectBitEqual(dsum.ToHost(), sum, "Add");
   backend_->Free(a);
   backend_->Free(b);
+}
+
+// One block per row merges its threads' candidates in a tree; the rule makes the winner the
+// in-order scan's: the CPU's id on rows of ties, NaNs and infinities, and on a vocabulary-wide
+// row read with a stride.
+TEST_F(CudaOpsTest, ArgMaxGivesTheCpusIds) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t n = 129280, ldx = n + 64, rows = 6;
+  std::vector<float> x = Random(rows * ldx);
+  for (int64_t j = 0; j < n; ++j) x[j] = static_cast<float>(j % 7);  // ties everywhere
+  for (int64_t j = 0; j < n; ++j) x[ldx + j] = j % 3 == 0 ? nan : -static_cast<float>(j % 5);
+  for (int64_t j = 0; j < n; ++j) x[2 * ldx + j] = nan;
+  for (int64_t j = 0; j < n; ++j) x[3 * ldx + j] = j == 4000 || j == 90000 ? inf : -inf;
+  x[4 * ldx + n - 1] = 100.0f;  // the last element wins
+  std::vector<kernels::ArgmaxCandidate> want(rows);
+  cpu().ArgMax(x.data(), rows, n, ldx, want.data());
+  DeviceBuffer<float> dx(x);
+  DeviceBuffer<kernels::ArgmaxCandidate> dout(rows);
+  gpu().ArgMax(dx.get(), rows, n, ldx, dout.get());
+  const std::vector<kernels::ArgmaxCandidate> got = dout.ToHost();
+  for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(got[r].index, want[r].index) << "row " << r;
+  EXPECT_EQ(want[0].index, 6);
+  EXPECT_EQ(want[2].index, 0);
+  EXPECT_EQ(want[3].index, 4000);
+  EXPECT_EQ(want[4].index, n - 1);
 }
 
 }  // namespace

@@ -1,0 +1,103 @@
+// The argmax the model returns in place of logits (StepOptions::argmax_only): the rule of
+// kernels/argmax_rule.h, the CPU backend's ArgMax and the tensor-parallel merge of the ranks'
+// vocabulary slices all give the id that greedy sampling takes from the whole row
+// (sampling::Argmax): the largest value, the lowest id on ties, a NaN never ahead of a number.
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/model/model.h"
+#include "engine/parallel/rank_runner.h"
+#include "engine/sampling/logits_processor.h"
+#include "gtest/gtest.h"
+
+namespace pdspark::engine {
+namespace {
+
+const std::string kGoldenDir = std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a";
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Rows with ties, NaNs (leading, trailing, everywhere), infinities and signed zeros, then
+// random rows drawn from few values (many ties).
+std::vector<std::vector<float>> HardRows() {
+  std::vector<std::vector<float>> rows = {{1, 3, 3, 2},          {kNaN, 1, 5, 5},
+                                          {2, kNaN, 7, kNaN},    {kNaN, kNaN, kNaN},
+                                          {-kInf, -kInf, -1},    {-kInf, -kInf},
+                                          {0.0f, -0.0f, 0.0f},   {-0.0f, 0.0f},
+                                          {kInf, 1, kInf, kNaN}, {4},
+                                          {-3, -2, -2, -5}};
+  std::mt19937 rng(7);
+  for (int r = 0; r < 40; ++r) {
+    std::vector<float> row(1 + rng() % 300);
+    for (float& v : row) v = static_cast<float>(rng() % 5) - (rng() % 17 == 0 ? kNaN : 0.0f);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST(Argmax, TheRuleTheCpuBackendAndAnyMergeOrderGiveGreedySamplingsId) {
+  auto runner = parallel::RankRunner::Create(1).value();
+  auto backend = std::move(backend::MakeCpuBackends(*runner)[0]);
+  for (const std::vector<float>& row : HardRows()) {
+    const int32_t want = sampling::Argmax(row);
+    const int64_t n = static_cast<int64_t>(row.size());
+    kernels::ArgmaxCandidate got;
+    backend->ops().ArgMax(row.data(), 1, n, n, &got);
+    EXPECT_EQ(got.index, want) << "CPU backend, row of " << n;
+    // Any cut into slices merged in any order (the device's tree, the ranks' merge).
+    for (int64_t cut = 0; cut <= n; ++cut) {
+      kernels::ArgmaxCandidate left, right;
+      for (int64_t j = 0; j < cut; ++j) left = kernels::ArgmaxMerge(left, {row[j], (int32_t)j});
+      for (int64_t j = n - 1; j >= cut; --j)
+        right = kernels::ArgmaxMerge(right, {row[j], (int32_t)j});
+      EXPECT_EQ(kernels::ArgmaxMerge(right, left).index, want) << "cut " << cut;
+      EXPECT_EQ(kernels::ArgmaxMerge(left, right).index, want) << "cut " << cut;
+    }
+  }
+  kernels::ArgmaxCandidate none;
+  backend->ops().ArgMax(nullptr, 1, 0, 0, &none);
+  EXPECT_EQ(none.index, -1);
+}
+
+// Logits of a prefill (every row) and of a decode step (the last row), or their argmax ids.
+StepOutput Steps(Model& model, bool argmax_only, LogitsMode mode) {
+  std::vector<int32_t> prompt(37);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(13 * i % 4000 + 2);
+  auto seq = model.NewSequence();
+  StepInput in{seq.get(), prompt};
+  StepOptions options;
+  options.logits = mode;
+  options.argmax_only = argmax_only;
+  return model.Step({&in, 1}, options).value();
+}
+
+TEST(Argmax, TheModelsArgmaxIdsAreItsLogitsArgmaxAtEveryTensorParallelSize) {
+  for (int tp : {1, 2, 4}) {
+    ModelOptions options;
+    options.show_progress = false;
+    options.tensor_parallel_size = tp;
+    auto model = Model::Load(kGoldenDir, options).value();
+    const int64_t vocab = model->config().vocab_size;
+    for (LogitsMode mode : {LogitsMode::kAllTokens, LogitsMode::kLastTokenPerSequence}) {
+      const StepOutput logits = Steps(*model, false, mode);
+      const StepOutput ids = Steps(*model, true, mode);
+      EXPECT_TRUE(ids.logits.empty());
+      EXPECT_EQ(ids.logit_offsets, logits.logit_offsets);
+      ASSERT_EQ(static_cast<int64_t>(ids.argmax.size()) * vocab,
+                static_cast<int64_t>(logits.logits.size()));
+      for (size_t r = 0; r < ids.argmax.size(); ++r) {
+        EXPECT_EQ(ids.argmax[r],
+                  sampling::Argmax(std::span<const float>(logits.logits.data() + r * vocab, vocab)))
+            << "tp " << tp << " row " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pdspark::engine
