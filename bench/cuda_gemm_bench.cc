@@ -1,10 +1,13 @@
 // The CUDA backend's GEMM on DeepSeek-V4-Flash's decode shapes against the device's memory
 // bandwidth, measured in the same run (a device-to-device copy): y[m, n] = x[m, k] . W[n, k]^T
 // with W in its checkpoint format. Times come from CUDA events (the backend's Timer). A decode
-// step is bandwidth-bound when the weights' bytes per second approach the copy's. FP4 shapes run
-// twice, side by side: the exact kernel and the fast one (W4A16 on tensor cores).
+// step is bandwidth-bound when the weights' bytes per second approach the copy's. FP4 and FP8
+// shapes run twice, side by side: the exact kernel and the fast one (W4A16 on tensor cores;
+// cuBLASLt's block-scaled FP8 GEMM, whose FLOP/s are also given against --fp8-peak-tflops, the
+// dense FP8 peak: 1979 on H100/H200 SXM). Many rows (a prefill chunk) make the products
+// compute-bound.
 //
-//   pdspark_cuda_gemm_bench --rows 1,16,64
+//   pdspark_cuda_gemm_bench --rows 1,16,64,2048
 //
 // Prints a markdown table to stdout; scripts/gpu_check.sh runs it on the device machine.
 #include <cuda_runtime.h>
@@ -100,10 +103,12 @@ int main(int argc, char** argv) {
   CLI::App app{"pdspark_cuda_gemm_bench: the CUDA GEMM on V4-Flash shapes vs the copy bandwidth"};
   std::vector<int64_t> rows = {1, 16, 64};
   int repeats = 5, calls = 20, device = 0;
+  double fp8_peak_tflops = 1979;
   app.add_option("--rows", rows, "rows of x (batch)")->delimiter(',');
   app.add_option("--repeats", repeats, "timed passes (best kept)");
   app.add_option("--calls", calls, "calls per pass");
   app.add_option("--device", device, "CUDA device");
+  app.add_option("--fp8-peak-tflops", fp8_peak_tflops, "the device's dense FP8 peak (TFLOP/s)");
   CLI11_PARSE(app, argc, argv);
 
   auto created = be::CudaBackend::Create(device);
@@ -116,12 +121,13 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy / 1e9);
   std::printf("copy bandwidth (read + write): %.0f GB/s\n\n", copy / 1e9);
   std::printf(
-      "| matrix | kernels | n | k | rows | us | weight GB/s | of copy bandwidth | GFLOP/s |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "| matrix | kernels | n | k | rows | us | weight GB/s | of copy bandwidth | GFLOP/s | of FP8 "
+      "peak |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Shape& s : kShapes) {
     std::vector<void*> owned;
     const WeightMatrix w = DeviceWeights(backend, s, owned);
-    const bool has_fast = s.format == WeightFormat::kFp4E2M1;
+    const bool has_fast = s.format == WeightFormat::kFp4E2M1 || s.format == WeightFormat::kFp8E4M3;
     for (const int64_t m : rows) {
       float* x = static_cast<float*>(backend.Allocate(m * s.k * sizeof(float)));
       float* y = static_cast<float*>(backend.Allocate(m * s.n * sizeof(float)));
@@ -133,9 +139,17 @@ int main(int argc, char** argv) {
         const double sec = SecondsPerCall(backend, repeats, calls, [&] {
           backend.ops().Gemm({x, m, s.k, w, y, s.n});
         });
-        std::printf("| %s | %s | %ld | %ld | %ld | %.1f | %.0f | %.0f %% | %.0f |\n", s.what,
-                    fast ? "fast" : "exact", s.n, s.k, m, sec * 1e6, w.Bytes() / sec / 1e9,
-                    100.0 * w.Bytes() / sec / copy, 2.0 * m * s.n * s.k / sec / 1e9);
+        const double flops = 2.0 * m * s.n * s.k / sec;
+        const bool fp8_tensor_cores = fast && s.format == WeightFormat::kFp8E4M3;
+        std::printf(
+            "| %s | %s | %ld | %ld | %ld | %.1f | %.0f | %.0f %% | %.0f | %s |\n", s.what,
+            fast ? "fast" : "exact", s.n, s.k, m, sec * 1e6, w.Bytes() / sec / 1e9,
+            100.0 * w.Bytes() / sec / copy, flops / 1e9,
+            fp8_tensor_cores
+                ? (std::to_string(static_cast<int>(100.0 * flops / (fp8_peak_tflops * 1e12))) +
+                   " %")
+                      .c_str()
+                : "-");
         std::fflush(stdout);
       }
       static_cast<be::CudaOps&>(backend.ops()).set_fast_kernels(false);

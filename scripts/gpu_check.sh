@@ -31,11 +31,11 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 log() { echo "gpu_check: $*" >&2; }
 
 # Copies binary $1 into folder $2, stripped, and every library the loader resolves for it into
-# lib/, but the driver's libcuda (the device's own) and NCCL (200 MB; the device image has it,
-# from the nvidia-nccl pip package).
+# lib/, but the driver's libcuda (the device's own), NCCL (200 MB) and cuBLAS/cuBLASLt (600 MB):
+# the device image has those two from its nvidia-nccl and nvidia-cublas pip packages.
 add_binary() {
   strip --strip-debug -o "$2/$(basename "$1")" "$1"
-  ldd "$1" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' | grep -v -e libcuda -e libnccl |
+  ldd "$1" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' | grep -v -e libcuda -e libnccl -e libcublas |
     while read -r lib; do cp -nL "$lib" "$BUNDLE/lib/"; done
 }
 
@@ -61,13 +61,16 @@ print("\n".join(sorted({t["command"][0] for t in json.load(sys.stdin)["tests"] i
 }
 
 # Runs a bundled binary with the bundled loader and libraries; the driver (libcuda) is found
-# through the device's loader cache and its usual folders, NCCL in the device's Python packages.
+# through the device's loader cache and its usual folders, NCCL and cuBLASLt in the device's
+# Python packages (or its CUDA toolkit).
 bundled() {
-  local lib nccl
+  local lib nccl cublas
   lib=$(realpath "$BUNDLE/lib")
   nccl=$(python3 -c 'import nvidia.nccl as n; print(n.__path__[0] + "/lib")' 2>/dev/null || true)
+  cublas=$(python3 -c 'import nvidia.cublas as n; print(n.__path__[0] + "/lib")' 2>/dev/null || true)
   "$lib/ld-linux-x86-64.so.2" --library-path \
-    "$lib:${nccl:+$nccl:}/usr/local/nvidia/lib64:/usr/lib/x86_64-linux-gnu:/usr/lib64" "$@"
+    "$lib:${nccl:+$nccl:}${cublas:+$cublas:}/usr/local/cuda/lib64:/usr/local/nvidia/lib64:/usr/lib/x86_64-linux-gnu:/usr/lib64" \
+    "$@"
 }
 
 # The model on $DEVICE: golden-check of the golden set with both KV-cache dtypes, and greedy

@@ -76,10 +76,15 @@ void CudaOps::GroupedGemm(std::span<const GemmCall> calls) {
   std::vector<GemmCall> exact, fast;
   for (const GemmCall& c : calls) {
     if (c.m == 0 || c.w.rows == 0) continue;
-    (fast_kernels_ && W4A16Eligible(c) ? fast : exact).push_back(c);
+    if (fast_kernels_ && W4A16Eligible(c)) {
+      fast.push_back(c);
+    } else if (!(fast_kernels_ && Fp8LtEligible(c) && Fp8LtGemm(c))) {
+      exact.push_back(c);
+    }
   }
   if (!fast.empty()) W4A16GroupedGemm(fast);
   if (!exact.empty()) ExactGroupedGemm(exact);
+  FreeScratch();  // the FP8 path's, queued after the work that reads it
 }
 
 void CudaOps::ExactGroupedGemm(std::span<const GemmCall> work) {

@@ -13,6 +13,9 @@ CudaOps::~CudaOps() {
   const cuda::DeviceScope on_device(device_);
   FreeScratch();
   for (auto& [table, rope] : ropes_) FreeRope(rope);
+  for (auto& [view, scales] : fp8_scales_) cudaFree(scales);
+  if (lt_workspace_) cudaFree(lt_workspace_);
+  if (lt_) cublasLtDestroy(lt_);
 }
 
 void CudaOps::Check(cudaError_t error, const char* what) {

@@ -16,9 +16,12 @@
 // the engine checks it once per step (Backend::Synchronize).
 #pragma once
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -37,8 +40,9 @@ class CudaOps : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   cudaStream_t stream() const { return stream_; }
-  // The fast kernels: FP4 GEMMs as W4A16 on tensor cores (x rounded to BF16; within the bound
-  // cuda_w4a16_gemm.cu states, not the CPU's bits). Off: every GEMM is the exact one.
+  // The fast kernels: FP4 GEMMs as W4A16 on tensor cores (x rounded to BF16), FP8 ones through
+  // cuBLASLt with x quantised to E4M3 per 128 channels (each within the bound its file states,
+  // not the CPU's bits). Off: every GEMM is the exact one.
   void set_fast_kernels(bool on) { fast_kernels_ = on; }
   // OK, or the first failure of anything queued so far (after waiting for it all).
   Status Synchronize();
@@ -140,6 +144,12 @@ class CudaOps : public Ops {
   void ExactGroupedGemm(std::span<const GemmCall> calls);
   static bool W4A16Eligible(const GemmCall& call);
   void W4A16GroupedGemm(std::span<const GemmCall> calls);
+  // The FP8 fast path (cuda_fp8_gemm.cu): whether cuBLASLt can take the view, and the product;
+  // false (nothing written to y) when cuBLASLt offers no algorithm, for the exact kernel to do.
+  static bool Fp8LtEligible(const GemmCall& call);
+  bool Fp8LtGemm(const GemmCall& call);
+  // A view's E8M0 block scales widened to cuBLASLt's fp32 layout, made once per view.
+  const float* Fp8ScalesOnDevice(const kernels::WeightMatrix& w);
 
   cudaStream_t stream_;
   int device_;
@@ -147,6 +157,9 @@ class CudaOps : public Ops {
   Status status_;
   std::vector<void*> scratch_;
   std::unordered_map<const kernels::cpu::RopeTable*, DeviceRope> ropes_;
+  cublasLtHandle_t lt_ = nullptr;  // made on the first FP8 fast GEMM
+  void* lt_workspace_ = nullptr;
+  std::map<std::tuple<const uint8_t*, int64_t, int64_t, int64_t, int64_t>, float*> fp8_scales_;
 };
 
 }  // namespace pdspark::engine::backend

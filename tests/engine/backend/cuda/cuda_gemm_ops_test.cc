@@ -127,12 +127,14 @@ TEST_F(CudaOpsTest, GroupedGemmEqualsEachProductAlone) {
 
 // The fast kernels' W4A16 GEMM of FP4 experts against the exact product: x rounded to BF16
 // moves each product by at most 2^-9 of its size, so every output stays within 2^-8 of
-// sum_k |x_k w_k| of the CPU's value; FP8 problems in the same launch stay exact.
+// sum_k |x_k w_k| of the CPU's value; an FP8 problem in the same launch that the FP8 fast path
+// cannot take stays exact.
 TEST_F(CudaOpsTest, FastW4A16ExpertsStayWithinTheBf16BoundOfTheExactProduct) {
   const auto a = RandomWeights(WeightFormat::kFp4E2M1, 300, 512, rng_);  // partial row tile
   const auto b = RandomWeights(WeightFormat::kFp4E2M1, 64, 96, rng_);
   const auto c = RandomWeights(WeightFormat::kFp8E4M3, 33, 128, rng_);
-  // A tensor-parallel slice on the 32-column grid, and the FP8 problem the fast path leaves.
+  // A tensor-parallel slice on the 32-column grid, and an FP8 problem no fast path takes (33
+  // output rows: cuBLASLt's FP8 path wants a multiple of 8).
   const WeightMatrix slice_host = a->host.RowSlice(40, 300).ColSlice(64, 448);
   const WeightMatrix slice_device = a->device.RowSlice(40, 300).ColSlice(64, 448);
   const WeightMatrix hosts[] = {a->host, b->host, slice_host, c->host};
@@ -173,6 +175,61 @@ TEST_F(CudaOpsTest, FastW4A16ExpertsStayWithinTheBf16BoundOfTheExactProduct) {
     EXPECT_TRUE(moved) << "problem " << e << " gave the exact bits: the fast path did not run";
   }
   ExpectBitEqual(dys[3]->ToHost(), wants[3], "FP8 problem beside the fast ones");
+}
+
+// The FP8 fast path (cuBLASLt, x quantised to E4M3 per token and 128 channels) against the
+// exact product: within sum_k |w_k| (2^-4 |x_k| + 2^-10 amax_b(k) / 448), x's quantisation
+// error (cuda_fp8_gemm.cu), plus 2^-16 of sum_k |x_k w_k| for cuBLASLt's fp32 accumulation.
+// Views: whole, a tensor-parallel slice on the 128 grid, K not a multiple of 128 (scales padded
+// to 4 blocks); token counts that are not multiples of 4.
+TEST_F(CudaOpsTest, FastFp8ProjectionsStayWithinTheE4M3BoundOfTheExactProduct) {
+  const auto a = RandomWeights(WeightFormat::kFp8E4M3, 256, 512, rng_);
+  const auto b = RandomWeights(WeightFormat::kFp8E4M3, 136, 320, rng_);
+  struct Problem {
+    WeightMatrix host, device;
+    int64_t m;
+  };
+  const Problem problems[] = {
+      {a->host, a->device, 1},
+      {a->host.RowSlice(128, 256).ColSlice(128, 384),
+       a->device.RowSlice(128, 256).ColSlice(128, 384), 37},
+      {b->host, b->device, 5},
+  };
+  auto& cuda = static_cast<CudaOps&>(gpu());
+  for (size_t p = 0; p < std::size(problems); ++p) {
+    const WeightMatrix& w = problems[p].host;
+    const int64_t m = problems[p].m;
+    const std::vector<float> x = Random(m * w.cols);
+    std::vector<float> want(m * w.rows);
+    cpu().Gemm({x.data(), m, w.cols, w, want.data(), w.rows});
+    DeviceBuffer<float> dx(x), dy(want.size());
+    cuda.set_fast_kernels(true);
+    gpu().Gemm({dx.get(), m, w.cols, problems[p].device, dy.get(), w.rows});
+    cuda.set_fast_kernels(false);
+    const std::vector<float> got = dy.ToHost();
+    bool moved = false;
+    for (int64_t i = 0; i < m; ++i) {
+      std::vector<double> amax((w.cols + 127) / 128, 0.0);
+      for (int64_t k = 0; k < w.cols; ++k) {
+        amax[k / 128] = std::max(amax[k / 128], std::abs(static_cast<double>(x[i * w.cols + k])));
+      }
+      for (int64_t j = 0; j < w.rows; ++j) {
+        double bound = 0, magnitude = 0;
+        for (int64_t k = 0; k < w.cols; ++k) {
+          const double wk = std::abs(static_cast<double>(w.At(j, k)));
+          const double xk = std::abs(static_cast<double>(x[i * w.cols + k]));
+          bound += wk * (std::ldexp(xk, -4) + std::ldexp(amax[k / 128] / 448.0, -10));
+          magnitude += wk * xk;
+        }
+        const double diff =
+            std::abs(static_cast<double>(got[i * w.rows + j]) - want[i * w.rows + j]);
+        ASSERT_LE(diff, bound + std::ldexp(magnitude, -16) + 1e-30)
+            << "problem " << p << " [" << i << ", " << j << "]";
+        moved |= diff > 0;
+      }
+    }
+    EXPECT_TRUE(moved) << "problem " << p << " gave the exact bits: the FP8 fast path did not run";
+  }
 }
 
 }  // namespace
