@@ -82,6 +82,12 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Model
   ASSIGN_OR_RETURN(auto backends,
                    backend::MakeBackends(options.device, *model->runner_, options.fast_kernels));
   for (auto& b : backends) model->backends_.push_back(std::move(b));
+  // A rank failing mid-step releases the others from the backends' own collectives too (NCCL).
+  model->runner_->SetOnFailure([backends = model->backends_] {
+    for (const auto& b : backends) {
+      if (b->comm()) b->comm()->Abort();
+    }
+  });
   RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress, options.weights));
   if (options.device != backend::Device::kCpu || options.place_weights) {
     RETURN_IF_ERROR(model->PlaceWeights());

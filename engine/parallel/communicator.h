@@ -40,6 +40,11 @@ class Communicator {
 
   // Returns once every rank has called Barrier.
   virtual Status Barrier() = 0;
+
+  // Releases every rank waiting in a collective of this group, for good, when one rank failed
+  // and will not join (RankRunner::SetOnFailure). Thread-safe, idempotent. The in-process group
+  // is aborted by its RankRunner, so this does nothing there; NCCL aborts its communicator.
+  virtual void Abort() {}
 };
 
 }  // namespace pdspark::parallel

@@ -98,10 +98,16 @@ NcclCommunicator::~NcclCommunicator() {
   const cuda::DeviceScope on_device(device_);
   if (barrier_word_) cudaFree(barrier_word_);
   if (owns_stream_) cudaStreamDestroy(stream_);
-  ncclCommDestroy(comm_);
+  if (!aborted_) ncclCommDestroy(comm_);
+}
+
+void NcclCommunicator::Abort() {
+  if (aborted_.exchange(true)) return;
+  ncclCommAbort(comm_);
 }
 
 Status NcclCommunicator::Finish(int result, const char* what) {
+  if (aborted_) return absl::AbortedError(absl::StrCat(what, ": the NCCL group was aborted"));
   RETURN_IF_ERROR(NcclStatus(static_cast<ncclResult_t>(result), what));
   return CudaStatus(cudaStreamSynchronize(stream_), what);
 }

@@ -14,6 +14,7 @@
 //   // thread r: cudaSetDevice(r); comms[r]->AllReduceSum(device_ptr, n);
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,8 @@ class NcclCommunicator final : public Communicator {
   Status AllGather(const float* in, size_t n, float* out) override;
   Status Broadcast(float* data, size_t n, int root) override;
   Status Barrier() override;
+  // ncclCommAbort: the ranks blocked in collectives return, and every later call fails.
+  void Abort() override;
 
  private:
   // `stream`: null for a stream of its own.
@@ -64,6 +67,7 @@ class NcclCommunicator final : public Communicator {
   bool owns_stream_ = false;
   int rank_, world_size_, device_;
   float* barrier_word_ = nullptr;  // one device float for Barrier
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace pdspark::parallel

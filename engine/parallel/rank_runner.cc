@@ -38,7 +38,10 @@ Status RankRunner::Run(const Job& job) {
   RETURN_IF_ERROR(broken_);
   Status st = threads_->Run([&](int rank) {
     Status rank_status = job(rank);
-    if (!rank_status.ok()) group_->Abort(rank_status);
+    if (!rank_status.ok()) {
+      group_->Abort(rank_status);
+      if (on_failure_) on_failure_();
+    }
     return rank_status;
   });
   if (!st.ok()) broken_ = st;

@@ -48,6 +48,10 @@ class RankRunner {
   // The same for jobs that never meet in collectives (loading a rank's weights): a failure is
   // returned and leaves the group usable.
   Status RunIndependent(const Job& job);
+  // Called on a failing rank's thread when its Run job fails, after the in-process group was
+  // aborted: what releases ranks waiting in collectives that group does not run (the GPUs' NCCL
+  // communicators: Communicator::Abort). May run on several ranks at once. Set before Run.
+  void SetOnFailure(std::function<void()> on_failure) { on_failure_ = std::move(on_failure); }
 
  private:
   explicit RankRunner(int world_size);
@@ -58,6 +62,7 @@ class RankRunner {
   std::vector<std::unique_ptr<kernels::cpu::ThreadPool>> pools_;  // per rank
   std::mutex mu_;                                                 // one job at a time
   Status broken_;                                                 // Guarded by mu_.
+  std::function<void()> on_failure_;
 };
 
 }  // namespace pdspark::parallel

@@ -4,6 +4,7 @@
 // while a failing independent job (loading) leaves it usable.
 #include "engine/parallel/rank_runner.h"
 
+#include <atomic>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -47,6 +48,27 @@ TEST(RankRunnerTest, AFailedCollectiveJobBreaksTheRunnerForGood) {
   });
   EXPECT_EQ(later, failed);
   EXPECT_EQ(ran, 0);
+}
+
+// Ranks waiting in collectives the in-process group does not run (NCCL's, on GPUs) are released
+// by the failure hook (Communicator::Abort), never left waiting; a run that succeeds calls none.
+TEST(RankRunnerTest, AFailingRankReleasesCollectivesOutsideTheGroup) {
+  auto runner = RankRunner::Create(3).value();
+  std::atomic<bool> released{false};
+  std::atomic<int> calls{0};
+  runner->SetOnFailure([&] {
+    released = true;
+    ++calls;
+  });
+  ASSERT_TRUE(runner->Run([](int) { return absl::OkStatus(); }).ok());
+  EXPECT_EQ(calls, 0);
+  const Status failed = runner->Run([&](int rank) -> Status {
+    if (rank == 2) return absl::InternalError("rank 2 failed");
+    while (!released) std::this_thread::yield();  // a collective rank 2 never joins
+    return absl::AbortedError("collective aborted");
+  });
+  EXPECT_FALSE(failed.ok());
+  EXPECT_GE(calls, 1);
 }
 
 TEST(RankRunnerTest, AFailedIndependentJobLeavesTheRunnerUsable) {
