@@ -128,24 +128,19 @@ engine::RankContext Drafter::ContextOf(int rank, const engine::KvPool& pool) con
   return ctx;
 }
 
-// Replicated state: rank 0 writes it on the caller's thread, or each rank its replica.
+// Replicated state: rank 0 writes it on the caller's thread (its arena is every rank's), or each
+// rank its own replica. No collectives: WriteContext cannot fail, and a device's failure
+// surfaces at its next Synchronize.
 void Drafter::AppendContext(DrafterState& state, const float* features, int64_t count) const {
   if (count <= 0) return;
-  if (state.pool().replicas() == 1) {
-    engine::RankContext ctx = ContextOf(0, state.pool());
-    ctx.comm = nullptr;  // no collectives: replicated work of rank 0 alone
+  const auto write = [&](int rank) {
+    engine::RankContext ctx = ContextOf(rank, state.pool());
+    ctx.comm = nullptr;
     WriteContext(ctx, state, features, count);
-  } else {
-    // WriteContext cannot fail here; a device's failure surfaces at its next Synchronize.
-    ranks_
-        ->RunIndependent([&](int rank) {
-          engine::RankContext ctx = ContextOf(rank, state.pool());
-          ctx.comm = nullptr;
-          WriteContext(ctx, state, features, count);
-          return absl::OkStatus();
-        })
-        .IgnoreError();
-  }
+    return absl::OkStatus();
+  };
+  const Status written = state.pool().replicas() == 1 ? write(0) : ranks_->RunIndependent(write);
+  written.IgnoreError();
   state.Skip(count);
 }
 

@@ -136,6 +136,8 @@ Status Model::AllocateKvPool(const ModelOptions& options) {
     }
     bytes =
         static_cast<int64_t>(static_cast<double>(free_bytes) * options.kv_cache_memory_fraction);
+    // Replicas on the CPU share the host's memory.
+    if (backends_[0]->device() == backend::Device::kCpu) bytes /= replicas;
   }
   const int64_t page = page_geometry_.page_bytes;
   const int64_t pages = std::min<int64_t>(bytes / page, std::numeric_limits<int32_t>::max());
