@@ -7,7 +7,7 @@
 // dense FP8 peak: 1979 on H100/H200 SXM). Many rows (a prefill chunk) make the products
 // compute-bound.
 //
-//   pdspark_cuda_gemm_bench --rows 1,16,64,2048
+//   pdspark_cuda_gemm_bench --rows 1,16,64,1024
 //
 // Prints a markdown table to stdout; scripts/gpu_check.sh runs it on the device machine.
 #include <cuda_runtime.h>
@@ -101,7 +101,7 @@ double CopyBandwidth(be::CudaBackend& backend) {
 
 int main(int argc, char** argv) {
   CLI::App app{"pdspark_cuda_gemm_bench: the CUDA GEMM on V4-Flash shapes vs the copy bandwidth"};
-  std::vector<int64_t> rows = {1, 16, 64};
+  std::vector<int64_t> rows = {1, 16, 64, 1024};
   int repeats = 5, calls = 20, device = 0;
   double fp8_peak_tflops = 1979;
   app.add_option("--rows", rows, "rows of x (batch)")->delimiter(',');
