@@ -5,9 +5,10 @@
 //
 //   pdspark_model_bench --model DIR --batch 1,16,64 --prefill-len 128 --decode-steps 64 \
 //       --threads 2 --weights native,fp32 --kv-cache-dtype auto,fp8 --rounds 3
-//   pdspark_model_bench --model DIR --device cuda --kernels exact,fast
+//   pdspark_model_bench --model DIR --device cuda --kernels exact,fast --head logits,argmax
 //
-// A variant is a weight storage with a KV cache dtype and (on cuda) a kernel set. Each round loads
+// A variant is a weight storage with a KV cache dtype, (on cuda) a kernel set, and what a step
+// returns: each sequence's logits row to the host, or only its argmax id (greedy serving). Each round loads
 // the model afresh for every variant in turn; a variant's decode tok/s is also reported as the
 // median over rounds of its ratio to the first variant in the same round. The bound of a decode
 // step at batch B is B * bandwidth / bytes, where bytes are every weight the step reads in the
@@ -114,11 +115,16 @@ int main(int argc, char** argv) {
   int threads = 0;
   std::string device_name = "cpu";
   std::vector<std::string> kernel_sets = {"exact"};
+  std::vector<std::string> heads = {"logits"};
   app.add_option("--model", model_dir, "checkpoint directory")->required();
   app.add_option("--device", device_name, "cpu | cuda");
   app.add_option("--kernels", kernel_sets, "kernel sets to compare on cuda: exact, fast")
       ->delimiter(',')
       ->check(CLI::IsMember({"exact", "fast"}));
+  app.add_option("--head", heads,
+                 "what steps return, to compare: logits (rows to the host), argmax (ids only)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"logits", "argmax"}));
   app.add_option("--batch", batches, "batch sizes")->delimiter(',');
   app.add_option("--prefill-len", prefill_len, "prompt tokens per sequence");
   app.add_option("--decode-steps", decode_steps, "decode steps per batch size");
@@ -138,22 +144,26 @@ int main(int argc, char** argv) {
     engine::WeightStorage weights;
     engine::KvCacheDtype kv;
     bool fast_kernels;
+    bool argmax_only;
   };
   std::vector<Variant> kinds;
   for (const std::string& s : storages) {
     for (const std::string& k : kv_dtypes) {
       for (const std::string& kernels : kernel_sets) {
-        auto weights = engine::ParseWeightStorage(s);
-        auto kv = engine::ParseKvCacheDtype(k);
-        for (const pdspark::Status& st : {weights.status(), kv.status()}) {
-          if (!st.ok()) {
-            std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-            return 2;
+        for (const std::string& head : heads) {
+          auto weights = engine::ParseWeightStorage(s);
+          auto kv = engine::ParseKvCacheDtype(k);
+          for (const pdspark::Status& st : {weights.status(), kv.status()}) {
+            if (!st.ok()) {
+              std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+              return 2;
+            }
           }
+          std::string label = kv_dtypes.size() > 1 ? s + "/kv-" + k : s;
+          if (kernel_sets.size() > 1) label += "/" + kernels;
+          if (heads.size() > 1) label += "/" + head;
+          kinds.push_back({label, *weights, *kv, kernels == "fast", head == "argmax"});
         }
-        std::string label = kv_dtypes.size() > 1 ? s + "/kv-" + k : s;
-        if (kernel_sets.size() > 1) label += "/" + kernels;
-        kinds.push_back({label, *weights, *kv, kernels == "fast"});
       }
     }
   }
@@ -211,7 +221,7 @@ int main(int argc, char** argv) {
       for (size_t b = 0; b < batches.size(); ++b) {
         std::mt19937 rng(1);
         if (!pdspark::bench::RunPrefillDecodeRound(model, batches[b], prefill_len, decode_steps,
-                                                   rng, row[b])) {
+                                                   rng, row[b], kinds[v].argmax_only)) {
           return 1;
         }
       }

@@ -1,6 +1,7 @@
 // The measurement both model benchmarks make (pdspark_model_bench, pdspark_tp_bench): `batch`
 // fresh sequences of random prompts prefilled in one step, then `steps` batched decode steps of
-// one random token each, as tokens per second.
+// one random token each, as tokens per second. With `argmax_only` the steps return each
+// sequence's argmax id instead of its logits row (what greedy serving asks for).
 #pragma once
 
 #include <chrono>
@@ -20,7 +21,8 @@ struct Rates {
 };
 
 inline bool RunPrefillDecodeRound(engine::Model& model, int64_t batch, int64_t prefill_len,
-                                  int64_t steps, std::mt19937& rng, Rates& out) {
+                                  int64_t steps, std::mt19937& rng, Rates& out,
+                                  bool argmax_only = false) {
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
@@ -28,6 +30,7 @@ inline bool RunPrefillDecodeRound(engine::Model& model, int64_t batch, int64_t p
   std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(model.dims().vocab) - 1);
   engine::StepOptions options;
   options.logits = engine::LogitsMode::kLastTokenPerSequence;
+  options.argmax_only = argmax_only;
   std::vector<std::unique_ptr<engine::SequenceState>> seqs;
   std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prefill_len));
   std::vector<engine::StepInput> inputs(batch);
