@@ -75,14 +75,14 @@ int64_t PageGroup::pages_in_use() const {
 
 void KvPool::CopyBytes(char* dst, const char* src, size_t bytes) const {
   if (bytes == 0) return;
-  for (const Replica& r : replicas_) {
-    const std::ptrdiff_t shift = r.base - base_;
-    if (r.ops) {
-      r.ops->Copy(dst + shift, src + shift, bytes);
+  const std::ptrdiff_t from = src - dst;
+  ForEachReplica(dst, [&](backend::Ops* ops, char* at) {
+    if (ops) {
+      ops->Copy(at, at + from, bytes);
     } else {
-      std::memmove(dst + shift, src + shift, bytes);
+      std::memmove(at, at + from, bytes);
     }
-  }
+  });
 }
 
 void KvPool::ReadBytes(void* host, const char* src, size_t bytes) const {
@@ -96,26 +96,24 @@ void KvPool::ReadBytes(void* host, const char* src, size_t bytes) const {
 
 void KvPool::WriteBytes(char* dst, const void* host, size_t bytes) const {
   if (bytes == 0) return;
-  for (const Replica& r : replicas_) {
-    char* const at = dst + (r.base - base_);
-    if (r.ops) {
-      r.ops->CopyToDevice(at, host, bytes);
+  ForEachReplica(dst, [&](backend::Ops* ops, char* at) {
+    if (ops) {
+      ops->CopyToDevice(at, host, bytes);
     } else {
       std::memcpy(at, host, bytes);
     }
-  }
+  });
 }
 
 void KvPool::ZeroBytes(char* dst, size_t bytes) const {
   if (bytes == 0) return;
-  for (const Replica& r : replicas_) {
-    char* const at = dst + (r.base - base_);
-    if (r.ops) {
-      r.ops->Zero(at, bytes);
+  ForEachReplica(dst, [&](backend::Ops* ops, char* at) {
+    if (ops) {
+      ops->Zero(at, bytes);
     } else {
       std::memset(at, 0, bytes);
     }
-  }
+  });
 }
 
 void KvPool::AddReplica(void* memory, backend::Ops* ops) {

@@ -177,6 +177,11 @@ class KvPool {
     char* base = nullptr;
     backend::Ops* ops = nullptr;  // null: host memory, plain copies
   };
+  // fn(ops, address) with arena address `at` in every replica (ops null: host memory).
+  template <typename Fn>
+  void ForEachReplica(char* at, Fn&& fn) const {
+    for (const Replica& r : replicas_) fn(r.ops, at + (r.base - base_));
+  }
   std::vector<Replica> replicas_;
   std::unique_ptr<char[]> mirror_;  // EnableHostMirror's, unless the arena is one host arena
   int64_t high_water_ = 0;

@@ -113,11 +113,13 @@ void SequenceState::ReserveTokens(int64_t count) {
   }
 }
 
-void SequenceState::DropReservedRows() {
+void SequenceState::DropReservedRows() { TruncateRows(num_tokens_); }
+
+void SequenceState::TruncateRows(int64_t position) {
   for (size_t l = 0; l < groups_.size(); ++l) {
     const auto& specs = layout_->layers[l].groups;
     for (size_t g = 0; g < specs.size(); ++g) {
-      groups_[l][g].Truncate(num_tokens_ / specs[g].tokens_per_row);
+      groups_[l][g].Truncate(position / specs[g].tokens_per_row);
     }
   }
 }
@@ -159,12 +161,7 @@ Status SequenceState::Truncate(int64_t position) {
       }
     }
   }
-  for (size_t l = 0; l < groups_.size(); ++l) {
-    const auto& specs = layout_->layers[l].groups;
-    for (size_t g = 0; g < specs.size(); ++g) {
-      groups_[l][g].Truncate(position / specs[g].tokens_per_row);
-    }
-  }
+  TruncateRows(position);
   num_tokens_ = position;
   return absl::OkStatus();
 }

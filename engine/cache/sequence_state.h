@@ -104,6 +104,8 @@ class SequenceState {
   explicit SequenceState(const CacheLayout* layout) : layout_(layout) {}
   // Cache groups over all layers.
   size_t NumGroups() const;
+  // Every group cut to the rows of the first `position` tokens.
+  void TruncateRows(int64_t position);
 
   const CacheLayout* layout_;
   std::vector<std::vector<PagedRows>> groups_;  // [layer][group]

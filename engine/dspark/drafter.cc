@@ -123,8 +123,7 @@ int64_t Drafter::StatePoolBytes(const engine::KvPool& pool) const {
 
 engine::RankContext Drafter::ContextOf(int rank, const engine::KvPool& pool) const {
   engine::RankContext ctx = engine::RankContext::For(shards_[rank].plan, *backends_[rank]);
-  ctx.kv_replicated = pool.replicas() > 1;
-  ctx.kv_offset = ctx.kv_replicated ? pool.replica_offset(rank) : 0;
+  ctx.UseKvPool(pool);
   return ctx;
 }
 

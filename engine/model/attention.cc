@@ -71,7 +71,7 @@ AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const A
     calls.push_back({u.data(), rows, d.dim, m, out.data(), m.rows});
   };
   product(w.wq_a, p.qr);
-  const bool cache = ctx.writes_cache || ctx.check_replicas;
+  const bool cache = ctx.writes_cache() || ctx.check_replicas;
   if (cache) {
     product(w.wkv, p.kv);
     if (w.compressor) {
@@ -325,7 +325,7 @@ StatusOr<Floats> AttentionForward(const ModelDims& d, const RankContext& ctx, in
                                   const Floats& u, const BatchLayout& batch) {
   const AttentionProjections p = Project(d, ctx, w, rope, u, batch);
   if (ctx.check_replicas) RETURN_IF_ERROR(CheckCacheProjections(ctx, layer, p));
-  if (ctx.writes_cache) {
+  if (ctx.writes_cache()) {
     for (const BatchSequence& seq : batch.sequences) WriteToCache(d, ctx, layer, w, rope, p, seq);
   }
   // Ranks sharing rank 0's arena read this layer's rows once it has written them.

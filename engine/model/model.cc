@@ -269,9 +269,7 @@ StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOp
 RankContext Model::Context(int rank, Status* replica_mismatch) const {
   RankContext ctx = RankContext::For(ranks_[rank].plan, *backends_[rank]);
   ctx.owns_state = rank == 0;
-  ctx.kv_replicated = kv_pool_->replicas() > 1;
-  ctx.writes_cache = rank == 0 || ctx.kv_replicated;
-  ctx.kv_offset = ctx.kv_replicated ? kv_pool_->replica_offset(rank) : 0;
+  ctx.UseKvPool(*kv_pool_);
   ctx.check_replicas = check_replicas_ && ctx.comm != nullptr;
   ctx.replica_mismatch = replica_mismatch;
   return ctx;

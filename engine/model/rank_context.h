@@ -10,6 +10,7 @@
 #include "common/base/status.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/buffer.h"
+#include "engine/cache/kv_pool.h"
 #include "engine/model/shard_plan.h"
 #include "engine/parallel/communicator.h"
 
@@ -26,9 +27,8 @@ struct RankContext {
   bool owns_state = true;
   // The cache rows are replicated state (docs/tensor_parallel.md). Ranks sharing one pool arena
   // leave writing them to rank 0 and read its rows after a barrier; ranks with a replica of the
-  // pool of their own (kv_replicated, kv_pool.h) each write and read theirs.
+  // pool of their own (kv_replicated, kv_pool.h) each write and read theirs (UseKvPool).
   bool kv_replicated = false;
-  bool writes_cache = true;  // rank 0, or every rank when kv_replicated
   // This rank's replica of a pool address is the address + kv_offset (KvPool::replica_offset).
   std::ptrdiff_t kv_offset = 0;
   // Every rank computes the cache projections and compares them bitwise with rank 0's; the first
@@ -41,6 +41,13 @@ struct RankContext {
   const int32_t* token_ids = nullptr;
 
   bool distributed() const { return comm != nullptr && comm->world_size() > 1; }
+  // Whether this rank writes the step's cache rows: rank 0, or every rank with its own replica.
+  bool writes_cache() const { return owns_state || kv_replicated; }
+  // Reads and writes this rank's replica of `pool` (the one arena when the ranks share it).
+  void UseKvPool(const KvPool& pool) {
+    kv_replicated = pool.replicas() > 1;
+    kv_offset = kv_replicated ? pool.replica_offset(plan->rank) : 0;
+  }
   // Pool address `at` in this rank's replica.
   template <typename T>
   T* Kv(T* at) const {

@@ -68,15 +68,17 @@ Status GatherArgmax(const RankContext& ctx, int64_t vocab, const float* slice, i
   if (!ids) return absl::OkStatus();
   const std::vector<kernels::ArgmaxCandidate> candidates = (world > 1 ? all : mine).ToHost();
   // Rank k's indices count from its first vocabulary row; ranks hold ascending rows.
+  std::vector<int32_t> first_row(world);
+  for (int k = 0; k < world; ++k) {
+    first_row[k] =
+        static_cast<int32_t>(FixedChunks(vocab, parallel::EvenSplit(kFixedChunks, k, world)).begin);
+  }
   ids->assign(rows, -1);
   for (int64_t r = 0; r < rows; ++r) {
     kernels::ArgmaxCandidate best;
     for (int k = 0; k < world; ++k) {
       kernels::ArgmaxCandidate c = candidates[k * rows + r];
-      if (c.index >= 0) {
-        c.index += static_cast<int32_t>(
-            FixedChunks(vocab, parallel::EvenSplit(kFixedChunks, k, world)).begin);
-      }
+      if (c.index >= 0) c.index += first_row[k];
       best = kernels::ArgmaxMerge(best, c);
     }
     (*ids)[r] = best.index;

@@ -106,43 +106,45 @@ void NcclCommunicator::Abort() {
   ncclCommAbort(comm_);
 }
 
-Status NcclCommunicator::Finish(int result, const char* what) {
+Status NcclCommunicator::Collective(const char* what, const std::function<int()>& enqueue) {
+  // An aborted communicator is freed: nothing may be enqueued on it.
   if (aborted_) return absl::AbortedError(absl::StrCat(what, ": the NCCL group was aborted"));
-  RETURN_IF_ERROR(NcclStatus(static_cast<ncclResult_t>(result), what));
+  const cuda::DeviceScope on_device(device_);
+  RETURN_IF_ERROR(NcclStatus(static_cast<ncclResult_t>(enqueue()), what));
   return CudaStatus(cudaStreamSynchronize(stream_), what);
 }
 
 Status NcclCommunicator::AllReduceSum(float* data, size_t n) {
-  const cuda::DeviceScope on_device(device_);
-  return Finish(ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_),
-                "ncclAllReduce(float)");
+  return Collective("ncclAllReduce(float)", [&] {
+    return ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_);
+  });
 }
 
 Status NcclCommunicator::AllReduceSum(double* data, size_t n) {
-  const cuda::DeviceScope on_device(device_);
-  return Finish(ncclAllReduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_),
-                "ncclAllReduce(double)");
+  return Collective("ncclAllReduce(double)", [&] {
+    return ncclAllReduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_);
+  });
 }
 
 Status NcclCommunicator::AllGather(const float* in, size_t n, float* out) {
-  const cuda::DeviceScope on_device(device_);
-  return Finish(ncclAllGather(in, out, n, ncclFloat32, comm_, stream_), "ncclAllGather");
+  return Collective("ncclAllGather",
+                    [&] { return ncclAllGather(in, out, n, ncclFloat32, comm_, stream_); });
 }
 
 Status NcclCommunicator::Broadcast(float* data, size_t n, int root) {
   if (root < 0 || root >= world_size_) {
     return absl::InvalidArgumentError(absl::StrCat("Broadcast: root ", root, " out of range"));
   }
-  const cuda::DeviceScope on_device(device_);
-  return Finish(ncclBroadcast(data, data, n, ncclFloat32, root, comm_, stream_), "ncclBroadcast");
+  return Collective("ncclBroadcast", [&] {
+    return ncclBroadcast(data, data, n, ncclFloat32, root, comm_, stream_);
+  });
 }
 
 Status NcclCommunicator::Barrier() {
   if (barrier_word_ == nullptr) return absl::InternalError("NCCL barrier buffer not allocated");
-  const cuda::DeviceScope on_device(device_);
-  return Finish(
-      ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_),
-      "ncclAllReduce(barrier)");
+  return Collective("ncclAllReduce(barrier)", [&] {
+    return ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_);
+  });
 }
 
 }  // namespace pdspark::parallel

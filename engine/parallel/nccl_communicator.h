@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,8 +60,9 @@ class NcclCommunicator final : public Communicator {
  private:
   // `stream`: null for a stream of its own.
   NcclCommunicator(ncclComm* comm, int rank, int world_size, int device, CUstream_st* stream);
-  // Waits for the stream after `result` (an ncclResult_t) was OK.
-  Status Finish(int result, const char* what);
+  // Refuses once aborted; else, on the rank's GPU, enqueues the collective (`enqueue` returns
+  // its ncclResult_t) and waits for the stream.
+  Status Collective(const char* what, const std::function<int()>& enqueue);
 
   ncclComm* comm_;
   CUstream_st* stream_ = nullptr;

@@ -84,23 +84,27 @@ void CudaOps::GroupedGemm(std::span<const GemmCall> calls) {
   }
   if (!fast.empty()) W4A16GroupedGemm(fast);
   if (!exact.empty()) ExactGroupedGemm(exact);
-  FreeScratch();  // the FP8 path's, queued after the work that reads it
+  FreeScratch();  // every path's, queued after the work that reads it
 }
 
-void CudaOps::ExactGroupedGemm(std::span<const GemmCall> work) {
+dim3 CudaOps::GroupedGrid(std::span<const GemmCall> calls, int64_t rows_per_block,
+                          int64_t m_per_block) {
   int64_t max_rows = 0, max_m = 0;
-  for (const GemmCall& c : work) {
+  for (const GemmCall& c : calls) {
     max_rows = std::max(max_rows, c.w.rows);
     max_m = std::max(max_m, c.m);
   }
-  const dim3 grid(static_cast<unsigned>((max_rows + kRowsPerBlock - 1) / kRowsPerBlock),
-                  static_cast<unsigned>((max_m + kRowsPerTile - 1) / kRowsPerTile),
-                  static_cast<unsigned>(work.size()));
+  return dim3(static_cast<unsigned>((max_rows + rows_per_block - 1) / rows_per_block),
+              static_cast<unsigned>((max_m + m_per_block - 1) / m_per_block),
+              static_cast<unsigned>(calls.size()));
+}
+
+void CudaOps::ExactGroupedGemm(std::span<const GemmCall> work) {
   const GemmCall* device_calls = Upload(work.data(), work.size());
-  if (!status_.ok()) return FreeScratch();
-  GemmKernel<<<grid, kThreads, 0, stream_>>>(device_calls);
+  if (!status_.ok()) return;
+  GemmKernel<<<GroupedGrid(work, kRowsPerBlock, kRowsPerTile), kThreads, 0, stream_>>>(
+      device_calls);
   Check(cudaGetLastError(), "GroupedGemm");
-  FreeScratch();
 }
 
 }  // namespace pdspark::engine::backend

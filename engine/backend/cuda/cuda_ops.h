@@ -140,7 +140,10 @@ class CudaOps : public Ops {
   };
   DeviceKeys KeysOnDevice(const AttentionKeys& keys);
   // The exact GEMM of every problem (cuda_gemm.cu); the W4A16 one of FP4 problems it can take
-  // (cuda_w4a16_gemm.cu).
+  // (cuda_w4a16_gemm.cu). Their scratch is GroupedGemm's to free. A grouped launch's grid:
+  // blocks of `rows_per_block` weight rows by `m_per_block` rows of x, one layer per problem.
+  static dim3 GroupedGrid(std::span<const GemmCall> calls, int64_t rows_per_block,
+                          int64_t m_per_block);
   void ExactGroupedGemm(std::span<const GemmCall> calls);
   static bool W4A16Eligible(const GemmCall& call);
   void W4A16GroupedGemm(std::span<const GemmCall> calls);

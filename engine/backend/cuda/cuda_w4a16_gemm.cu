@@ -13,9 +13,6 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
-#include <algorithm>
-#include <vector>
-
 #include "engine/backend/cuda/cuda_ops.h"
 #include "kernels/number_formats.h"
 
@@ -99,19 +96,10 @@ bool CudaOps::W4A16Eligible(const GemmCall& c) {
 }
 
 void CudaOps::W4A16GroupedGemm(std::span<const GemmCall> calls) {
-  int64_t max_rows = 0, max_m = 0;
-  for (const GemmCall& c : calls) {
-    max_rows = std::max(max_rows, c.w.rows);
-    max_m = std::max(max_m, c.m);
-  }
-  const dim3 grid(static_cast<unsigned>((max_rows + kTileN - 1) / kTileN),
-                  static_cast<unsigned>((max_m + kTileM - 1) / kTileM),
-                  static_cast<unsigned>(calls.size()));
   const GemmCall* device_calls = Upload(calls.data(), calls.size());
-  if (!status_.ok()) return FreeScratch();
-  W4A16Kernel<<<grid, kThreads, 0, stream_>>>(device_calls);
+  if (!status_.ok()) return;
+  W4A16Kernel<<<GroupedGrid(calls, kTileN, kTileM), kThreads, 0, stream_>>>(device_calls);
   Check(cudaGetLastError(), "W4A16 GroupedGemm");
-  FreeScratch();
 }
 
 }  // namespace pdspark::engine::backend
