@@ -44,6 +44,9 @@ class Backend {
   // had. The CPU backend's is touched lazily, so what is never written never becomes resident.
   virtual void* Allocate(size_t bytes) = 0;
   virtual void Free(void* p) = 0;
+  // Returns to the system what the backend keeps of freed memory for reuse (the CPU backend's
+  // large blocks); called when the engine goes idle.
+  virtual void ReleaseCachedMemory() {}
   // Memory the device could still give this process (what the KV pool's default size is a
   // fraction of, like vLLM's --gpu-memory-utilization).
   virtual int64_t FreeMemoryBytes() const = 0;

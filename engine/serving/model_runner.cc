@@ -70,6 +70,10 @@ bool ModelRunner::WantsAllLogits(const ActiveRequest& request) {
   return !request.draft.empty() || prompt_logprobs;
 }
 
+void ModelRunner::ReleaseCachedMemory() const {
+  for (const auto& backend : model_.backends()) backend->ReleaseCachedMemory();
+}
+
 StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned, bool argmax_only,
                                       std::span<engine::StepInput> inputs) {
   StepResult result;

@@ -65,6 +65,9 @@ class ModelRunner {
   StatusOr<StepResult> Run(const std::vector<ActiveRequest*>& planned, bool argmax_only,
                            std::span<engine::StepInput> inputs);
 
+  // Hands back what the model's backends keep of freed memory for reuse (engine idle).
+  void ReleaseCachedMemory() const;
+
  private:
   engine::Model& model_;
   const dspark::Drafter* drafter_;

@@ -143,14 +143,25 @@ PrefixCache::Published ServingEngine::CachedPrefixes() const {
 }
 
 void ServingEngine::Loop() {
+  bool idle = true;  // nothing ran since the backends last released their cached memory
   while (true) {
     std::vector<std::string> cancels;
     {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] {
+      const auto has_work = [&] {
         return stop_ || !waiting_.empty() || !running_.empty() || !cancel_requests_.empty();
-      });
+      };
+      if (!idle && !has_work()) {
+        // Going idle: what the backends keep of freed memory for the next step goes back, so an
+        // idle worker's resident memory is its state, not its last step's peak.
+        lock.unlock();
+        runner_.ReleaseCachedMemory();
+        lock.lock();
+        idle = true;
+      }
+      wake_.wait(lock, has_work);
       if (stop_) return;
+      idle = false;
       cancels.swap(cancel_requests_);
       for (const std::string& id : cancels) {
         auto it = std::find_if(waiting_.begin(), waiting_.end(),

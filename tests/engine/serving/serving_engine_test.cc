@@ -3,10 +3,13 @@
 // any request's tokens, and every finished request must give back its cache.
 #include "engine/serving/serving_engine.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <thread>
 
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/sampling/sampler.h"
 #include "gtest/gtest.h"
 #include "tests/engine/serving/golden_requests.h"
@@ -56,6 +59,20 @@ TEST_F(ServingEngineTest, GreedyMatchesDirectModelSteps) {
   EXPECT_EQ(engine.Stats().cache_bytes_in_use, 0);
 }
 
+// The CPU backend keeps large freed buffers for the next step (block_cache.h); an idle engine
+// hands them back.
+TEST_F(ServingEngineTest, AnIdleEngineHandsBackTheBackendsCachedMemory) {
+  ServingEngine engine(LoadModel(), {});
+  const auto& cpu = dynamic_cast<const engine::backend::CpuBackend&>(engine.model().backend(0));
+  // A prompt whose step buffers are large enough to be kept.
+  RunOne(engine, Spec("a", Prompt(96, 1), 4));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (cpu.cached_bytes() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(cpu.cached_bytes(), 0u);
+}
+
 TEST_F(ServingEngineTest, ConcurrentRequestsMatchEachAlone) {
   ServingOptions options;
   options.max_batch_tokens = 48;  // forces chunked prefill next to decoding requests
@@ -76,9 +93,9 @@ TEST_F(ServingEngineTest, ConcurrentRequestsMatchEachAlone) {
   ServingEngine alone_engine(LoadModel(), {});
   for (int i = 0; i < n; ++i) {
     const bool sampled = i % 2 == 1;
-    auto alone = RunOne(alone_engine, Spec("alone" + std::to_string(i), prompts[i], 10,
-                                           sampled ? 0.8f : 0.f,
-                                           sampled ? std::optional<uint64_t>(1000 + i) : std::nullopt));
+    auto alone =
+        RunOne(alone_engine, Spec("alone" + std::to_string(i), prompts[i], 10, sampled ? 0.8f : 0.f,
+                                  sampled ? std::optional<uint64_t>(1000 + i) : std::nullopt));
     EXPECT_EQ(collectors[i].tokens(), alone) << "request " << i;
   }
   EXPECT_EQ(engine.Stats().cache_bytes_in_use, 0);

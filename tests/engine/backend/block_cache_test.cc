@@ -1,0 +1,99 @@
+// BlockCache and the CPU backend's use of it: a freed large block comes back for an allocation
+// of about its size (and a Buffer on it starts as zeros all the same), the cache stays within
+// its capacity by dropping the oldest blocks, small and oversized blocks are not kept, and
+// Release hands everything back.
+#include "engine/backend/cpu/block_cache.h"
+
+#include <cstdlib>
+#include <set>
+#include <vector>
+
+#include "engine/backend/buffer.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "gtest/gtest.h"
+
+namespace pdspark::engine::backend {
+namespace {
+
+constexpr size_t kKiB = 1024;
+
+// What the cache under test freed.
+std::set<void*>& Freed() {
+  static std::set<void*> freed;
+  return freed;
+}
+void RecordFree(void* block) { Freed().insert(block); }
+
+// Distinct fake block addresses (never dereferenced).
+void* Block(uintptr_t i) { return reinterpret_cast<void*>(i * 4096); }
+
+TEST(BlockCacheTest, GivesBackAKeptBlockOfAboutTheSizeAsked) {
+  Freed().clear();
+  BlockCache cache(1024 * kKiB, RecordFree);
+  cache.Put(Block(1), 100 * kKiB);
+  EXPECT_EQ(cache.cached_bytes(), 100 * kKiB);
+  EXPECT_EQ(cache.Take(101 * kKiB), nullptr);  // too small
+  EXPECT_EQ(cache.Take(80 * kKiB), Block(1));  // 100 <= 80 * 5/4
+  EXPECT_EQ(cache.Take(80 * kKiB), nullptr);   // taken once
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  cache.Put(Block(2), 100 * kKiB);
+  EXPECT_EQ(cache.Take(79 * kKiB), nullptr);  // 100 > 79 * 5/4: too much waste
+  EXPECT_TRUE(Freed().empty());
+}
+
+TEST(BlockCacheTest, DropsTheOldestBlocksBeyondItsCapacity) {
+  Freed().clear();
+  BlockCache cache(300 * kKiB, RecordFree);
+  cache.Put(Block(1), 100 * kKiB);
+  cache.Put(Block(2), 100 * kKiB);
+  cache.Put(Block(3), 100 * kKiB);
+  EXPECT_TRUE(Freed().empty());
+  cache.Put(Block(4), 150 * kKiB);  // 450 KiB: the two oldest go
+  EXPECT_EQ(Freed(), (std::set<void*>{Block(1), Block(2)}));
+  EXPECT_EQ(cache.cached_bytes(), 250 * kKiB);
+  EXPECT_EQ(cache.Take(100 * kKiB), Block(3));
+  EXPECT_EQ(cache.Take(150 * kKiB), Block(4));
+}
+
+TEST(BlockCacheTest, FreesSmallAndOversizedBlocksAtOnceAndReleasesTheRest) {
+  Freed().clear();
+  BlockCache cache(300 * kKiB, RecordFree);
+  cache.Put(Block(1), BlockCache::kMinBlockBytes - 1);
+  cache.Put(Block(2), 301 * kKiB);
+  EXPECT_EQ(Freed(), (std::set<void*>{Block(1), Block(2)}));
+  EXPECT_EQ(cache.Take(BlockCache::kMinBlockBytes - 1), nullptr);
+  cache.Put(Block(3), 100 * kKiB);
+  cache.Put(Block(4), 100 * kKiB);
+  cache.Release();
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  EXPECT_EQ(Freed().size(), 4u);
+  EXPECT_EQ(cache.Take(100 * kKiB), nullptr);
+}
+
+TEST(CpuBackendTest, ReusesALargeFreedBlockWhichABufferStillStartsAsZeros) {
+  CpuBackend backend(nullptr, nullptr);
+  const int64_t n = 1 << 20;  // 4 MiB of floats
+  const float* first = nullptr;
+  {
+    Buffer<float> a(backend, n);
+    first = a.data();
+    std::vector<float> ones(n, 1.0f);
+    backend.ops().CopyToDevice(a.data(), ones.data(), n * sizeof(float));
+  }
+  EXPECT_EQ(backend.cached_bytes(), n * sizeof(float));
+  Buffer<float> b(backend, n);
+  EXPECT_EQ(b.data(), first);
+  EXPECT_EQ(b.ToHost(), std::vector<float>(n, 0.0f));
+  EXPECT_EQ(backend.cached_bytes(), 0u);
+}
+
+TEST(CpuBackendTest, ReleaseCachedMemoryHandsTheBlocksBack) {
+  CpuBackend backend(nullptr, nullptr);
+  { Buffer<float> a(backend, 1 << 20); }
+  EXPECT_GT(backend.cached_bytes(), 0u);
+  backend.ReleaseCachedMemory();
+  EXPECT_EQ(backend.cached_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace pdspark::engine::backend
