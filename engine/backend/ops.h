@@ -50,10 +50,31 @@ struct AttentionKeys {
   int64_t num_rows() const { return static_cast<int64_t>(offsets.size()) - 1; }
 };
 
-// The expert choice of a MoE layer for every row: top_k experts and their weights.
-struct Routing {
-  std::vector<int32_t> experts;  // [rows, k]
-  std::vector<float> weights;    // [rows, k]
+// One expert's SwiGLU feed-forward, or a slice of its intermediate rows: gate w1 and up w3
+// [inter, dim], down w2 [dim, inter].
+struct FfnWeights {
+  kernels::WeightMatrix w1, w3, w2;
+};
+
+// The experts of one MoE layer over x [rows, dim] (rows contiguous), added to y [rows, dim]:
+// - routed[i] is expert first_expert + i (a tensor-parallel rank's share of the experts). Row r
+//   goes to the experts chosen[r * top_k + s] (those of other ranks are skipped), its output
+//   scaled by weights[r * top_k + s] and its SwiGLU clamped at `limit` (0: none).
+// - every dense FFN (the shared expert's chunks) takes every row, with weight 1 and no clamp.
+// Each row's outputs are added to y in double: the routed ones in ascending expert order (the
+// same expert twice: in slot order), then the dense ones in order.
+struct MoeFfnCall {
+  const float* x = nullptr;
+  int64_t rows = 0;
+  int64_t dim = 0;
+  std::span<const FfnWeights> routed;
+  int64_t first_expert = 0;
+  int64_t top_k = 0;
+  const int32_t* chosen = nullptr;  // [rows, top_k]
+  const float* weights = nullptr;   // [rows, top_k]
+  float limit = 0.0f;
+  std::span<const FfnWeights> dense;
+  double* y = nullptr;
 };
 
 class Ops {
@@ -137,11 +158,13 @@ class Ops {
 
   // ---- Mixture of experts --------------------------------------------------------------------
   // From gate logits [rows, experts]: sqrt-softplus scores; the top_k experts by score + bias
-  // (or, for hash layers, hash_table[token_ids[row]]); weights = renormalised scores times
-  // route_scale.
-  virtual Routing Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
-                        const float* bias, const int32_t* hash_table, const int32_t* token_ids,
-                        float route_scale) = 0;
+  // (or, for hash layers, hash_table[token_ids[row]]) into chosen [rows, top_k]; weights
+  // [rows, top_k] = their renormalised scores times route_scale. Nothing goes to the host.
+  virtual void Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
+                     const float* bias, const int32_t* hash_table, const int32_t* token_ids,
+                     float route_scale, int32_t* chosen, float* weights) = 0;
+  // The layer's experts (MoeFfnCall): on a GPU without the routing coming to the host.
+  virtual void MoeFfn(const MoeFfnCall& call) = 0;
 
   // ---- Attention -------------------------------------------------------------------------------
   // Softmax attention of `heads` heads of every query row q [rows, heads, head_dim] over its

@@ -1,5 +1,7 @@
 // CpuOps: the MoE gate (sqrt-softplus scores, bias-only or hashed selection, renormalised
-// weights times routed_scaling_factor).
+// weights times routed_scaling_factor) and the layer's experts as grouped GEMMs: the gate and up
+// products of every expert that some row chose and of every dense FFN in one parallel region,
+// the down products in another.
 #include <algorithm>
 #include <vector>
 
@@ -10,26 +12,41 @@ namespace pdspark::engine::backend {
 
 namespace kc = ::pdspark::kernels::cpu;
 
-Routing CpuOps::Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
-                      const float* bias, const int32_t* hash_table, const int32_t* token_ids,
-                      float route_scale) {
+namespace {
+
+// One SwiGLU feed-forward over gathered rows: out [n, dim] = w2 . (row_weight *
+// silu(w1 x) * w3 x).
+struct FfnJob {
+  const FfnWeights* w = nullptr;
+  const float* x = nullptr;  // [n, dim]
+  int64_t n = 0;
+  std::vector<int64_t> members;    // the rows of the layer's output it adds to (none: all)
+  std::vector<float> gathered;     // x, when the job's rows were gathered
+  std::vector<float> row_weights;  // [n], or empty for 1
+  float limit = 0.0f;              // SwiGLU clamp (0: none)
+  std::vector<float> out;          // [n, dim]
+};
+
+}  // namespace
+
+void CpuOps::Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
+                   const float* bias, const int32_t* hash_table, const int32_t* token_ids,
+                   float route_scale, int32_t* chosen_out, float* weights_out) {
   const int64_t k = top_k;
-  Routing routing;
-  routing.experts.resize(rows * k);
-  routing.weights.resize(rows * k);
   ForChunks(rows, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> score(experts), biased(experts);
     for (int64_t r = begin; r < end; ++r) {
       for (int64_t i = 0; i < experts; ++i) score[i] = kc::SqrtSoftplus(logits[r * experts + i]);
-      int32_t* chosen = routing.experts.data() + r * k;
+      int32_t* chosen = chosen_out + r * k;
       if (hash_table) {
         std::copy_n(hash_table + static_cast<int64_t>(token_ids[r]) * k, k, chosen);
       } else {
         for (int64_t i = 0; i < experts; ++i) biased[i] = score[i] + bias[i];
-        const std::vector<int32_t> top = kc::TopK(biased, k);
+        std::vector<int32_t> top = kc::TopK(biased, k);
+        top.resize(k, 0);  // k > experts: the slots past them are expert 0
         std::copy(top.begin(), top.end(), chosen);
       }
-      float* weight = routing.weights.data() + r * k;
+      float* weight = weights_out + r * k;
       float sum = 0.0f;
       for (int64_t i = 0; i < k; ++i) {
         weight[i] = score[chosen[i]];
@@ -38,7 +55,65 @@ Routing CpuOps::Route(const float* logits, int64_t rows, int64_t experts, int64_
       for (int64_t i = 0; i < k; ++i) weight[i] = weight[i] / sum * route_scale;
     }
   });
-  return routing;
+}
+
+void CpuOps::MoeFfn(const MoeFfnCall& c) {
+  const int64_t k = c.top_k;
+  std::vector<FfnJob> jobs;
+  // The routed experts that some row chose, in ascending expert order, each over its rows.
+  for (size_t local = 0; local < c.routed.size(); ++local) {
+    const int64_t e = c.first_expert + static_cast<int64_t>(local);
+    FfnJob job;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t s = 0; s < k; ++s) {
+        if (c.chosen[r * k + s] != e) continue;
+        job.members.push_back(r);
+        job.row_weights.push_back(c.weights[r * k + s]);
+      }
+    }
+    if (job.members.empty()) continue;
+    job.n = static_cast<int64_t>(job.members.size());
+    job.gathered.resize(job.n * c.dim);
+    GatherActivationRows(c.x, c.dim, c.dim, job.members, job.gathered.data());
+    job.w = &c.routed[local];
+    job.x = job.gathered.data();
+    job.limit = c.limit;
+    jobs.push_back(std::move(job));
+  }
+  for (const FfnWeights& dense : c.dense) {
+    FfnJob job;
+    job.w = &dense;
+    job.x = c.x;
+    job.n = c.rows;
+    jobs.push_back(std::move(job));
+  }
+  // The gate and up products of every job in one grouped GEMM, the down products in another.
+  std::vector<std::vector<float>> gate(jobs.size()), up(jobs.size());
+  std::vector<GemmCall> problems;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const FfnJob& job = jobs[j];
+    const int64_t inter = job.w->w1.rows;
+    gate[j].resize(job.n * inter);
+    up[j].resize(job.n * inter);
+    problems.push_back({job.x, job.n, c.dim, job.w->w1, gate[j].data(), inter});
+    problems.push_back({job.x, job.n, c.dim, job.w->w3, up[j].data(), inter});
+  }
+  GroupedGemm(problems);
+  problems.clear();
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    FfnJob& job = jobs[j];
+    const int64_t inter = job.w->w1.rows;
+    std::vector<float>& act = gate[j];  // overwritten in place
+    SwiGlu(gate[j].data(), up[j].data(), job.row_weights.empty() ? nullptr : job.row_weights.data(),
+           job.n, inter, job.limit, act.data());
+    job.out.resize(job.n * c.dim);
+    problems.push_back({act.data(), job.n, inter, job.w->w2, job.out.data(), c.dim});
+  }
+  GroupedGemm(problems);
+  for (const FfnJob& job : jobs) {
+    AddRowsDouble(job.out.data(), job.n, c.dim, job.members.empty() ? nullptr : job.members.data(),
+                  c.y, c.dim);
+  }
 }
 
 }  // namespace pdspark::engine::backend

@@ -57,9 +57,10 @@ class CpuOps : public Ops {
   void StreamMean(const HcShape& s, const float* streams, int64_t rows, float* out,
                   int64_t out_stride) override;
 
-  Routing Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
-                const float* bias, const int32_t* hash_table, const int32_t* token_ids,
-                float route_scale) override;
+  void Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k, const float* bias,
+             const int32_t* hash_table, const int32_t* token_ids, float route_scale,
+             int32_t* chosen, float* weights) override;
+  void MoeFfn(const MoeFfnCall& call) override;
 
   void Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
               const float* sink, float* out) override;

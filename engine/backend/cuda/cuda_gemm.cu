@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/kernel_gemm.cuh"
 #include "kernels/cuda/cuda_device.h"
 
 namespace pdspark::engine::backend {
@@ -52,19 +53,22 @@ __device__ void CanonicalDots(const GemmCall& c, int64_t i0, int rows, int64_t j
   }
 }
 
-// blockIdx.z: the problem; blockIdx.x: a group of kRowsPerBlock weight rows; blockIdx.y: a tile
-// of kRowsPerTile rows of x. Blocks past a smaller problem's shape have nothing to do.
-__global__ void GemmKernel(const GemmCall* calls) {
-  const GemmCall& c = calls[blockIdx.z];
+// blockIdx.z: the problem; blockIdx.x: a group of kRowsPerBlock weight rows; blockIdx.y: every
+// gridDim.y-th tile of kRowsPerTile rows of x. Blocks past a smaller problem's shape have
+// nothing to do.
+__global__ void GemmKernel(const KernelGemm* problems) {
+  const GemmCall c = Resolved(problems[blockIdx.z]);
   const int half_warp = threadIdx.x / kLanes, lane = threadIdx.x % kLanes;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + half_warp;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kRowsPerTile;
-  if (i0 >= c.m) return;  // uniform over the block
   // A half-warp past the weight rows still computes (on row 0) so that its shuffles have all
-  // lanes; it writes nothing.
+  // lanes; it writes nothing. c.m is the same for the whole block.
   const bool writes = j < c.w.rows;
-  const int rows = writes ? static_cast<int>(c.m - i0 < kRowsPerTile ? c.m - i0 : kRowsPerTile) : 0;
-  CanonicalDots(c, i0, rows, writes ? j : 0, lane);
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * kRowsPerTile; i0 < c.m;
+       i0 += static_cast<int64_t>(gridDim.y) * kRowsPerTile) {
+    const int rows =
+        writes ? static_cast<int>(c.m - i0 < kRowsPerTile ? c.m - i0 : kRowsPerTile) : 0;
+    CanonicalDots(c, i0, rows, writes ? j : 0, lane);
+  }
 }
 
 }  // namespace
@@ -73,37 +77,45 @@ void CudaOps::Gemm(const GemmCall& call) { GroupedGemm(std::span<const GemmCall>
 
 void CudaOps::GroupedGemm(std::span<const GemmCall> calls) {
   const cuda::DeviceScope on_device(device_);
-  std::vector<GemmCall> exact, fast;
-  for (const GemmCall& c : calls) {
+  std::vector<KernelGemm> problems;
+  for (const GemmCall& c : calls) problems.push_back({c, nullptr});
+  RunGemms(problems);
+  FreeScratch();  // every path's, queued after the work that reads it
+}
+
+void CudaOps::RunGemms(std::span<const KernelGemm> problems) {
+  std::vector<KernelGemm> exact, fast;
+  for (const KernelGemm& p : problems) {
+    const GemmCall& c = p.call;
     if (c.m == 0 || c.w.rows == 0) continue;
     if (fast_kernels_ && W4A16Eligible(c)) {
-      fast.push_back(c);
-    } else if (!(fast_kernels_ && Fp8LtEligible(c) && Fp8LtGemm(c))) {
-      exact.push_back(c);
+      fast.push_back(p);
+    } else if (!(fast_kernels_ && !p.segment && Fp8LtEligible(c) && Fp8LtGemm(c))) {
+      exact.push_back(p);
     }
   }
   if (!fast.empty()) W4A16GroupedGemm(fast);
   if (!exact.empty()) ExactGroupedGemm(exact);
-  FreeScratch();  // every path's, queued after the work that reads it
 }
 
-dim3 CudaOps::GroupedGrid(std::span<const GemmCall> calls, int64_t rows_per_block,
+dim3 CudaOps::GroupedGrid(std::span<const KernelGemm> problems, int64_t rows_per_block,
                           int64_t m_per_block) {
   int64_t max_rows = 0, max_m = 0;
-  for (const GemmCall& c : calls) {
-    max_rows = std::max(max_rows, c.w.rows);
-    max_m = std::max(max_m, c.m);
+  for (const KernelGemm& p : problems) {
+    max_rows = std::max(max_rows, p.call.w.rows);
+    max_m = std::max(max_m, p.call.m);
   }
+  const int64_t row_tiles = std::min((max_m + m_per_block - 1) / m_per_block, kMaxRowTiles);
   return dim3(static_cast<unsigned>((max_rows + rows_per_block - 1) / rows_per_block),
-              static_cast<unsigned>((max_m + m_per_block - 1) / m_per_block),
-              static_cast<unsigned>(calls.size()));
+              static_cast<unsigned>(std::max<int64_t>(row_tiles, 1)),
+              static_cast<unsigned>(problems.size()));
 }
 
-void CudaOps::ExactGroupedGemm(std::span<const GemmCall> work) {
-  const GemmCall* device_calls = Upload(work.data(), work.size());
+void CudaOps::ExactGroupedGemm(std::span<const KernelGemm> problems) {
+  const KernelGemm* device_problems = Upload(problems.data(), problems.size());
   if (!status_.ok()) return;
-  GemmKernel<<<GroupedGrid(work, kRowsPerBlock, kRowsPerTile), kThreads, 0, stream_>>>(
-      device_calls);
+  GemmKernel<<<GroupedGrid(problems, kRowsPerBlock, kRowsPerTile), kThreads, 0, stream_>>>(
+      device_problems);
   Check(cudaGetLastError(), "GroupedGemm");
 }
 

@@ -83,35 +83,16 @@ __global__ void RouteKernel(const float* logits, int64_t experts, int64_t top_k,
 
 }  // namespace
 
-Routing CudaOps::Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
-                       const float* bias, const int32_t* hash_table, const int32_t* token_ids,
-                       float route_scale) {
+void CudaOps::Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
+                    const float* bias, const int32_t* hash_table, const int32_t* token_ids,
+                    float route_scale, int32_t* chosen, float* weights) {
   const cuda::DeviceScope on_device(device_);
-  Routing routing;
-  routing.experts.resize(rows * top_k);
-  routing.weights.resize(rows * top_k);
-  if (rows == 0 || top_k == 0) return routing;
-  const size_t count = static_cast<size_t>(rows * top_k);
-  // Device outputs in scratch, freed after the copies back are queued.
-  auto* experts_device = Scratch<int32_t>(count, "cudaMallocAsync (Route)");
-  auto* weights_device = Scratch<float>(count, "cudaMallocAsync (Route)");
-  if (experts_device && weights_device) {
-    const size_t shared = static_cast<size_t>(2 * experts) * sizeof(float) +
-                          static_cast<size_t>(top_k) * sizeof(int32_t);
-    RouteKernel<<<static_cast<unsigned>(rows), kThreads, shared, stream_>>>(
-        logits, experts, top_k, bias, hash_table, token_ids, route_scale, experts_device,
-        weights_device);
-    Check(cudaGetLastError(), "RouteKernel launch");
-    Check(cudaMemcpyAsync(routing.experts.data(), experts_device, count * sizeof(int32_t),
-                          cudaMemcpyDeviceToHost, stream_),
-          "cudaMemcpyAsync (Route experts)");
-    Check(cudaMemcpyAsync(routing.weights.data(), weights_device, count * sizeof(float),
-                          cudaMemcpyDeviceToHost, stream_),
-          "cudaMemcpyAsync (Route weights)");
-  }
-  FreeScratch();
-  Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (Route)");
-  return routing;
+  if (rows == 0 || top_k == 0) return;
+  const size_t shared = static_cast<size_t>(2 * experts) * sizeof(float) +
+                        static_cast<size_t>(top_k) * sizeof(int32_t);
+  RouteKernel<<<static_cast<unsigned>(rows), kThreads, shared, stream_>>>(
+      logits, experts, top_k, bias, hash_table, token_ids, route_scale, chosen, weights);
+  Check(cudaGetLastError(), "RouteKernel launch");
 }
 
 }  // namespace pdspark::engine::backend

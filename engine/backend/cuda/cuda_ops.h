@@ -30,6 +30,15 @@
 
 namespace pdspark::engine::backend {
 
+// A product as the GEMM kernels take it: `call`, or, with `segment` set, rows [segment[0],
+// segment[1]) of call.x and call.y, read on the device (a routed expert's rows among the
+// layer's rows sorted by expert); call.m then only sizes the launch. The kernels loop over the
+// rows they are given, so any count is covered.
+struct KernelGemm {
+  GemmCall call;
+  const int32_t* segment = nullptr;
+};
+
 class CudaOps : public Ops {
  public:
   // Work on `stream` of GPU `device` (made the current device for each call: the pool reaches
@@ -89,9 +98,10 @@ class CudaOps : public Ops {
   void StreamMean(const HcShape& s, const float* streams, int64_t rows, float* out,
                   int64_t out_stride) override;
 
-  Routing Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k,
-                const float* bias, const int32_t* hash_table, const int32_t* token_ids,
-                float route_scale) override;
+  void Route(const float* logits, int64_t rows, int64_t experts, int64_t top_k, const float* bias,
+             const int32_t* hash_table, const int32_t* token_ids, float route_scale,
+             int32_t* chosen, float* weights) override;
+  void MoeFfn(const MoeFfnCall& call) override;
 
   void Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
               const float* sink, float* out) override;
@@ -139,14 +149,24 @@ class CudaOps : public Ops {
     const int64_t* offsets = nullptr;
   };
   DeviceKeys KeysOnDevice(const AttentionKeys& keys);
+  // Every product on its kernel: W4A16 for the FP4 ones when the fast kernels are on, cuBLASLt
+  // for the FP8 ones it takes (not segmented), the exact kernel for the rest. Their scratch is
+  // the caller's to free (FreeScratch), after it queued the work that reads the outputs.
+  void RunGemms(std::span<const KernelGemm> problems);
   // The exact GEMM of every problem (cuda_gemm.cu); the W4A16 one of FP4 problems it can take
-  // (cuda_w4a16_gemm.cu). Their scratch is GroupedGemm's to free. A grouped launch's grid:
-  // blocks of `rows_per_block` weight rows by `m_per_block` rows of x, one layer per problem.
-  static dim3 GroupedGrid(std::span<const GemmCall> calls, int64_t rows_per_block,
+  // (cuda_w4a16_gemm.cu). A grouped launch's grid: blocks of `rows_per_block` weight rows by
+  // `m_per_block` rows of x (at most kMaxRowTiles of them: the kernels loop over the rest), one
+  // layer per problem.
+  static constexpr int64_t kMaxRowTiles = 64;
+  static dim3 GroupedGrid(std::span<const KernelGemm> problems, int64_t rows_per_block,
                           int64_t m_per_block);
-  void ExactGroupedGemm(std::span<const GemmCall> calls);
+  void ExactGroupedGemm(std::span<const KernelGemm> problems);
   static bool W4A16Eligible(const GemmCall& call);
-  void W4A16GroupedGemm(std::span<const GemmCall> calls);
+  void W4A16GroupedGemm(std::span<const KernelGemm> problems);
+  // MoeFfn's parts (cuda_moe_ffn.cu): the routed experts over their rows sorted by expert on
+  // the device, and the dense FFNs over every row.
+  void RoutedExperts(const MoeFfnCall& call);
+  void DenseFfns(const MoeFfnCall& call);
   // The FP8 fast path (cuda_fp8_gemm.cu): whether cuBLASLt can take the view, and the product;
   // false (nothing written to y) when cuBLASLt offers no algorithm, for the exact kernel to do.
   static bool Fp8LtEligible(const GemmCall& call);

@@ -14,6 +14,7 @@
 #include <mma.h>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/kernel_gemm.cuh"
 #include "kernels/number_formats.h"
 
 namespace pdspark::engine::backend {
@@ -28,13 +29,9 @@ constexpr int kTileN = 16 * kWarps;  // weight rows per block: 16 per warp
 constexpr int kTileK = 32;           // one FP4 scale block
 constexpr int kLd = kTileK + 8;      // shared rows padded (WMMA wants a multiple of 8)
 
-// blockIdx.z: the problem; blockIdx.x: kTileN weight rows; blockIdx.y: kTileM rows of x.
-__global__ void W4A16Kernel(const GemmCall* calls) {
+// Rows [m0, m0 + kTileM) of x against weight rows [n0, n0 + kTileN).
+__device__ void W4A16Tile(const GemmCall& c, int64_t m0, int64_t n0) {
   namespace wmma = nvcuda::wmma;
-  const GemmCall& c = calls[blockIdx.z];
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
-  if (m0 >= c.m || n0 >= c.w.rows) return;  // uniform over the block
   // WMMA loads and stores want 256-bit aligned tiles.
   __shared__ alignas(32) __nv_bfloat16 xs[kTileM][kLd];
   __shared__ alignas(32) __nv_bfloat16 ws[kTileN][kLd];
@@ -85,6 +82,19 @@ __global__ void W4A16Kernel(const GemmCall* calls) {
     const int64_t row = m0 + r, feature = n0 + warp * 16 + n;
     if (row < c.m && feature < c.w.rows) c.y[row * c.ldy + feature] = out[warp][r][n];
   }
+  __syncwarp();  // the warp's reads of `out` before its next tile's store
+}
+
+// blockIdx.z: the problem; blockIdx.x: kTileN weight rows; blockIdx.y: every gridDim.y-th tile
+// of kTileM rows of x.
+__global__ void W4A16Kernel(const KernelGemm* problems) {
+  const GemmCall c = Resolved(problems[blockIdx.z]);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  if (n0 >= c.w.rows) return;  // uniform over the block
+  for (int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM; m0 < c.m;
+       m0 += static_cast<int64_t>(gridDim.y) * kTileM) {
+    W4A16Tile(c, m0, n0);
+  }
 }
 
 }  // namespace
@@ -95,10 +105,10 @@ bool CudaOps::W4A16Eligible(const GemmCall& c) {
          c.w.row_stride % 2 == 0;
 }
 
-void CudaOps::W4A16GroupedGemm(std::span<const GemmCall> calls) {
-  const GemmCall* device_calls = Upload(calls.data(), calls.size());
+void CudaOps::W4A16GroupedGemm(std::span<const KernelGemm> problems) {
+  const KernelGemm* device_problems = Upload(problems.data(), problems.size());
   if (!status_.ok()) return;
-  W4A16Kernel<<<GroupedGrid(calls, kTileN, kTileM), kThreads, 0, stream_>>>(device_calls);
+  W4A16Kernel<<<GroupedGrid(problems, kTileN, kTileM), kThreads, 0, stream_>>>(device_problems);
   Check(cudaGetLastError(), "W4A16 GroupedGemm");
 }
 

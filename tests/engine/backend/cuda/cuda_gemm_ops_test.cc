@@ -1,6 +1,9 @@
 // GPU tests: the CUDA backend's GEMM (cuda_gemm.cu computes the CPU's canonical dot) against
 // the CPU backend, bit for bit, in every weight format, on odd shapes, tensor-parallel slices
 // and grouped launches of different shapes.
+#include <algorithm>
+#include <numeric>
+
 #include "tests/engine/backend/cuda/device_buffer.h"
 
 namespace pdspark::engine::backend::testing {
@@ -123,6 +126,62 @@ TEST_F(CudaOpsTest, GroupedGemmEqualsEachProductAlone) {
   }
   gpu().GroupedGemm(calls);
   for (int e = 0; e < 3; ++e) ExpectBitEqual(dys[e]->ToHost(), wants[e], "grouped expert");
+}
+
+// A MoE layer's experts on a rank holding experts [2, 6) of 8 (the other choices skipped),
+// routed FP4 experts sorted by expert on the device and two FP8 dense chunks after them: y the
+// CPU's to the bit, rows added in its order.
+TEST_F(CudaOpsTest, MoeFfnEqualsTheCpu) {
+  const int64_t dim = 128, inter = 64, experts = 8, first = 2, local = 4, top_k = 3;
+  std::vector<std::unique_ptr<Weights>> held;
+  std::vector<FfnWeights> routed_host, routed_device, dense_host, dense_device;
+  auto add = [&](WeightFormat format, std::vector<FfnWeights>& host,
+                 std::vector<FfnWeights>& device) {
+    held.push_back(RandomWeights(format, inter, dim, rng_));
+    held.push_back(RandomWeights(format, inter, dim, rng_));
+    held.push_back(RandomWeights(format, dim, inter, rng_));
+    const size_t n = held.size();
+    host.push_back({held[n - 3]->host, held[n - 2]->host, held[n - 1]->host});
+    device.push_back({held[n - 3]->device, held[n - 2]->device, held[n - 1]->device});
+  };
+  for (int64_t e = 0; e < local; ++e) add(WeightFormat::kFp4E2M1, routed_host, routed_device);
+  for (int c = 0; c < 2; ++c) add(WeightFormat::kFp8E4M3, dense_host, dense_device);
+  for (const int64_t rows : {1, 7, 33}) {
+    SCOPED_TRACE(::testing::Message() << "rows " << rows);
+    const std::vector<float> x = Random(rows * dim), weights = Random(rows * top_k, 0.1f, 1.0f);
+    std::vector<int32_t> chosen;
+    std::vector<int32_t> ids(experts);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng_);
+      chosen.insert(chosen.end(), ids.begin(), ids.begin() + top_k);
+    }
+    std::vector<double> want(rows * dim);
+    for (double& v : want) v = Random(1)[0];
+    DeviceBuffer<float> dx(x), dweights(weights);
+    DeviceBuffer<int32_t> dchosen(chosen);
+    DeviceBuffer<double> dy(want);
+    MoeFfnCall call{.x = x.data(),
+                    .rows = rows,
+                    .dim = dim,
+                    .routed = routed_host,
+                    .first_expert = first,
+                    .top_k = top_k,
+                    .chosen = chosen.data(),
+                    .weights = weights.data(),
+                    .limit = 0.5f,
+                    .dense = dense_host,
+                    .y = want.data()};
+    cpu().MoeFfn(call);
+    call.x = dx.get();
+    call.routed = routed_device;
+    call.chosen = dchosen.get();
+    call.weights = dweights.get();
+    call.dense = dense_device;
+    call.y = dy.get();
+    gpu().MoeFfn(call);
+    ExpectBitEqual(dy.ToHost(), want, "MoE y");
+  }
 }
 
 // The fast kernels' W4A16 GEMM of FP4 experts against the exact product: x rounded to BF16
