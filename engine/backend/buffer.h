@@ -17,17 +17,23 @@ namespace pdspark::engine::backend {
 template <typename T>
 class Buffer {
  public:
+  // Marks the constructor that leaves the values as the allocation had them: for the output of
+  // an operation that writes every one (zeroing it first would only cost time).
+  struct Unzeroed {};
+
   Buffer() = default;
   // `size` zeros; std::bad_alloc when the device has no room (as std::vector throws).
-  Buffer(Backend& backend, int64_t size) : backend_(&backend), size_(size) {
+  Buffer(Backend& backend, int64_t size) : Buffer(backend, size, Unzeroed{}) {
+    if (data_) backend.ops().Zero(data_, bytes());
+  }
+  Buffer(Backend& backend, int64_t size, Unzeroed) : backend_(&backend), size_(size) {
     if (size <= 0) return;
     data_ = static_cast<T*>(backend.Allocate(static_cast<size_t>(size) * sizeof(T)));
     if (!data_) throw std::bad_alloc();
-    backend.ops().Zero(data_, bytes());
   }
   // A copy of host values.
   Buffer(Backend& backend, std::span<const T> host)
-      : Buffer(backend, static_cast<int64_t>(host.size())) {
+      : Buffer(backend, static_cast<int64_t>(host.size()), Unzeroed{}) {
     if (!host.empty()) backend.ops().CopyToDevice(data_, host.data(), bytes());
   }
   ~Buffer() { Reset(); }

@@ -67,7 +67,7 @@ AttentionProjections Project(const ModelDims& d, const RankContext& ctx, const A
   AttentionProjections p;
   std::vector<backend::GemmCall> calls;
   auto product = [&](const kernels::WeightMatrix& m, Floats& out) {
-    out = ctx.Floats(rows * m.rows);
+    out = ctx.UnzeroedFloats(rows * m.rows);
     calls.push_back({u.data(), rows, d.dim, m, out.data(), m.rows});
   };
   product(w.wq_a, p.qr);
@@ -227,7 +227,7 @@ Floats FinishQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
                      const AttentionWeights& w, const kc::RopeTable& rope, Floats& qr,
                      const int64_t* positions) {
   const int64_t rows = qr.size() / d.q_lora, hd = d.head_dim;
-  Floats q = ctx.Floats(rows * heads * hd);
+  Floats q = ctx.UnzeroedFloats(rows * heads * hd);
   backend::Ops& ops = ctx.ops();
   ops.RmsNorm(qr.data(), w.q_norm.data(), rows, d.q_lora, d.norm_eps, qr.data());
   PerHeadLinear(ctx, qr.data(), rows, w.wq_b, heads, hd, q.data());
@@ -240,7 +240,7 @@ Floats ProjectQueries(const ModelDims& d, const RankContext& ctx, int64_t heads,
                       const AttentionWeights& w, const kc::RopeTable& rope, const Floats& u,
                       const int64_t* positions) {
   const int64_t rows = u.size() / d.dim;
-  Floats qr = ctx.Floats(rows * d.q_lora);
+  Floats qr = ctx.UnzeroedFloats(rows * d.q_lora);
   Linear(ctx, u.data(), rows, w.wq_a, qr.data());
   return FinishQueries(d, ctx, heads, w, rope, qr, positions);
 }
@@ -257,7 +257,7 @@ void FinishLatentKv(const ModelDims& d, const RankContext& ctx, const AttentionW
 Floats ProjectLatentKv(const ModelDims& d, const RankContext& ctx, const AttentionWeights& w,
                        const kc::RopeTable& rope, const float* x, int64_t rows,
                        const int64_t* positions) {
-  Floats kv = ctx.Floats(rows * d.head_dim);
+  Floats kv = ctx.UnzeroedFloats(rows * d.head_dim);
   Linear(ctx, x, rows, w.wkv, kv.data());
   FinishLatentKv(d, ctx, w, rope, rows, positions, kv);
   return kv;
@@ -297,7 +297,7 @@ Status OutputProjection(const ModelDims& d, const RankContext& ctx, const Attent
   // wo_b of every group of this rank in one grouped GEMM, the products summed in double in
   // group order.
   const int64_t groups = plan.out_groups.size();
-  Floats parts = ctx.Floats(groups * rows * d.dim);
+  Floats parts = ctx.UnzeroedFloats(groups * rows * d.dim);
   calls.clear();
   for (int64_t g = plan.out_groups.begin; g < plan.out_groups.end; ++g) {
     const int64_t col = (g - plan.out_groups.begin) * d.o_lora;
@@ -330,7 +330,7 @@ StatusOr<Floats> AttentionForward(const ModelDims& d, const RankContext& ctx, in
   }
   // Ranks sharing rank 0's arena read this layer's rows once it has written them.
   if (ctx.distributed() && !ctx.kv_replicated) RETURN_IF_ERROR(ctx.comm->Barrier());
-  Floats o = ctx.Floats(batch.rows() * ctx.plan->heads.size() * d.head_dim);
+  Floats o = ctx.UnzeroedFloats(batch.rows() * ctx.plan->heads.size() * d.head_dim);
   RETURN_IF_ERROR(AttendAll(d, ctx, layer, w, rope, p, batch, o));
   Floats out;
   RETURN_IF_ERROR(OutputProjection(d, ctx, w, o, batch.rows(), out));

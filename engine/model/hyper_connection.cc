@@ -14,7 +14,7 @@ backend::HcShape Shape(const ModelDims& d) {
 // The raw mixes streams . fn^T, [rows, fn.rows].
 Floats Mixes(const RankContext& ctx, const HyperConnectionWeights& w, const Floats& streams,
              int64_t rows) {
-  Floats mixes = ctx.Floats(rows * w.fn.rows);
+  Floats mixes = ctx.UnzeroedFloats(rows * w.fn.rows);
   Linear(ctx, streams.data(), rows, w.fn, mixes.data());
   return mixes;
 }
@@ -23,7 +23,7 @@ Floats Mixes(const RankContext& ctx, const HyperConnectionWeights& w, const Floa
 
 Floats EmbedStreams(const ModelDims& d, const RankContext& ctx, const Matrix& embed,
                     const std::vector<int32_t>& token_ids) {
-  Floats streams = ctx.Floats(token_ids.size() * d.hc * d.dim);
+  Floats streams = ctx.UnzeroedFloats(token_ids.size() * d.hc * d.dim);
   ctx.ops().GatherRows(embed, token_ids, d.hc, streams.data());
   return streams;
 }
@@ -32,9 +32,9 @@ HcMix HcPre(const ModelDims& d, const RankContext& ctx, const HyperConnectionWei
             const Floats& streams, int64_t rows) {
   Floats mixes = Mixes(ctx, w, streams, rows);
   HcMix out;
-  out.input = ctx.Floats(rows * d.dim);
-  out.post = ctx.Floats(rows * d.hc);
-  out.comb = ctx.Floats(rows * d.hc * d.hc);
+  out.input = ctx.UnzeroedFloats(rows * d.dim);
+  out.post = ctx.UnzeroedFloats(rows * d.hc);
+  out.comb = ctx.UnzeroedFloats(rows * d.hc * d.hc);
   ctx.ops().HcPre(Shape(d), streams.data(), mixes.data(), rows, w.scale.data(), w.base.data(),
                   out.input.data(), out.post.data(), out.comb.data());
   return out;
@@ -48,7 +48,7 @@ void HcPost(const ModelDims& d, const RankContext& ctx, const HcMix& mix, const 
 Floats HcHead(const ModelDims& d, const RankContext& ctx, const HyperConnectionWeights& w,
               const Floats& streams, int64_t rows) {
   Floats mixes = Mixes(ctx, w, streams, rows);
-  Floats y = ctx.Floats(rows * d.dim);
+  Floats y = ctx.UnzeroedFloats(rows * d.dim);
   ctx.ops().HcHead(Shape(d), streams.data(), mixes.data(), rows, w.scale.data(), w.base.data(),
                    y.data());
   return y;

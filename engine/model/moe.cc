@@ -46,10 +46,10 @@ StatusOr<Floats> MoeForward(const ModelDims& d, const RankContext& ctx, const Mo
                             bool hash_gate, const Floats& v) {
   const ShardPlan& plan = *ctx.plan;
   const int64_t rows = v.size() / d.dim, k = d.experts_per_token;
-  Floats logits = ctx.Floats(rows * d.experts);
+  Floats logits = ctx.UnzeroedFloats(rows * d.experts);
   Linear(ctx, v.data(), rows, w.gate, logits.data());
-  backend::Buffer<int32_t> chosen(*ctx.backend, rows * k);
-  Floats weights = ctx.Floats(rows * k);
+  backend::Buffer<int32_t> chosen(*ctx.backend, rows * k, backend::Buffer<int32_t>::Unzeroed{});
+  Floats weights = ctx.UnzeroedFloats(rows * k);
   ctx.ops().Route(logits.data(), rows, d.experts, k, hash_gate ? nullptr : w.gate_bias.data(),
                   hash_gate ? w.tid2eid.data() : nullptr, ctx.token_ids, d.route_scale,
                   chosen.data(), weights.data());
@@ -75,7 +75,7 @@ StatusOr<Floats> MoeForward(const ModelDims& d, const RankContext& ctx, const Mo
   if (plan.shared_after_reduce && !shared.empty()) {
     ctx.ops().MoeFfn({.x = v.data(), .rows = rows, .dim = d.dim, .dense = shared, .y = y.data()});
   }
-  Floats out = ctx.Floats(y.size());
+  Floats out = ctx.UnzeroedFloats(y.size());
   ctx.ops().DoubleToFloat(y.data(), y.size(), out.data());
   return out;
 }

@@ -14,7 +14,7 @@ StepRows UploadStepRows(RankContext& ctx, std::span<const int64_t> positions,
 Status ReduceToFloat(const RankContext& ctx, backend::Buffer<double>& partial,
                      backend::Buffer<float>& out) {
   if (ctx.distributed()) RETURN_IF_ERROR(ctx.comm->AllReduceSum(partial.data(), partial.size()));
-  out = ctx.Floats(partial.size());
+  out = ctx.UnzeroedFloats(partial.size());
   ctx.ops().DoubleToFloat(partial.data(), partial.size(), out.data());
   return absl::OkStatus();
 }

@@ -56,6 +56,10 @@ struct RankContext {
   backend::Ops& ops() const { return backend->ops(); }
   // `n` zeros in the rank's memory: the activations of a sub-layer.
   backend::Buffer<float> Floats(int64_t n) const { return {*backend, n}; }
+  // `n` floats not zeroed: the output of an operation that writes every one.
+  backend::Buffer<float> UnzeroedFloats(int64_t n) const {
+    return {*backend, n, backend::Buffer<float>::Unzeroed{}};
+  }
   backend::Buffer<double> Doubles(int64_t n) const { return {*backend, n}; }
 
   // A rank holding slice `plan` of the model on `backend`.

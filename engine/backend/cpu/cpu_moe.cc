@@ -3,6 +3,7 @@
 // products of every expert that some row chose and of every dense FFN in one parallel region,
 // the down products in another.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "engine/backend/cpu/cpu_ops.h"
@@ -14,17 +15,22 @@ namespace kc = ::pdspark::kernels::cpu;
 
 namespace {
 
+// n floats an operation writes every one of (not zeroed first, unlike a vector's).
+std::unique_ptr<float[]> Unzeroed(int64_t n) {
+  return std::make_unique_for_overwrite<float[]>(static_cast<size_t>(n));
+}
+
 // One SwiGLU feed-forward over gathered rows: out [n, dim] = w2 . (row_weight *
 // silu(w1 x) * w3 x).
 struct FfnJob {
   const FfnWeights* w = nullptr;
   const float* x = nullptr;  // [n, dim]
   int64_t n = 0;
-  std::vector<int64_t> members;    // the rows of the layer's output it adds to (none: all)
-  std::vector<float> gathered;     // x, when the job's rows were gathered
-  std::vector<float> row_weights;  // [n], or empty for 1
-  float limit = 0.0f;              // SwiGLU clamp (0: none)
-  std::vector<float> out;          // [n, dim]
+  std::vector<int64_t> members;       // the rows of the layer's output it adds to (none: all)
+  std::unique_ptr<float[]> gathered;  // x, when the job's rows were gathered
+  std::vector<float> row_weights;     // [n], or empty for 1
+  float limit = 0.0f;                 // SwiGLU clamp (0: none)
+  std::unique_ptr<float[]> out;       // [n, dim]
 };
 
 }  // namespace
@@ -73,10 +79,10 @@ void CpuOps::MoeFfn(const MoeFfnCall& c) {
     }
     if (job.members.empty()) continue;
     job.n = static_cast<int64_t>(job.members.size());
-    job.gathered.resize(job.n * c.dim);
-    GatherActivationRows(c.x, c.dim, c.dim, job.members, job.gathered.data());
+    job.gathered = Unzeroed(job.n * c.dim);
+    GatherActivationRows(c.x, c.dim, c.dim, job.members, job.gathered.get());
     job.w = &c.routed[local];
-    job.x = job.gathered.data();
+    job.x = job.gathered.get();
     job.limit = c.limit;
     jobs.push_back(std::move(job));
   }
@@ -88,30 +94,30 @@ void CpuOps::MoeFfn(const MoeFfnCall& c) {
     jobs.push_back(std::move(job));
   }
   // The gate and up products of every job in one grouped GEMM, the down products in another.
-  std::vector<std::vector<float>> gate(jobs.size()), up(jobs.size());
+  std::vector<std::unique_ptr<float[]>> gate(jobs.size()), up(jobs.size());
   std::vector<GemmCall> problems;
   for (size_t j = 0; j < jobs.size(); ++j) {
     const FfnJob& job = jobs[j];
     const int64_t inter = job.w->w1.rows;
-    gate[j].resize(job.n * inter);
-    up[j].resize(job.n * inter);
-    problems.push_back({job.x, job.n, c.dim, job.w->w1, gate[j].data(), inter});
-    problems.push_back({job.x, job.n, c.dim, job.w->w3, up[j].data(), inter});
+    gate[j] = Unzeroed(job.n * inter);
+    up[j] = Unzeroed(job.n * inter);
+    problems.push_back({job.x, job.n, c.dim, job.w->w1, gate[j].get(), inter});
+    problems.push_back({job.x, job.n, c.dim, job.w->w3, up[j].get(), inter});
   }
   GroupedGemm(problems);
   problems.clear();
   for (size_t j = 0; j < jobs.size(); ++j) {
     FfnJob& job = jobs[j];
     const int64_t inter = job.w->w1.rows;
-    std::vector<float>& act = gate[j];  // overwritten in place
-    SwiGlu(gate[j].data(), up[j].data(), job.row_weights.empty() ? nullptr : job.row_weights.data(),
-           job.n, inter, job.limit, act.data());
-    job.out.resize(job.n * c.dim);
-    problems.push_back({act.data(), job.n, inter, job.w->w2, job.out.data(), c.dim});
+    float* act = gate[j].get();  // overwritten in place
+    SwiGlu(act, up[j].get(), job.row_weights.empty() ? nullptr : job.row_weights.data(), job.n,
+           inter, job.limit, act);
+    job.out = Unzeroed(job.n * c.dim);
+    problems.push_back({act, job.n, inter, job.w->w2, job.out.get(), c.dim});
   }
   GroupedGemm(problems);
   for (const FfnJob& job : jobs) {
-    AddRowsDouble(job.out.data(), job.n, c.dim, job.members.empty() ? nullptr : job.members.data(),
+    AddRowsDouble(job.out.get(), job.n, c.dim, job.members.empty() ? nullptr : job.members.data(),
                   c.y, c.dim);
   }
 }
