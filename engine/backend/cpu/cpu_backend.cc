@@ -1,5 +1,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -84,6 +86,13 @@ void* CpuBackend::Allocate(size_t bytes) {
 
 void CpuBackend::Free(void* p) {
   if (p) blocks_.Put(p, HeaderOf(p).bytes);
+}
+
+void CpuBackend::ReleaseCachedMemory() {
+  blocks_.Release();
+  // The kept blocks made the heap grow past what one step needs; freed, they leave free pages
+  // inside it that glibc keeps resident. Hand those back too: an idle worker's RSS is its state.
+  malloc_trim(0);
 }
 
 int64_t CpuBackend::FreeMemoryBytes() const {

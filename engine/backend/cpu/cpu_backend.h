@@ -25,7 +25,7 @@ class CpuBackend : public Backend {
   // Large blocks freed are kept for reuse (block_cache.h), up to kCachedBlockBytes.
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
-  void ReleaseCachedMemory() override { blocks_.Release(); }
+  void ReleaseCachedMemory() override;
   size_t cached_bytes() const { return blocks_.cached_bytes(); }
   // MemAvailable of /proc/meminfo, capped by this process's cgroup limit when it has one.
   int64_t FreeMemoryBytes() const override;
