@@ -17,19 +17,16 @@
 
 #include "absl/status/status.h"
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/grid_loop.cuh"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/expert_order.h"
 
 namespace pdspark::engine::backend {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kGridThreads;
 // A row's choices that the combine orders in registers (V4-Flash chooses 6).
 constexpr int kMaxTopK = 16;
-
-unsigned BlocksFor(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 1 << 16));
-}
 
 // The radix sort's bits for keys in [0, count].
 int KeyBits(int64_t count) {
@@ -40,8 +37,7 @@ int KeyBits(int64_t count) {
 
 __global__ void KeysKernel(const int32_t* chosen, int64_t n, int64_t first, int64_t count,
                            int32_t* keys, int32_t* entries) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  PDSPARK_GRID_LOOP(i, n) {
     keys[i] = kernels::ExpertKey(chosen[i], first, count);
     entries[i] = static_cast<int32_t>(i);
   }
@@ -49,10 +45,7 @@ __global__ void KeysKernel(const int32_t* chosen, int64_t n, int64_t first, int6
 
 __global__ void SegmentStartsKernel(const int32_t* sorted, int64_t n, int32_t count,
                                     int32_t* starts) {
-  for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p <= n;
-       p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    kernels::SetSegmentStarts(sorted, n, p, count, starts);
-  }
+  PDSPARK_GRID_LOOP(p, n + 1) kernels::SetSegmentStarts(sorted, n, p, count, starts);
 }
 
 // Block p: the choice at sorted position p, when it is one of the rank's (p < *local): its row

@@ -4,7 +4,7 @@
 // weights (GemmCall::w, GatherRows' table) included. Host containers (std::span, std::vector,
 // AttentionKeys::rows and offsets) are host memory; the pointers AttentionKeys::rows holds point
 // into the device. Operations are queued on the backend's stream; the ones that return host
-// values (Route, TopK) wait for it.
+// values (TopK) wait for it.
 //
 // Numerics: each output is computed the same way whatever the batch around it (one thread block
 // per row or per output tile, fixed reduction trees), so batch invariance holds on the device as

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/grid_loop.cuh"
 #include "kernels/argmax_rule.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/number_formats.h"
@@ -13,17 +14,7 @@
 namespace pdspark::engine::backend {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 1 << 16;
-
-unsigned BlocksFor(int64_t n, int threads = kThreads) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, kMaxBlocks));
-}
-
-// A grid-stride loop index over [0, n).
-#define PDSPARK_GRID_LOOP(i, n)                                                          \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+constexpr int kThreads = kGridThreads;
 
 __global__ void GatherRowsKernel(kernels::WeightMatrix table, const int32_t* ids, int64_t count,
                                  int64_t copies, float* out) {
