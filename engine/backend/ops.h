@@ -9,6 +9,7 @@
 // the engine's batch and TP invariance rest on that (docs/model.md).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -41,13 +42,41 @@ struct HcShape {
 };
 
 // The keys (= values: one latent K=V head) each query row attends to, wherever the cache holds
-// them: row r's are rows[offsets[r]] .. rows[offsets[r + 1] - 1]. The rows are fp32 values, or
-// FP8 KV rows of format `fp8` (when fp8.head_dim > 0) that the kernel decodes as it reads them.
+// them. The rows of one sequence share most of their keys, so each key row is listed once in
+// `rows` and every query row names two runs of that list: its window, then its compressed
+// entries. It attends to all its entries, or, when `selected` is set, to the first
+// min(select_k, entries.count) of selected[r * select_k ...]: positions within its entries run,
+// largest score first (Ops::TopK's output, in the backend's memory, so the indexer's choice never
+// goes to the host). Keys are taken in that order: the window's, then the entries'. The rows are
+// fp32 values, or FP8 KV rows of format `fp8` (when fp8.head_dim > 0) that the kernel decodes as
+// it reads them.
 struct AttentionKeys {
+  struct Run {
+    int64_t begin = 0;
+    int64_t count = 0;
+  };
+  struct Query {
+    Run window, entries;
+  };
   std::vector<const void*> rows;
   kernels::cpu::Fp8KvRow fp8;
-  std::vector<int64_t> offsets{0};
-  int64_t num_rows() const { return static_cast<int64_t>(offsets.size()) - 1; }
+  std::vector<Query> queries;
+  const int32_t* selected = nullptr;  // [num_rows(), select_k]
+  int64_t select_k = 0;
+
+  int64_t num_rows() const { return static_cast<int64_t>(queries.size()); }
+  // How many of row r's entries it attends to.
+  int64_t EntriesUsed(int64_t r) const {
+    const int64_t count = queries[r].entries.count;
+    return selected ? std::min(select_k, count) : count;
+  }
+  int64_t KeyCount(int64_t r) const { return queries[r].window.count + EntriesUsed(r); }
+  // The prefix sums of KeyCount (num_rows() + 1 values): where row r's per-key outputs start.
+  std::vector<int64_t> KeyOffsets() const {
+    std::vector<int64_t> offsets(queries.size() + 1, 0);
+    for (int64_t r = 0; r < num_rows(); ++r) offsets[r + 1] = offsets[r] + KeyCount(r);
+    return offsets;
+  }
 };
 
 // One expert's SwiGLU feed-forward, or a slice of its intermediate rows: gate w1 and up w3
@@ -171,15 +200,16 @@ class Ops {
   // keys, the sink adding exp(sink - max) to the denominator only: out [rows, heads, head_dim].
   virtual void Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
                       const float* sink, float* out) = 0;
-  // The lightning indexer: scores[offsets[r] + j] = sum over heads h of
-  // w[r, h] * relu(q[r, h] . keys[r][j]) (partial: this rank's heads), in double.
+  // The lightning indexer: scores[keys.KeyOffsets()[r] + j] = sum over heads h of
+  // w[r, h] * relu(q[r, h] . key j of row r) (partial: this rank's heads), in double. The keys
+  // are fp32 rows.
   virtual void IndexerScores(const AttentionKeys& keys, const float* q, const float* w,
                              int64_t heads, int64_t dim, double* scores) = 0;
   // Per row r: the indices of the min(k, count) largest of values[offsets[r] .. offsets[r+1]),
-  // largest first, ties to the lower index (the indexer's selection).
-  virtual std::vector<std::vector<int32_t>> TopK(const float* values,
-                                                 const std::vector<int64_t>& offsets,
-                                                 int64_t k) = 0;
+  // largest first, ties to the lower index (the indexer's selection), into out[r * k ...] in
+  // the backend's memory (the rest of the row untouched). Nothing goes to the host.
+  virtual void TopK(const float* values, const std::vector<int64_t>& offsets, int64_t k,
+                    int32_t* out) = 0;
   // One compressed entry from the token rows of its group (`slots` rows; null rows count as
   // -inf score): per channel c < head_dim, the softmax over slots of the score at
   // score_offset + channel_offset[slot] + c, weighting the value at channel_offset[slot] + c.

@@ -185,20 +185,20 @@ StatusOr<engine::Floats> Drafter::StageAttention(const engine::RankContext& ctx,
     const engine::Floats block_kv =
         engine::ProjectLatentKv(d, ctx, w, rope_, u.data(), rows, ctx.positions);
     // Each row of a block attends to the last `window` context rows before the block and to
-    // every row of the block (bidirectionally).
+    // every row of the block (bidirectionally): one run of keys the block's rows share.
     engine::backend::AttentionKeys keys;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const DrafterState& state = *inputs[i].state;
       const int64_t a = state.num_positions(), first_row = batch.row_begin[i];
-      for (int64_t k = 0; k < inputs[i].gamma; ++k) {
-        for (int64_t p = std::max<int64_t>(0, a - state.window()); p < a; ++p) {
-          keys.rows.push_back(ctx.Kv(state.Row(stage, p)));
-        }
-        for (int64_t g = 0; g < inputs[i].gamma; ++g) {
-          keys.rows.push_back(block_kv.data() + (first_row + g) * hd);
-        }
-        keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
+      const int64_t begin = static_cast<int64_t>(keys.rows.size());
+      for (int64_t p = std::max<int64_t>(0, a - state.window()); p < a; ++p) {
+        keys.rows.push_back(ctx.Kv(state.Row(stage, p)));
       }
+      for (int64_t g = 0; g < inputs[i].gamma; ++g) {
+        keys.rows.push_back(block_kv.data() + (first_row + g) * hd);
+      }
+      const int64_t count = static_cast<int64_t>(keys.rows.size()) - begin;
+      for (int64_t k = 0; k < inputs[i].gamma; ++k) keys.queries.push_back({{begin, count}, {}});
     }
     engine::AttendRows(d, ctx, heads, q.data(), keys, w.attn_sink.data(), rope_, ctx.positions,
                        o.data());

@@ -147,68 +147,78 @@ void WriteToCache(const ModelDims& d, const RankContext& ctx, int64_t layer,
   }
 }
 
-// The lightning indexer's scores sum_h w_h * relu(q_h . K_j) of every row over its eligible
-// compressed entries (row r's entries at offsets[r] .. offsets[r+1]): this rank's heads summed in
-// double, then the sum over the ranks, rounded to float once.
-StatusOr<Floats> IndexerScores(const ModelDims& d, const RankContext& ctx, int64_t layer,
-                               int64_t ratio, const AttentionProjections& p,
-                               const BatchLayout& batch, std::vector<int64_t>& offsets) {
-  const int64_t ih = ctx.plan->index_heads.size(), id = d.index_dim;
-  // Row r's eligible entries are the first (t + 1) / ratio of its sequence's indexer keys.
-  backend::AttentionKeys keys;
+// Rows [first, end) of a sequence's cache group, appended to keys.rows: the run they fill.
+backend::AttentionKeys::Run ListRows(const RankContext& ctx, const PagedRows& group, int64_t first,
+                                     int64_t end, backend::AttentionKeys& keys) {
+  const backend::AttentionKeys::Run run{static_cast<int64_t>(keys.rows.size()), end - first};
+  for (int64_t j = first; j < end; ++j) keys.rows.push_back(ctx.Kv(group.Row(j)));
+  return run;
+}
+
+// Every row's compressed entries of cache group `kind` (row r's eligible entries are the first
+// (t + 1) / ratio of its sequence's, listed once per sequence) as the entries runs of `keys`.
+// Without a window: the lightning indexer's keys.
+void ListEntries(const RankContext& ctx, int64_t layer, CacheGroupKind kind, int64_t ratio,
+                 const BatchLayout& batch, backend::AttentionKeys& keys) {
+  keys.queries.resize(batch.rows());
   for (const BatchSequence& seq : batch.sequences) {
-    const PagedRows& entries = seq.state->Group(layer, CacheGroupKind::kIndexerKeys);
+    const PagedRows& entries = seq.state->Group(layer, kind);
+    const backend::AttentionKeys::Run all =
+        ListRows(ctx, entries, 0, (seq.start_pos + seq.count) / ratio, keys);
     for (int64_t i = 0; i < seq.count; ++i) {
-      for (int64_t j = 0; j < (seq.start_pos + i + 1) / ratio; ++j) {
-        keys.rows.push_back(ctx.Kv(entries.Floats(j)));
-      }
-      keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
+      keys.queries[seq.row_begin + i].entries = {all.begin, (seq.start_pos + i + 1) / ratio};
     }
   }
-  offsets = keys.offsets;
-  backend::Buffer<double> partial = ctx.Doubles(offsets.back());
+}
+
+// The lightning indexer's scores sum_h w_h * relu(q_h . K_j) of every row over its eligible
+// compressed entries (at keys.KeyOffsets()[r] for row r): this rank's heads summed in double,
+// then the sum over the ranks, rounded to float once.
+StatusOr<Floats> IndexerScores(const ModelDims& d, const RankContext& ctx,
+                               const AttentionProjections& p, const backend::AttentionKeys& keys) {
+  const int64_t ih = ctx.plan->index_heads.size(), id = d.index_dim;
+  backend::Buffer<double> partial = ctx.Doubles(keys.KeyOffsets().back());
   ctx.ops().IndexerScores(keys, p.index_q.data(), p.index_w.data(), ih, id, partial.data());
   Floats scores;
   RETURN_IF_ERROR(ReduceToFloat(ctx, partial, scores));
   return scores;
 }
 
-// o [rows, local heads, head_dim]: every row attends to its window and compressed entries.
+// o [rows, local heads, head_dim]: every row attends to its window and compressed entries (on
+// CSA layers, the index_topk entries the indexer selects; the selection stays in the rank's
+// memory).
 Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
                  const AttentionWeights& w, const kc::RopeTable& rope,
                  const AttentionProjections& p, const BatchLayout& batch, Floats& o) {
   const int64_t ratio = w.compressor ? w.compressor->ratio : 0;
   const int64_t heads = ctx.plan->heads.size();
-  std::vector<std::vector<int32_t>> selected;  // per row: the indexer's top-k entries
-  if (w.indexer) {
-    std::vector<int64_t> offsets;
-    ASSIGN_OR_RETURN(const Floats index_scores,
-                     IndexerScores(d, ctx, layer, ratio, p, batch, offsets));
-    selected = ctx.ops().TopK(index_scores.data(), offsets, d.index_topk);
-  }
-  // Every row's keys (= values), then all rows attend at once. The window and the compressed
-  // entries share one row format (--kv-cache-dtype).
+  // The window and the compressed entries share one row format (--kv-cache-dtype).
   backend::AttentionKeys keys;
+  if (ratio > 0) ListEntries(ctx, layer, CacheGroupKind::kCompressedKv, ratio, batch, keys);
+  keys.queries.resize(batch.rows());
   for (const BatchSequence& seq : batch.sequences) {
-    const SequenceState& state = *seq.state;
-    const PagedRows& window = state.Group(layer, CacheGroupKind::kWindowKv);
+    const PagedRows& window = seq.state->Group(layer, CacheGroupKind::kWindowKv);
     keys.fp8 = window.fp8();
+    // Every row's window lies within the sequence's last `window` rows before the step and its
+    // new rows: listed once.
+    const int64_t first = std::max<int64_t>(0, seq.start_pos - d.window + 1);
+    const backend::AttentionKeys::Run all =
+        ListRows(ctx, window, first, seq.start_pos + seq.count, keys);
     for (int64_t i = 0; i < seq.count; ++i) {
-      const int64_t t = seq.start_pos + i, row = seq.row_begin + i;
-      for (int64_t pos = std::max<int64_t>(0, t - d.window + 1); pos <= t; ++pos) {
-        keys.rows.push_back(ctx.Kv(window.Row(pos)));
-      }
-      if (ratio > 0) {
-        const PagedRows& entries = state.Group(layer, CacheGroupKind::kCompressedKv);
-        const int64_t eligible = (t + 1) / ratio;
-        if (w.indexer) {
-          for (int32_t j : selected[row]) keys.rows.push_back(ctx.Kv(entries.Row(j)));
-        } else {
-          for (int64_t j = 0; j < eligible; ++j) keys.rows.push_back(ctx.Kv(entries.Row(j)));
-        }
-      }
-      keys.offsets.push_back(static_cast<int64_t>(keys.rows.size()));
+      const int64_t t = seq.start_pos + i, from = std::max<int64_t>(0, t - d.window + 1);
+      keys.queries[seq.row_begin + i].window = {all.begin + (from - first), t - from + 1};
     }
+  }
+  backend::Buffer<int32_t> selected;
+  if (w.indexer) {
+    backend::AttentionKeys index_keys;
+    ListEntries(ctx, layer, CacheGroupKind::kIndexerKeys, ratio, batch, index_keys);
+    ASSIGN_OR_RETURN(const Floats index_scores, IndexerScores(d, ctx, p, index_keys));
+    selected = backend::Buffer<int32_t>(*ctx.backend, batch.rows() * d.index_topk,
+                                        backend::Buffer<int32_t>::Unzeroed{});
+    ctx.ops().TopK(index_scores.data(), index_keys.KeyOffsets(), d.index_topk, selected.data());
+    keys.selected = selected.data();
+    keys.select_k = d.index_topk;
   }
   AttendRows(d, ctx, heads, p.q.data(), keys, w.attn_sink.data(), rope, ctx.positions, o.data());
   return absl::OkStatus();

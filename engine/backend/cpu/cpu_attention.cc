@@ -16,6 +16,25 @@ namespace pdspark::engine::backend {
 
 namespace kc = ::pdspark::kernels::cpu;
 
+namespace {
+
+// Row r's keys in order (AttentionKeys): its window's, then its entries', all or the selected
+// ones (`selected` is host memory on this backend).
+std::vector<const void*> KeysOf(const AttentionKeys& keys, int64_t r) {
+  const AttentionKeys::Query& query = keys.queries[r];
+  std::vector<const void*> rows(keys.KeyCount(r));
+  const void* const* window = keys.rows.data() + query.window.begin;
+  const void* const* entries = keys.rows.data() + query.entries.begin;
+  std::copy(window, window + query.window.count, rows.begin());
+  for (int64_t j = 0; j < keys.EntriesUsed(r); ++j) {
+    rows[query.window.count + j] =
+        entries[keys.selected ? keys.selected[r * keys.select_k + j] : j];
+  }
+  return rows;
+}
+
+}  // namespace
+
 void CpuOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
                     const float* sink, float* out) {
   const int64_t hd = head_dim, rows = keys.num_rows();
@@ -30,8 +49,8 @@ void CpuOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, in
   const int64_t blocks = heads > 0 ? (heads + block - 1) / block : 0;
   auto task = [&](int64_t t) {
     const int64_t r = t / blocks, h0 = (t % blocks) * block, h1 = std::min(heads, h0 + block);
-    const void* const* key_rows = keys.rows.data() + keys.offsets[r];
-    const int64_t n = keys.offsets[r + 1] - keys.offsets[r];
+    const std::vector<const void*> key_rows = KeysOf(keys, r);
+    const int64_t n = static_cast<int64_t>(key_rows.size());
     // Key j as fp32: the cache row itself, or the FP8 row decoded once for the task.
     std::vector<float> decoded(fp8 ? n * hd : 0);
     for (int64_t j = 0; fp8 && j < n; ++j) {
@@ -85,34 +104,36 @@ void CpuOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, in
 
 void CpuOps::IndexerScores(const AttentionKeys& keys, const float* q, const float* w, int64_t heads,
                            int64_t dim, double* scores) {
+  const std::vector<int64_t> offsets = keys.KeyOffsets();
   ForChunks(keys.num_rows(), 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* qr = q + r * heads * dim;
       const float* wr = w + r * heads;
-      for (int64_t j = keys.offsets[r]; j < keys.offsets[r + 1]; ++j) {
+      const std::vector<const void*> key_rows = KeysOf(keys, r);
+      for (size_t j = 0; j < key_rows.size(); ++j) {
         double total = 0.0;
         for (int64_t h = 0; h < heads; ++h) {
           const double dot =
-              kc::DotDouble(qr + h * dim, static_cast<const float*>(keys.rows[j]), dim);
+              kc::DotDouble(qr + h * dim, static_cast<const float*>(key_rows[j]), dim);
           total += std::max(static_cast<float>(dot), 0.0f) * wr[h];
         }
-        scores[j] = total;
+        scores[offsets[r] + j] = total;
       }
     }
   });
 }
 
-std::vector<std::vector<int32_t>> CpuOps::TopK(const float* values,
-                                               const std::vector<int64_t>& offsets, int64_t k) {
+void CpuOps::TopK(const float* values, const std::vector<int64_t>& offsets, int64_t k,
+                  int32_t* out) {
   const int64_t rows = static_cast<int64_t>(offsets.size()) - 1;
-  std::vector<std::vector<int32_t>> top(rows);
   ForChunks(rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t n = offsets[r + 1] - offsets[r];
-      top[r] = kc::TopK(std::span<const float>(values + offsets[r], n), std::min(k, n));
+      const std::vector<int32_t> top =
+          kc::TopK(std::span<const float>(values + offsets[r], n), std::min(k, n));
+      std::copy(top.begin(), top.end(), out + r * k);
     }
   });
-  return top;
 }
 
 void CpuOps::PoolEntry(const float* const* slot_rows, const int64_t* channel_offset, int64_t slots,

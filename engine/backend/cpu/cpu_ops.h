@@ -66,8 +66,8 @@ class CpuOps : public Ops {
               const float* sink, float* out) override;
   void IndexerScores(const AttentionKeys& keys, const float* q, const float* w, int64_t heads,
                      int64_t dim, double* scores) override;
-  std::vector<std::vector<int32_t>> TopK(const float* values, const std::vector<int64_t>& offsets,
-                                         int64_t k) override;
+  void TopK(const float* values, const std::vector<int64_t>& offsets, int64_t k,
+            int32_t* out) override;
   void PoolEntry(const float* const* slot_rows, const int64_t* channel_offset, int64_t slots,
                  int64_t head_dim, int64_t score_offset, float* out) override;
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/grid_loop.cuh"
 #include "engine/backend/cuda/host_like_math.cuh"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/number_formats.h"
@@ -120,11 +121,46 @@ __device__ float BlockMax(const float* x, int64_t n) {
   return total;
 }
 
+// ---- Key lists -------------------------------------------------------------------------------
+
+// The query row holding global key index j: the r with offsets[r] <= j < offsets[r + 1] (empty
+// rows are skipped), by binary search.
+__device__ int64_t RowOfKey(const int64_t* offsets, int64_t rows, int64_t j) {
+  int64_t lo = 0, hi = rows;  // offsets[lo] <= j < offsets[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (offsets[mid] <= j) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// One thread per key of the flat list: key j - offsets[r] of its row r (AttentionKeys: the
+// window's keys, then the entries', all or the selected ones).
+__global__ void ResolveKeysKernel(const void* const* rows, const AttentionKeys::Query* queries,
+                                  const int64_t* offsets, int64_t num_rows, const int32_t* selected,
+                                  int64_t select_k, const void** resolved) {
+  PDSPARK_GRID_LOOP(j, offsets[num_rows]) {
+    const int64_t r = RowOfKey(offsets, num_rows, j);
+    const AttentionKeys::Query query = queries[r];
+    const int64_t i = j - offsets[r];
+    if (i < query.window.count) {
+      resolved[j] = rows[query.window.begin + i];
+    } else {
+      const int64_t e = i - query.window.count;
+      resolved[j] = rows[query.entries.begin + (selected ? selected[r * select_k + e] : e)];
+    }
+  }
+}
+
 // ---- Attend ----------------------------------------------------------------------------------
 
 struct AttendArgs {
-  const void* const* rows;  // device copy of AttentionKeys::rows
-  const int64_t* offsets;   // device copy of AttentionKeys::offsets
+  const void* const* rows;  // every row's keys, resolved (CudaOps::DeviceKeys)
+  const int64_t* offsets;   // AttentionKeys::KeyOffsets()
   const float* q;
   const float* sink;  // null: no sink term
   float* weights;     // scratch: heads floats per key
@@ -159,7 +195,7 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(AttendArgs a, Key
   const int64_t r = blockIdx.x / a.heads, h = blockIdx.x % a.heads, hd = a.head_dim;
   const int64_t begin = a.offsets[r], n = a.offsets[r + 1] - begin;
   const void* const* rows = a.rows + begin;
-  float* w = a.weights + (begin - a.offsets[0]) * a.heads + h * n;
+  float* w = a.weights + begin * a.heads + h * n;
   AttendScores(rows, keys, a.q + (r * a.heads + h) * hd, n, hd, a.scale, w);
   __syncthreads();  // scores written by the groups, read below by other threads
   const float max_score = BlockMax(w, n);
@@ -183,29 +219,14 @@ __global__ void __launch_bounds__(kAttendThreads) AttendKernel(AttendArgs a, Key
 
 // ---- IndexerScores ---------------------------------------------------------------------------
 
-// The query row holding global key index j: the r with offsets[r] <= j < offsets[r + 1] (empty
-// rows are skipped), by binary search.
-__device__ int64_t RowOfKey(const int64_t* offsets, int64_t rows, int64_t j) {
-  int64_t lo = 0, hi = rows;  // offsets[lo] <= j < offsets[hi]
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (offsets[mid] <= j) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
-
 // One group of 8 threads per key j: sum over heads in head order of the float
 // max(float(dot), 0) * w, added to a double, as the CPU.
 __global__ void __launch_bounds__(kIndexerThreads)
     IndexerKernel(const void* const* rows, const int64_t* offsets, int64_t num_rows, const float* q,
                   const float* w, int64_t heads, int64_t dim, double* scores) {
   const int lane = threadIdx.x % kDotLanes;
-  const int64_t j = offsets[0] + static_cast<int64_t>(blockIdx.x) * (blockDim.x / kDotLanes) +
-                    threadIdx.x / kDotLanes;
+  const int64_t j =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / kDotLanes) + threadIdx.x / kDotLanes;
   const bool active = j < offsets[num_rows];
   const int64_t r = active ? RowOfKey(offsets, num_rows, j) : 0;
   const Fp32Key key{active ? static_cast<const float*>(rows[j]) : nullptr};
@@ -299,15 +320,16 @@ __device__ void BitonicSortDescending(uint64_t* keys, int64_t p) {
 }
 
 // One block per row: the threshold key, every key at or above it (exactly min(k, n) of them)
-// gathered in any order, sorted largest first, written out as indices. `sort_scratch` null: the
-// sort runs in dynamic shared memory, else in sort_scratch + sort_begin[r].
+// gathered in any order, sorted largest first, written out as indices at out[r * k].
+// `sort_scratch` null: the sort runs in dynamic shared memory, else in sort_scratch +
+// sort_begin[r].
 __global__ void __launch_bounds__(kTopKThreads)
-    TopKKernel(const float* values, const int64_t* offsets, const int64_t* out_begin,
+    TopKKernel(const float* values, const int64_t* offsets, int64_t k, const int64_t* out_count,
                uint64_t* sort_scratch, const int64_t* sort_begin, int32_t* out) {
   extern __shared__ uint64_t shared_keys[];
   __shared__ unsigned gathered;
   const int64_t r = blockIdx.x;
-  const int64_t n = offsets[r + 1] - offsets[r], kk = out_begin[r + 1] - out_begin[r];
+  const int64_t n = offsets[r + 1] - offsets[r], kk = out_count[r];
   if (kk == 0) return;  // the whole block
   const float* row = values + offsets[r];
   // Every key is nonzero, so threshold 0 takes the whole row when it is all selected.
@@ -325,7 +347,7 @@ __global__ void __launch_bounds__(kTopKThreads)
   __syncthreads();
   BitonicSortDescending(keys, p);
   for (int64_t t = threadIdx.x; t < kk; t += blockDim.x) {
-    out[out_begin[r] + t] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[t]));
+    out[r * k + t] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(keys[t]));
   }
 }
 
@@ -363,20 +385,38 @@ int64_t CeilPow2(int64_t n) {
   return p;
 }
 
-unsigned BlocksFor(int64_t items, int64_t per_block) {
+// Blocks of per_block items each for every item (kernels that do not loop).
+unsigned CeilBlocks(int64_t items, int64_t per_block) {
   return static_cast<unsigned>((items + per_block - 1) / per_block);
 }
 
 }  // namespace
+
+CudaOps::DeviceKeys CudaOps::KeysOnDevice(const AttentionKeys& keys) {
+  const std::vector<int64_t> offsets = keys.KeyOffsets();
+  DeviceKeys device;
+  device.total = offsets.back();
+  device.offsets = Upload(offsets.data(), offsets.size());
+  if (device.total == 0) return device;
+  const void* const* rows = Upload(keys.rows.data(), keys.rows.size());
+  const AttentionKeys::Query* queries = Upload(keys.queries.data(), keys.queries.size());
+  const void** resolved = Scratch<const void*>(device.total, "cudaMallocAsync (key list)");
+  if (status_.ok()) {
+    ResolveKeysKernel<<<BlocksFor(device.total), kGridThreads, 0, stream_>>>(
+        rows, queries, device.offsets, keys.num_rows(), keys.selected, keys.select_k, resolved);
+    Check(cudaGetLastError(), "ResolveKeys launch");
+  }
+  device.rows = resolved;
+  return device;
+}
 
 void CudaOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
                      const float* sink, float* out) {
   const cuda::DeviceScope on_device(device_);
   const int64_t rows = keys.num_rows();
   if (rows <= 0 || heads <= 0 || head_dim <= 0) return;
-  const int64_t total = keys.offsets[rows] - keys.offsets[0];
   const DeviceKeys device_keys = KeysOnDevice(keys);
-  float* weights = Scratch<float>(total * heads, "cudaMallocAsync (attention weights)");
+  float* weights = Scratch<float>(device_keys.total * heads, "cudaMallocAsync (attention weights)");
   if (status_.ok()) {
     // The CPU's scale, computed the same way.
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
@@ -399,12 +439,11 @@ void CudaOps::IndexerScores(const AttentionKeys& keys, const float* q, const flo
   const cuda::DeviceScope on_device(device_);
   const int64_t rows = keys.num_rows();
   if (rows <= 0) return;
-  const int64_t total = keys.offsets[rows] - keys.offsets[0];
-  if (total <= 0) return;
   const DeviceKeys device_keys = KeysOnDevice(keys);
-  if (status_.ok()) {
-    IndexerKernel<<<BlocksFor(total, kIndexerThreads / kDotLanes), kIndexerThreads, 0, stream_>>>(
-        device_keys.rows, device_keys.offsets, rows, q, w, heads, dim, scores);
+  if (device_keys.total > 0 && status_.ok()) {
+    IndexerKernel<<<CeilBlocks(device_keys.total, kIndexerThreads / kDotLanes), kIndexerThreads, 0,
+                    stream_>>>(device_keys.rows, device_keys.offsets, rows, q, w, heads, dim,
+                               scores);
     Check(cudaGetLastError(), "IndexerScores launch");
   }
   FreeScratch();
@@ -414,54 +453,42 @@ void CudaOps::IndexerScores(const AttentionKeys& keys, const float* q, const flo
 // O(n / threads) each; skipped when kk = n), one gathering pass, and a bitonic sort of
 // p = pow2ceil(kk) keys, O(p log^2 p / threads). For the indexer's 512 of 20000: about 9 reads
 // of each value and 45 sort stages of 256 compare-exchanges.
-std::vector<std::vector<int32_t>> CudaOps::TopK(const float* values,
-                                                const std::vector<int64_t>& offsets, int64_t k) {
+void CudaOps::TopK(const float* values, const std::vector<int64_t>& offsets, int64_t k,
+                   int32_t* out) {
   const cuda::DeviceScope on_device(device_);
   const int64_t rows = std::max<int64_t>(0, static_cast<int64_t>(offsets.size()) - 1);
-  std::vector<std::vector<int32_t>> top(rows);
-  // Where each row's indices go in the flat result, and its sort buffer if not in shared memory.
-  std::vector<int64_t> out_begin(rows + 1, 0), sort_begin(rows + 1, 0);
-  int64_t max_sort = 0;
+  // How many indices each row gets (at out[r * k]), and its sort buffer if not in shared memory.
+  std::vector<int64_t> out_count(rows), sort_begin(rows + 1, 0);
+  int64_t max_sort = 0, total = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t kk = std::max<int64_t>(0, std::min(k, offsets[r + 1] - offsets[r]));
     const int64_t p = kk > 0 ? CeilPow2(kk) : 0;
-    out_begin[r + 1] = out_begin[r] + kk;
+    out_count[r] = kk;
     sort_begin[r + 1] = sort_begin[r] + p;
     max_sort = std::max(max_sort, p);
+    total += kk;
   }
-  const int64_t total = out_begin[rows];
-  if (total == 0) return top;
+  if (total == 0) return;
   const bool in_shared = max_sort <= kTopKSharedKeys;
   const int64_t* device_offsets = Upload(offsets.data(), offsets.size());
-  const int64_t* device_out_begin = Upload(out_begin.data(), out_begin.size());
+  const int64_t* device_out_count = Upload(out_count.data(), out_count.size());
   const int64_t* device_sort_begin = in_shared ? nullptr : Upload(sort_begin.data(), rows);
   uint64_t* sort_scratch =
       in_shared ? nullptr : Scratch<uint64_t>(sort_begin[rows], "cudaMallocAsync (top-k sort)");
-  int32_t* device_out = Scratch<int32_t>(total, "cudaMallocAsync (top-k indices)");
-  // On a failure the rows keep their sizes (zeros: valid indices) and status() reports it.
-  std::vector<int32_t> flat(total, 0);
   if (status_.ok()) {
     const size_t shared_bytes = in_shared ? max_sort * sizeof(uint64_t) : 0;
     TopKKernel<<<static_cast<unsigned>(rows), kTopKThreads, shared_bytes, stream_>>>(
-        values, device_offsets, device_out_begin, sort_scratch, device_sort_begin, device_out);
+        values, device_offsets, k, device_out_count, sort_scratch, device_sort_begin, out);
     Check(cudaGetLastError(), "TopK launch");
-    Check(cudaMemcpyAsync(flat.data(), device_out, total * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                          stream_),
-          "cudaMemcpyAsync (top-k indices)");
   }
   FreeScratch();
-  Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (TopK)");
-  for (int64_t r = 0; r < rows; ++r) {
-    top[r].assign(flat.begin() + out_begin[r], flat.begin() + out_begin[r + 1]);
-  }
-  return top;
 }
 
 void CudaOps::PoolEntry(const float* const* slot_rows, const int64_t* channel_offset, int64_t slots,
                         int64_t head_dim, int64_t score_offset, float* out) {
   const cuda::DeviceScope on_device(device_);
   if (head_dim <= 0) return;
-  PoolEntryKernel<<<BlocksFor(head_dim, kPoolThreads), kPoolThreads, 0, stream_>>>(
+  PoolEntryKernel<<<CeilBlocks(head_dim, kPoolThreads), kPoolThreads, 0, stream_>>>(
       slot_rows, channel_offset, slots, head_dim, score_offset, out);
   Check(cudaGetLastError(), "PoolEntry launch");
 }

@@ -115,9 +115,4 @@ void CudaOps::Zero(void* p, size_t bytes) {
   if (bytes) Check(cudaMemsetAsync(p, 0, bytes, stream_), "Zero");
 }
 
-CudaOps::DeviceKeys CudaOps::KeysOnDevice(const AttentionKeys& keys) {
-  return {Upload(keys.rows.data(), keys.rows.size()),
-          Upload(keys.offsets.data(), keys.offsets.size())};
-}
-
 }  // namespace pdspark::engine::backend

@@ -1,10 +1,10 @@
 // The CUDA implementation of Ops (engine/backend/ops.h) on one device and one stream.
 //
 // Memory: every raw pointer an operation takes is device memory (the backend's Allocate),
-// weights (GemmCall::w, GatherRows' table) included. Host containers (std::span, std::vector,
-// AttentionKeys::rows and offsets) are host memory; the pointers AttentionKeys::rows holds point
-// into the device. Operations are queued on the backend's stream; the ones that return host
-// values (TopK) wait for it.
+// weights (GemmCall::w, GatherRows' table, AttentionKeys::selected) included. Host containers
+// (std::span, std::vector, AttentionKeys::rows and queries) are host memory; the pointers
+// AttentionKeys::rows holds point into the device. Operations are queued on the backend's
+// stream; only the copies to the host wait for it.
 //
 // Numerics: each output is computed the same way whatever the batch around it (one thread block
 // per row or per output tile, fixed reduction trees), so batch invariance holds on the device as
@@ -107,8 +107,8 @@ class CudaOps : public Ops {
               const float* sink, float* out) override;
   void IndexerScores(const AttentionKeys& keys, const float* q, const float* w, int64_t heads,
                      int64_t dim, double* scores) override;
-  std::vector<std::vector<int32_t>> TopK(const float* values, const std::vector<int64_t>& offsets,
-                                         int64_t k) override;
+  void TopK(const float* values, const std::vector<int64_t>& offsets, int64_t k,
+            int32_t* out) override;
   void PoolEntry(const float* const* slot_rows, const int64_t* channel_offset, int64_t slots,
                  int64_t head_dim, int64_t score_offset, float* out) override;
 
@@ -143,10 +143,13 @@ class CudaOps : public Ops {
   };
   DeviceRope RopeOnDevice(const kernels::cpu::RopeTable& table);
   static void FreeRope(DeviceRope& rope);
-  // AttentionKeys' row pointers and offsets, uploaded to scratch.
+  // Every query row's keys in order, resolved on the device into one list in scratch (row r's
+  // at rows[offsets[r]] ..., offsets = AttentionKeys::KeyOffsets(), also in scratch): the
+  // indexer's selection is read where TopK wrote it. `total` keys in all.
   struct DeviceKeys {
     const void* const* rows = nullptr;
     const int64_t* offsets = nullptr;
+    int64_t total = 0;
   };
   DeviceKeys KeysOnDevice(const AttentionKeys& keys);
   // Every product on its kernel: W4A16 for the FP4 ones when the fast kernels are on, cuBLASLt

@@ -4,9 +4,12 @@
 // Attend and PoolEntry call exp, which is glibc's expf on the CPU and exp in double rounded to
 // float on the device: both within about half an ulp, so a weight differs by at most one ulp
 // (2^-23 relative), and only when the exact value sits next to a rounding midpoint.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -44,33 +47,54 @@ std::vector<uint8_t> CacheRows(const std::vector<float>& values, int64_t rows, i
 }
 
 // The same key lists for both backends: query row r gets counts[r] rows of the pool, picked at
-// random (repeats allowed), as host pointers for the CPU and device pointers for the GPU.
+// random (repeats allowed), as host pointers for the CPU and device pointers for the GPU: a third
+// as its window run, the rest as its entries run. With select_k > 0 the row attends to
+// min(select_k, entries) of its entries, picked at random in a random order (the indexer's
+// selection: host memory for the CPU, device memory for the GPU).
 struct KeyLists {
   AttentionKeys cpu, gpu;
+  std::vector<int32_t> selected;
+  std::unique_ptr<DeviceBuffer<int32_t>> device_selected;
+  std::vector<int64_t> offsets() const { return cpu.KeyOffsets(); }
 };
 
-KeyLists PickKeys(const uint8_t* host_pool, const uint8_t* device_pool, int64_t pool_rows,
-                  int64_t row_bytes, const kc::Fp8KvRow& fp8, const std::vector<int64_t>& counts,
-                  std::mt19937& rng) {
-  KeyLists keys;
-  keys.cpu.fp8 = keys.gpu.fp8 = fp8;
+std::unique_ptr<KeyLists> PickKeys(const uint8_t* host_pool, const uint8_t* device_pool,
+                                   int64_t pool_rows, int64_t row_bytes, const kc::Fp8KvRow& fp8,
+                                   const std::vector<int64_t>& counts, std::mt19937& rng,
+                                   int64_t select_k = 0) {
+  auto keys = std::make_unique<KeyLists>();
+  keys->cpu.fp8 = keys->gpu.fp8 = fp8;
   std::uniform_int_distribution<int64_t> pick(0, pool_rows - 1);
   for (const int64_t count : counts) {
+    const int64_t begin = static_cast<int64_t>(keys->cpu.rows.size()), window = count / 3;
     for (int64_t j = 0; j < count; ++j) {
       const int64_t i = pick(rng);
-      keys.cpu.rows.push_back(host_pool + i * row_bytes);
-      keys.gpu.rows.push_back(device_pool + i * row_bytes);
+      keys->cpu.rows.push_back(host_pool + i * row_bytes);
+      keys->gpu.rows.push_back(device_pool + i * row_bytes);
     }
-    keys.cpu.offsets.push_back(static_cast<int64_t>(keys.cpu.rows.size()));
+    keys->cpu.queries.push_back({{begin, window}, {begin + window, count - window}});
+    if (select_k > 0) {
+      std::vector<int32_t> order(count - window);
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      order.resize(select_k, -1);  // beyond min(select_k, entries): never read
+      keys->selected.insert(keys->selected.end(), order.begin(), order.end());
+    }
   }
-  keys.gpu.offsets = keys.cpu.offsets;
+  keys->gpu.queries = keys->cpu.queries;
+  if (select_k > 0) {
+    keys->device_selected = std::make_unique<DeviceBuffer<int32_t>>(keys->selected);
+    keys->cpu.selected = keys->selected.data();
+    keys->gpu.selected = keys->device_selected->get();
+    keys->cpu.select_k = keys->gpu.select_k = select_k;
+  }
   return keys;
 }
 
 // Attend on both backends over the same random keys (query rows with 1 to 130 keys). Without a
 // sink the CPU gets -inf sinks (exp(-inf - max) = 0 exactly) and the GPU a null sink.
 void CompareAttend(Ops& gpu, Ops& cpu, std::mt19937& rng, int64_t heads, int64_t hd, bool with_sink,
-                   const kc::Fp8KvRow& fp8) {
+                   const kc::Fp8KvRow& fp8, int64_t select_k = 0) {
   const std::vector<int64_t> counts = {1, 5, 37, 130, 2};
   const int64_t rows = static_cast<int64_t>(counts.size()), pool_rows = 150;
   const int64_t row_bytes =
@@ -78,16 +102,16 @@ void CompareAttend(Ops& gpu, Ops& cpu, std::mt19937& rng, int64_t heads, int64_t
   const std::vector<uint8_t> pool =
       CacheRows(Uniform(rng, pool_rows * hd), pool_rows, hd, fp8, row_bytes);
   DeviceBuffer<uint8_t> device_pool(pool);
-  const KeyLists keys =
-      PickKeys(pool.data(), device_pool.get(), pool_rows, row_bytes, fp8, counts, rng);
+  const std::unique_ptr<KeyLists> keys =
+      PickKeys(pool.data(), device_pool.get(), pool_rows, row_bytes, fp8, counts, rng, select_k);
   const std::vector<float> q = Uniform(rng, rows * heads * hd);
   const std::vector<float> sink =
       with_sink ? Uniform(rng, heads)
                 : std::vector<float>(heads, -std::numeric_limits<float>::infinity());
   std::vector<float> want(rows * heads * hd);
-  cpu.Attend(keys.cpu, q.data(), heads, hd, sink.data(), want.data());
+  cpu.Attend(keys->cpu, q.data(), heads, hd, sink.data(), want.data());
   DeviceBuffer<float> device_q(q), device_sink(sink), out(want.size());
-  gpu.Attend(keys.gpu, device_q.get(), heads, hd, with_sink ? device_sink.get() : nullptr,
+  gpu.Attend(keys->gpu, device_q.get(), heads, hd, with_sink ? device_sink.get() : nullptr,
              out.get());
   ExpectClose(out.ToHost(), want, kExpTolerance, 1.0, "Attend");
 }
@@ -101,6 +125,15 @@ TEST_F(CudaOpsTest, AttendOverFp32KeysMatchesTheCpu) {
         CompareAttend(gpu(), cpu(), rng_, heads, hd, with_sink, kc::Fp8KvRow{});
       }
     }
+  }
+}
+
+TEST_F(CudaOpsTest, AttendOverSelectedEntriesMatchesTheCpu) {
+  // The indexer's case: each row's entries run narrowed to a selection read from device memory
+  // (k below and above the rows' entry counts).
+  for (const int64_t select_k : {1, 16, 200}) {
+    SCOPED_TRACE(::testing::Message() << "select_k " << select_k);
+    CompareAttend(gpu(), cpu(), rng_, 8, 512, true, kc::Fp8KvRow{512, 448, 64}, select_k);
   }
 }
 
@@ -129,29 +162,34 @@ TEST_F(CudaOpsTest, IndexerScoresEqualTheCpuBitForBit) {
       const std::vector<uint8_t> pool =
           CacheRows(Random(pool_rows * dim), pool_rows, dim, kc::Fp8KvRow{}, row_bytes);
       DeviceBuffer<uint8_t> device_pool(pool);
-      const KeyLists keys = PickKeys(pool.data(), device_pool.get(), pool_rows, row_bytes,
-                                     kc::Fp8KvRow{}, counts, rng_);
+      const std::unique_ptr<KeyLists> keys = PickKeys(pool.data(), device_pool.get(), pool_rows,
+                                                      row_bytes, kc::Fp8KvRow{}, counts, rng_);
       const std::vector<float> q = Random(rows * heads * dim), w = Random(rows * heads);
-      std::vector<double> want(keys.cpu.offsets.back());
-      cpu().IndexerScores(keys.cpu, q.data(), w.data(), heads, dim, want.data());
+      std::vector<double> want(keys->offsets().back());
+      cpu().IndexerScores(keys->cpu, q.data(), w.data(), heads, dim, want.data());
       DeviceBuffer<float> device_q(q), device_w(w);
       DeviceBuffer<double> scores(want.size());
-      gpu().IndexerScores(keys.gpu, device_q.get(), device_w.get(), heads, dim, scores.get());
+      gpu().IndexerScores(keys->gpu, device_q.get(), device_w.get(), heads, dim, scores.get());
       // The same products, the same lane order, the same head order: the same doubles.
       ExpectBitEqual(scores.ToHost(), want, "IndexerScores");
     }
   }
 }
 
-// TopK on both backends; the indices must be identical (order and ties included).
+// TopK on both backends; the indices must be identical (order and ties included). Each row's
+// output beyond min(k, count) stays as it was (-7 here).
 void CompareTopK(Ops& gpu, Ops& cpu, const std::vector<float>& values,
                  const std::vector<int64_t>& offsets, int64_t k) {
   SCOPED_TRACE(::testing::Message() << "k " << k);
+  const size_t rows = offsets.size() - 1;
   DeviceBuffer<float> device_values(values);
-  const std::vector<std::vector<int32_t>> want = cpu.TopK(values.data(), offsets, k);
-  const std::vector<std::vector<int32_t>> got = gpu.TopK(device_values.get(), offsets, k);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t r = 0; r < want.size(); ++r) EXPECT_EQ(got[r], want[r]) << "row " << r;
+  std::vector<int32_t> want(rows * k, -7);
+  cpu.TopK(values.data(), offsets, k, want.data());
+  DeviceBuffer<int32_t> got(want.size() > 0 ? std::vector<int32_t>(want.size(), -7)
+                                            : std::vector<int32_t>(1, -7));
+  gpu.TopK(device_values.get(), offsets, k, got.get());
+  const std::vector<int32_t> got_host = got.ToHost();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got_host[i], want[i]) << "at " << i;
 }
 
 // Values on a grid of `step` within +-2: many repeats, so ties decide much of the order.
