@@ -117,6 +117,12 @@ class Ops {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void Zero(void* p, size_t bytes) = 0;
+  // Host memory [p, p + bytes) made quick to copy to and from the backend's (page-locked: a
+  // GPU's copy engines read and write it in place instead of through the driver's bounce
+  // buffers); false when it could not be (the copies still work, slower). UnpinHostMemory(p)
+  // undoes it before the memory is freed. Nothing to do where the backend's memory is the host's.
+  virtual bool PinHostMemory(void* /*p*/, size_t /*bytes*/) { return true; }
+  virtual void UnpinHostMemory(void* /*p*/) {}
   // out row i (width floats, rows contiguous) = x row rows[i] (x's rows ldx apart).
   virtual void GatherActivationRows(const float* x, int64_t ldx, int64_t width,
                                     std::span<const int64_t> rows, float* out) = 0;

@@ -1,5 +1,7 @@
 #include "engine/cache/kv_pool.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -120,14 +122,56 @@ void KvPool::AddReplica(void* memory, backend::Ops* ops) {
   replicas_.push_back({static_cast<char*>(memory), ops});
 }
 
+void KvPool::MirrorDeleter::operator()(char* p) const { munmap(p, bytes); }
+
 void KvPool::EnableHostMirror() {
   if ((on_host() && replicas() == 1) || mirror_) return;
-  // Not value-initialised: the pages no transfer touches never become resident.
-  mirror_.reset(new (std::nothrow) char[static_cast<size_t>(capacity_bytes())]);
-  if (!mirror_) {
+  const size_t bytes = static_cast<size_t>(capacity_bytes());
+  if (bytes == 0) return;
+  // Anonymous pages: the ones no transfer touches never become resident.
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (memory == MAP_FAILED) {
     LOG_WARN("no host memory for the KV pool's transfer mirror ({} bytes): KV transfers fail",
-             capacity_bytes());
+             bytes);
+    return;
   }
+  mirror_ = std::unique_ptr<char, MirrorDeleter>(static_cast<char*>(memory), {bytes});
+  const size_t chunks = (bytes + kMirrorPinChunk - 1) / kMirrorPinChunk;
+  chunk_tried_.assign(chunks, false);
+  chunk_pinned_.assign(chunks, false);
+}
+
+void KvPool::PinMirror(const char* at, size_t bytes) const {
+  backend::Ops* ops = replicas_[0].ops;
+  if (!mirror_ || ops == nullptr || bytes == 0) return;  // host arenas: host-to-host copies
+  const int64_t offset = at - base_;
+  const int64_t first = offset / kMirrorPinChunk;
+  const int64_t last = (offset + static_cast<int64_t>(bytes) - 1) / kMirrorPinChunk;
+  std::lock_guard<std::mutex> lock(pin_mutex_);
+  for (int64_t c = first; c <= last; ++c) {
+    if (chunk_tried_[c]) continue;
+    chunk_tried_[c] = true;
+    const int64_t begin = c * kMirrorPinChunk;
+    const size_t size = static_cast<size_t>(std::min(kMirrorPinChunk, capacity_bytes() - begin));
+    chunk_pinned_[c] = ops->PinHostMemory(mirror_.get() + begin, size);
+    if (!chunk_pinned_[c]) {
+      LOG_WARN(
+          "cannot pin {} bytes of the KV transfer mirror: its copies to and from the device "
+          "go through pageable memory (slower); raise the locked-memory limit (ulimit -l)",
+          size);
+    }
+  }
+}
+
+int64_t KvPool::mirror_pinned_bytes() const {
+  std::lock_guard<std::mutex> lock(pin_mutex_);
+  int64_t pinned = 0;
+  for (size_t c = 0; c < chunk_pinned_.size(); ++c) {
+    const int64_t begin = static_cast<int64_t>(c) * kMirrorPinChunk;
+    if (chunk_pinned_[c]) pinned += std::min(kMirrorPinChunk, capacity_bytes() - begin);
+  }
+  return pinned;
 }
 
 const char* KvPool::TransferAddress(const char* at) const {
@@ -136,13 +180,16 @@ const char* KvPool::TransferAddress(const char* at) const {
 
 const char* KvPool::StageForTransfer(const char* at, size_t bytes) const {
   if (!mirror_) return at;
+  PinMirror(at, bytes);
   char* staged = mirror_.get() + (at - base_);
   ReadBytes(staged, at, bytes);
   return staged;
 }
 
 void KvPool::LandTransfer(char* at, size_t bytes) const {
-  if (mirror_) WriteBytes(at, mirror_.get() + (at - base_), bytes);
+  if (!mirror_) return;
+  PinMirror(at, bytes);
+  WriteBytes(at, mirror_.get() + (at - base_), bytes);
 }
 
 KvPool::KvPool(void* memory, int64_t page_bytes, int64_t num_pages)
@@ -159,6 +206,13 @@ KvPool::KvPool(void* memory, int64_t page_bytes, int64_t num_pages)
   cache_holders_.assign(num_pages, 0);
   // Page 0 on top of the stack: a fresh pool hands pages out from the start of the arena.
   for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+}
+
+KvPool::~KvPool() {
+  // The mirror's pinned chunks are unpinned before it is unmapped.
+  for (size_t c = 0; c < chunk_pinned_.size(); ++c) {
+    if (chunk_pinned_[c]) replicas_[0].ops->UnpinHostMemory(mirror_.get() + c * kMirrorPinChunk);
+  }
 }
 
 PageGroup& KvPool::ForGroup(const std::string& name, int64_t row_bytes) {

@@ -88,6 +88,7 @@ class KvPool {
   // `memory` holds `num_pages` pages of `page_bytes` each and outlives the pool (the backend
   // allocated it; the model frees it after the pool and every sequence are gone).
   KvPool(void* memory, int64_t page_bytes, int64_t num_pages);
+  ~KvPool();
   KvPool(const KvPool&) = delete;
   KvPool& operator=(const KvPool&) = delete;
 
@@ -125,8 +126,13 @@ class KvPool {
   // host memory only): the prefill side stages the rows it ships there, the decode side has
   // rows written there and lands them in the arena (every replica). A single host arena needs
   // none: transfers use it directly. The model enables it for a device's arena or replicated
-  // arenas; its pages become resident only as transfers use them. Idempotent.
+  // arenas; its pages become resident only as transfers use them, and the device's copies pin
+  // it (Ops::PinHostMemory) a chunk of kMirrorPinChunk bytes at a time, as transfers first
+  // touch the chunk. Idempotent.
   void EnableHostMirror();
+  static constexpr int64_t kMirrorPinChunk = int64_t{64} << 20;
+  // The bytes of the mirror pinned so far.
+  int64_t mirror_pinned_bytes() const;
   // Where transfers read and write: the arena itself, or its mirror (page p at
   // transfer_base() + p * page_bytes() either way).
   char* transfer_base() const { return mirror_ ? mirror_.get() : base_; }
@@ -183,7 +189,19 @@ class KvPool {
     for (const Replica& r : replicas_) fn(r.ops, at + (r.base - base_));
   }
   std::vector<Replica> replicas_;
-  std::unique_ptr<char[]> mirror_;  // EnableHostMirror's, unless the arena is one host arena
+  // Pins the mirror's chunks that [at, at + bytes) touches and no earlier call pinned (or
+  // tried to).
+  void PinMirror(const char* at, size_t bytes) const;
+  struct MirrorDeleter {
+    size_t bytes;  // no initialiser: a nested class's would keep unique_ptr from defaulting it
+    void operator()(char* p) const;
+  };
+  // EnableHostMirror's (mapped, so page-aligned and resident only where touched), unless the
+  // arena is one host arena.
+  std::unique_ptr<char, MirrorDeleter> mirror_;
+  mutable std::mutex pin_mutex_;
+  mutable std::vector<bool> chunk_tried_;   // per mirror chunk: PinHostMemory was called
+  mutable std::vector<bool> chunk_pinned_;  // ... and succeeded
   int64_t high_water_ = 0;
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<PageGroup>> groups_;
 };

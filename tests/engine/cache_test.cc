@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/cpu_backend.h"
 #include "engine/cache/kv_pool.h"
 #include "engine/cache/paged_rows.h"
 #include "gtest/gtest.h"
@@ -145,6 +146,49 @@ TEST(KvPool, HostWritesReachEveryReplicaAndReadsComeFromTheFirst) {
     EXPECT_EQ(in_replica(r, rows.Row(2))[0], 7.0f) << "replica " << r;
     EXPECT_EQ(in_replica(r, rows.Row(2))[1], 8.0f) << "replica " << r;
   }
+}
+
+// A device arena's mirror is pinned through the device's copies a chunk at a time, as transfers
+// first touch the chunk (here the CPU backend's copies stand in for a device's: its pinning has
+// nothing to do and succeeds).
+TEST(KvPool, PinsTheTransferMirrorAChunkAtATimeAsTransfersTouchIt) {
+  constexpr int64_t kMiB = int64_t{1} << 20, kChunk = KvPool::kMirrorPinChunk;
+  ASSERT_EQ(kChunk, 64 * kMiB);
+  // 130 pages of 1 MiB: chunks of 64, 64 and 2 MiB. Only the pages written become resident.
+  std::unique_ptr<char[]> arena(new char[130 * kMiB]);
+  backend::CpuBackend device(nullptr, nullptr);
+  {
+    KvPool pool(arena.get(), kMiB, 130);
+    pool.SetMemoryOps(&device.ops());
+    pool.EnableHostMirror();
+    ASSERT_NE(pool.transfer_base(), pool.base());
+    EXPECT_EQ(pool.mirror_pinned_bytes(), 0);
+
+    arena[kMiB + 5] = 'x';
+    const char* staged = pool.StageForTransfer(pool.base() + kMiB, 100);
+    EXPECT_EQ(staged[5], 'x');
+    EXPECT_EQ(pool.mirror_pinned_bytes(), kChunk);
+    pool.LandTransfer(pool.base() + 10 * kMiB, kMiB);  // the same chunk: pinned once
+    EXPECT_EQ(pool.mirror_pinned_bytes(), kChunk);
+    pool.StageForTransfer(pool.base() + kChunk - 10, 20);  // across chunks 0 and 1
+    EXPECT_EQ(pool.mirror_pinned_bytes(), 2 * kChunk);
+    char* landing = const_cast<char*>(pool.TransferAddress(pool.base() + 129 * kMiB));
+    landing[7] = 'y';
+    pool.LandTransfer(pool.base() + 129 * kMiB, kMiB);  // the last, partial chunk
+    EXPECT_EQ(pool.mirror_pinned_bytes(), 130 * kMiB);
+    EXPECT_EQ(arena[129 * kMiB + 7], 'y');
+  }  // the pool unpins its chunks before it unmaps the mirror
+}
+
+// A host arena's replicas are copied to with plain memcpy: nothing to pin.
+TEST(KvPool, HostReplicasPinNothing) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  std::vector<char> first(2 * kMiB), second(2 * kMiB);
+  KvPool pool(first.data(), kMiB, 2);
+  pool.AddReplica(second.data(), nullptr);
+  pool.EnableHostMirror();
+  pool.LandTransfer(pool.base(), kMiB);
+  EXPECT_EQ(pool.mirror_pinned_bytes(), 0);
 }
 
 TEST(PagedRows, SerialiseRoundTripKeepsLogicalIndices) {

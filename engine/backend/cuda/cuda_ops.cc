@@ -115,4 +115,19 @@ void CudaOps::Zero(void* p, size_t bytes) {
   if (bytes) Check(cudaMemsetAsync(p, 0, bytes, stream_), "Zero");
 }
 
+// Portable: pinned for every device of the process (the ranks' replicas all copy through it). A
+// failure is not the stream's (it is cleared from the runtime's last error, which the next
+// launch check would otherwise report as its own).
+bool CudaOps::PinHostMemory(void* p, size_t bytes) {
+  const cuda::DeviceScope on_device(device_);
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
+void CudaOps::UnpinHostMemory(void* p) {
+  const cuda::DeviceScope on_device(device_);
+  if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
 }  // namespace pdspark::engine::backend

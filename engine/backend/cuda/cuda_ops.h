@@ -60,6 +60,8 @@ class CudaOps : public Ops {
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   void Copy(void* dst, const void* src, size_t bytes) override;
   void Zero(void* p, size_t bytes) override;
+  bool PinHostMemory(void* p, size_t bytes) override;
+  void UnpinHostMemory(void* p) override;
   void GatherActivationRows(const float* x, int64_t ldx, int64_t width,
                             std::span<const int64_t> rows, float* out) override;
   void DoubleToFloat(const double* x, int64_t n, float* y) override;
