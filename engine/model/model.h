@@ -35,6 +35,7 @@
 #include "engine/model/shard_plan.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/gumbel_sampling.h"
 
 namespace pdspark::parallel {
 class RankRunner;
@@ -102,6 +103,10 @@ struct StepOptions {
   // largest logit's lowest id), found where the logits are; StepOutput::logits stays empty.
   // All greedy decoding needs, without moving vocabulary-wide rows off a GPU.
   bool argmax_only = false;
+  // With argmax_only: logits row i is first perturbed for the Gumbel-max draw sample[i]
+  // (kernels/gumbel_sampling.h; inv_temperature 0 leaves a greedy row alone), so its argmax is
+  // a sample from softmax(row / T). Empty: no row is. Otherwise one per logits row.
+  std::vector<kernels::GumbelRow> sample;
   // Called on the calling thread once layer `layer` has appended this step's rows to every
   // sequence's cache groups (the prefill worker ships them while later layers compute).
   std::function<void(int64_t layer)> on_layer_done;

@@ -1,6 +1,7 @@
 #include "engine/sampling/sampler.h"
 
 #include "engine/sampling/logits_processor.h"
+#include "kernels/argmax_rule.h"
 
 namespace pdspark::sampling {
 namespace {
@@ -51,9 +52,29 @@ int32_t Sampler::Sample(std::span<const float> probs) {
 
 int32_t Sampler::Greedy(std::span<const float> logits) { return Argmax(logits); }
 
-int32_t Sampler::SampleFromLogits(std::span<const float> logits) {
+int32_t Sampler::SampleFromLogits(std::span<const float> logits, int64_t position) {
   if (greedy()) return Greedy(logits);
+  if (plain()) return GumbelArgmax(logits, GumbelDraw(position));
   return Sample(ProcessLogits(logits));
+}
+
+bool Sampler::plain() const {
+  return !greedy() && !params_.top_k_enabled() && !params_.top_p_enabled() &&
+         !params_.min_p_enabled();
+}
+
+kernels::GumbelRow Sampler::GumbelDraw(int64_t position) const {
+  if (greedy()) return {};
+  return {1.0 / static_cast<double>(params_.temperature), seed_, static_cast<uint64_t>(position)};
+}
+
+int32_t Sampler::GumbelArgmax(std::span<const float> logits, const kernels::GumbelRow& draw) {
+  kernels::ArgmaxCandidate best;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    best = kernels::ArgmaxMerge(best, {kernels::GumbelKey(logits[i], draw, static_cast<int64_t>(i)),
+                                       static_cast<int32_t>(i)});
+  }
+  return best.index;
 }
 
 double Sampler::Uniform() {

@@ -10,6 +10,7 @@
 
 #include "common/base/status.h"
 #include "engine/sampling/sampling_params.h"
+#include "kernels/gumbel_sampling.h"
 
 namespace pdspark::sampling {
 
@@ -37,9 +38,20 @@ class Sampler {
   // Argmax over logits, lowest id on ties. Consumes no randomness.
   static int32_t Greedy(std::span<const float> logits);
 
-  // Plain (non-speculative) decoding of one position: Greedy for greedy params, otherwise
-  // Sample(ProcessLogits(logits)).
-  int32_t SampleFromLogits(std::span<const float> logits);
+  // Plain (non-speculative) decoding of one position: Greedy for greedy params, the Gumbel-max
+  // draw for plain temperature sampling (GumbelDraw), otherwise Sample(ProcessLogits(logits)).
+  // `position`: the sampled token's position in the sequence.
+  int32_t SampleFromLogits(std::span<const float> logits, int64_t position);
+
+  // Plain temperature sampling: no top-k, top-p or min-p, so the distribution is the softmax of
+  // the row itself. Its tokens are drawn by the Gumbel-max trick (kernels/gumbel_sampling.h)
+  // from (seed, position) alone, so a GPU can draw one where the logits are (Ops::
+  // GumbelPerturb) and the host the same token from a row it holds, whatever the step's batch.
+  bool plain() const;
+  // The draw of the token at `position` (inv_temperature 0 when greedy).
+  kernels::GumbelRow GumbelDraw(int64_t position) const;
+  // The argmax of the row perturbed for `draw`, by the argmax rule (kernels/argmax_rule.h).
+  static int32_t GumbelArgmax(std::span<const float> logits, const kernels::GumbelRow& draw);
 
   // Uniform double in [0, 1) from the request RNG, with 53 random bits. Built from raw engine
   // output rather than std::uniform_real_distribution so streams match across standard libs.

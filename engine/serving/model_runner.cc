@@ -1,5 +1,7 @@
 #include "engine/serving/model_runner.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace pdspark::serving {
@@ -75,13 +77,27 @@ void ModelRunner::ReleaseCachedMemory() const {
 }
 
 StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned, bool argmax_only,
-                                      std::span<engine::StepInput> inputs) {
+                                      std::span<engine::StepInput> inputs,
+                                      std::span<const kernels::GumbelRow> draws) {
   StepResult result;
   // Only the requests that verify drafts or want prompt logprobs pay for every row's head.
   for (size_t i = 0; i < planned.size(); ++i) inputs[i].all_logits = WantsAllLogits(*planned[i]);
   engine::StepOptions options;
   options.logits = engine::LogitsMode::kLastTokenPerSequence;
   options.argmax_only = argmax_only;
+  const bool sampled = std::any_of(draws.begin(), draws.end(), [](const kernels::GumbelRow& d) {
+    return d.inv_temperature != 0.0;
+  });
+  if (argmax_only && sampled) {
+    // One draw per logits row (BatchLayout::LogitRows): a request's last row is its draw.
+    for (size_t i = 0; i < planned.size(); ++i) {
+      const int64_t count = static_cast<int64_t>(inputs[i].tokens.size());
+      const int64_t rows = inputs[i].all_logits ? count : std::min<int64_t>(count, 1);
+      for (int64_t k = 0; k < rows; ++k) {
+        options.sample.push_back(k + 1 == rows ? draws[i] : kernels::GumbelRow{});
+      }
+    }
+  }
   // Every fed position's drafter context comes from this step's target features.
   options.features = drafter_ != nullptr;
   // Prefill workers ship each layer's new cache rows as soon as the layer is done.

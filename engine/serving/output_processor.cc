@@ -15,7 +15,8 @@ Emission OutputProcessor::Sample(ActiveRequest& request, const float* logits_row
   Adjust(request, 0, logits);
   if (request.grammar) vocabulary_->Mask(*request.grammar, eos_ids_, logits);
   Emission out;
-  out.tokens.push_back(request.sampler->SampleFromLogits(logits));
+  out.tokens.push_back(
+      request.sampler->SampleFromLogits(logits, static_cast<int64_t>(request.tokens.size())));
   out.reason = sampling::ApplyStopConditions(request.spec.sampling, eos_ids_,
                                              static_cast<int32_t>(request.generated), &out.tokens);
   AdvanceGrammar(request, out.tokens);
@@ -54,9 +55,16 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
 
 bool OutputProcessor::ArgmaxSuffices(const ActiveRequest& request) const {
   const sampling::SamplingParams& params = request.spec.sampling;
-  return request.sampler->greedy() && params.logprobs < 0 && params.prompt_logprobs < 0 &&
+  const bool drawn =
+      request.sampler->greedy() || (request.sampler->plain() && request.draft.empty());
+  return drawn && params.logprobs < 0 && params.prompt_logprobs < 0 &&
          !sampling::HasLogitAdjustments(params) && !request.grammar &&
          request.generated >= params.min_tokens;  // no stop token suppressed (SuppressStopTokens)
+}
+
+kernels::GumbelRow OutputProcessor::ArgmaxDraw(const ActiveRequest& request) const {
+  // The position of the token it samples next, as Sample passes it.
+  return request.sampler->GumbelDraw(static_cast<int64_t>(request.tokens.size()));
 }
 
 Emission OutputProcessor::SampleArgmax(ActiveRequest& request, int32_t argmax) const {

@@ -44,9 +44,13 @@ class OutputProcessor {
   // request's SpecStats and clears its drafts.
   StatusOr<Emission> Verify(ActiveRequest& request, const float* logits) const;
   // Whether the request's next tokens are its rows' argmax, with nothing else read from the
-  // logits: greedy, no logprobs, no logit adjustments, no grammar, past min_tokens. Then
-  // SampleArgmax and VerifyArgmax give what Sample and Verify would, from the argmax ids alone.
+  // logits: greedy, or plain temperature sampling (Sampler::plain) without drafts to verify, its
+  // row perturbed first for ArgmaxDraw; no logprobs, no logit adjustments, no grammar, past
+  // min_tokens. Then SampleArgmax and VerifyArgmax give what Sample and Verify would, from the
+  // argmax ids alone.
   bool ArgmaxSuffices(const ActiveRequest& request) const;
+  // The Gumbel-max draw of the request's next token (inv_temperature 0: greedy).
+  kernels::GumbelRow ArgmaxDraw(const ActiveRequest& request) const;
   Emission SampleArgmax(ActiveRequest& request, int32_t argmax) const;
   // `argmax`: the ids of rows p_0..p_gamma.
   StatusOr<Emission> VerifyArgmax(ActiveRequest& request, const int32_t* argmax) const;

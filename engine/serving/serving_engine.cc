@@ -322,7 +322,11 @@ void ServingEngine::RunStep() {
   }
   bool argmax_only = options_.argmax_on_device;
   for (const ActiveRequest* r : planned) argmax_only = argmax_only && output_.ArgmaxSuffices(*r);
-  auto step = runner_.Run(planned, argmax_only, inputs);
+  std::vector<kernels::GumbelRow> draws;
+  if (argmax_only) {
+    for (const ActiveRequest* r : planned) draws.push_back(output_.ArgmaxDraw(*r));
+  }
+  auto step = runner_.Run(planned, argmax_only, inputs, draws);
   if (!step.ok()) {
     LOG_ERROR("engine step failed sequences={} error={}", planned.size(), step.status().ToString());
     for (ActiveRequest* r : planned) {

@@ -48,10 +48,11 @@ struct ServingOptions {
   // The tokens' bytes, for structured output (TokenVocabulary::FromModelDir); unset: requests
   // with a grammar are refused.
   std::shared_ptr<const sampling::TokenVocabulary> vocabulary;
-  // Steps whose every request decodes greedily and reads nothing else of the logits
-  // (OutputProcessor::ArgmaxSuffices) take only the rows' argmax ids from the model, found where
-  // the logits are (engine::StepOptions::argmax_only): on a GPU, a few bytes per row cross to
-  // the host instead of the vocabulary's logits. The same tokens either way.
+  // Steps whose every request decodes greedily or samples at a plain temperature and reads
+  // nothing else of the logits (OutputProcessor::ArgmaxSuffices) take only the rows' argmax ids
+  // from the model, found where the logits are (engine::StepOptions::argmax_only; a sampled
+  // row is perturbed for its Gumbel-max draw first): on a GPU, a few bytes per row cross to the
+  // host instead of the vocabulary's logits. The same tokens either way.
   bool argmax_on_device = true;
 };
 

@@ -13,6 +13,7 @@
 #include "engine/model/model.h"
 #include "engine/parallel/rank_runner.h"
 #include "engine/sampling/logits_processor.h"
+#include "engine/sampling/sampler.h"
 #include "gtest/gtest.h"
 
 namespace pdspark::engine {
@@ -65,7 +66,8 @@ TEST(Argmax, TheRuleTheCpuBackendAndAnyMergeOrderGiveGreedySamplingsId) {
 }
 
 // Logits of a prefill (every row) and of a decode step (the last row), or their argmax ids.
-StepOutput Steps(Model& model, bool argmax_only, LogitsMode mode) {
+StatusOr<StepOutput> TrySteps(Model& model, bool argmax_only, LogitsMode mode,
+                              std::vector<kernels::GumbelRow> sample = {}) {
   std::vector<int32_t> prompt(37);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(13 * i % 4000 + 2);
   auto seq = model.NewSequence();
@@ -73,7 +75,12 @@ StepOutput Steps(Model& model, bool argmax_only, LogitsMode mode) {
   StepOptions options;
   options.logits = mode;
   options.argmax_only = argmax_only;
-  return model.Step({&in, 1}, options).value();
+  options.sample = std::move(sample);
+  return model.Step({&in, 1}, options);
+}
+
+StepOutput Steps(Model& model, bool argmax_only, LogitsMode mode) {
+  return TrySteps(model, argmax_only, mode).value();
 }
 
 TEST(Argmax, TheModelsArgmaxIdsAreItsLogitsArgmaxAtEveryTensorParallelSize) {
@@ -96,6 +103,42 @@ TEST(Argmax, TheModelsArgmaxIdsAreItsLogitsArgmaxAtEveryTensorParallelSize) {
             << "tp " << tp << " row " << r;
       }
     }
+  }
+}
+
+// Rows perturbed for Gumbel-max draws before the argmax (StepOptions::sample): every rank
+// perturbs its vocabulary slice at its tokens' ids, so the merged winner is the host's draw from
+// the whole row (Sampler::GumbelArgmax) at every tensor-parallel size; greedy rows stay greedy.
+TEST(Argmax, SampledIdsAreTheHostsGumbelDrawsAtEveryTensorParallelSize) {
+  std::vector<kernels::GumbelRow> draws;
+  for (uint64_t r = 0; r < 37; ++r) {
+    draws.push_back(r % 5 == 4 ? kernels::GumbelRow{} : kernels::GumbelRow{1.0 / 3.0, 3, r});
+  }
+  std::vector<int32_t> first;
+  for (int tp : {1, 2, 4}) {
+    ModelOptions options;
+    options.show_progress = false;
+    options.tensor_parallel_size = tp;
+    auto model = Model::Load(kGoldenDir, options).value();
+    const int64_t vocab = model->config().vocab_size;
+    const StepOutput logits = Steps(*model, false, LogitsMode::kAllTokens);
+    const StepOutput ids = TrySteps(*model, true, LogitsMode::kAllTokens, draws).value();
+    ASSERT_EQ(ids.argmax.size(), draws.size());
+    int sampled_off_argmax = 0;
+    for (size_t r = 0; r < ids.argmax.size(); ++r) {
+      const std::span<const float> row(logits.logits.data() + r * vocab, vocab);
+      EXPECT_EQ(ids.argmax[r], sampling::Sampler::GumbelArgmax(row, draws[r]))
+          << "tp " << tp << " row " << r;
+      sampled_off_argmax += ids.argmax[r] != sampling::Argmax(row);
+    }
+    EXPECT_GT(sampled_off_argmax, 5) << "tp " << tp;  // the draws do sample
+    if (first.empty()) first = ids.argmax;
+    EXPECT_EQ(ids.argmax, first) << "tp " << tp;
+    // One draw per logits row, or the step is refused.
+    draws.pop_back();
+    EXPECT_EQ(TrySteps(*model, true, LogitsMode::kAllTokens, draws).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    draws.push_back({});
   }
 }
 

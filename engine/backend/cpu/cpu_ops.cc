@@ -167,6 +167,17 @@ void CpuOps::ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
   }
 }
 
+void CpuOps::GumbelPerturb(float* x, int64_t n, int64_t ldx, int64_t first_token,
+                           std::span<const kernels::GumbelRow> rows) {
+  ForChunks(static_cast<int64_t>(rows.size()) * n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t r = i / n, j = i % n;
+      float& value = x[r * ldx + j];
+      value = kernels::GumbelKey(value, rows[r], first_token + j);
+    }
+  });
+}
+
 void CpuOps::Scale(float* x, int64_t n, float s) {
   ForChunks(n, 32768, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) x[i] *= s;

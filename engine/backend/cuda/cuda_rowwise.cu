@@ -9,6 +9,7 @@
 #include "engine/backend/cuda/grid_loop.cuh"
 #include "kernels/argmax_rule.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/gumbel_sampling.h"
 #include "kernels/number_formats.h"
 
 namespace pdspark::engine::backend {
@@ -152,6 +153,16 @@ __global__ void AddRowsDoubleKernel(const float* x, int64_t count, int64_t n, co
                                     double* acc, int64_t acc_stride) {
   PDSPARK_GRID_LOOP(c, n) {
     for (int64_t i = 0; i < count; ++i) acc[(rows ? rows[i] : i) * acc_stride + c] += x[i * n + c];
+  }
+}
+
+// One thread per value: GumbelKey of its row's draw.
+__global__ void GumbelPerturbKernel(float* x, int64_t rows, int64_t n, int64_t ldx,
+                                    int64_t first_token, const kernels::GumbelRow* params) {
+  PDSPARK_GRID_LOOP(i, rows * n) {
+    const int64_t r = i / n, j = i % n;
+    float& value = x[r * ldx + j];
+    value = kernels::GumbelKey(value, params[r], first_token + j);
   }
 }
 
@@ -309,6 +320,20 @@ void CudaOps::ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
   if (rows == 0) return;
   ArgMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(x, n, ldx, out);
   Check(cudaGetLastError(), "ArgMax");
+}
+
+void CudaOps::GumbelPerturb(float* x, int64_t n, int64_t ldx, int64_t first_token,
+                            std::span<const kernels::GumbelRow> rows) {
+  const cuda::DeviceScope on_device(device_);
+  const int64_t count = static_cast<int64_t>(rows.size());
+  if (count == 0 || n == 0) return;
+  const kernels::GumbelRow* params = Upload(rows.data(), rows.size());
+  if (status_.ok()) {
+    GumbelPerturbKernel<<<BlocksFor(count * n), kThreads, 0, stream_>>>(x, count, n, ldx,
+                                                                        first_token, params);
+    Check(cudaGetLastError(), "GumbelPerturb");
+  }
+  FreeScratch();
 }
 
 void CudaOps::Scale(float* x, int64_t n, float s) {

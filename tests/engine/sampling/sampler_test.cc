@@ -1,6 +1,8 @@
 #include "engine/sampling/sampler.h"
 
 #include <cmath>
+#include <set>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -35,7 +37,7 @@ TEST(SamplerTest, GreedyPicksLowestIdOnTies) {
   params.temperature = 0.0f;
   auto sampler = Sampler::Create(params);
   ASSERT_TRUE(sampler.ok());
-  EXPECT_EQ(sampler->SampleFromLogits(std::vector<float>{3.0f, 3.0f, 1.0f}), 0);
+  EXPECT_EQ(sampler->SampleFromLogits(std::vector<float>{3.0f, 3.0f, 1.0f}, 0), 0);
 }
 
 TEST(SamplerTest, UniformIsInUnitInterval) {
@@ -56,9 +58,9 @@ TEST(SamplerTest, SameSeedGivesSameTokens) {
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   std::vector<int32_t> from_a, from_b, from_c;
   for (int i = 0; i < 200; ++i) {
-    from_a.push_back(a->SampleFromLogits(logits));
-    from_b.push_back(b->SampleFromLogits(logits));
-    from_c.push_back(c->SampleFromLogits(logits));
+    from_a.push_back(a->SampleFromLogits(logits, i));
+    from_b.push_back(b->SampleFromLogits(logits, i));
+    from_c.push_back(c->SampleFromLogits(logits, i));
   }
   EXPECT_EQ(from_a, from_b);
   EXPECT_NE(from_a, from_c);
@@ -72,15 +74,15 @@ TEST(SamplerTest, StreamIsIndependentOfOtherRequestsInTheBatch) {
   auto alone = Sampler::Create(Seeded(7));
   ASSERT_TRUE(alone.ok());
   std::vector<int32_t> expected;
-  for (int i = 0; i < 100; ++i) expected.push_back(alone->SampleFromLogits(logits));
+  for (int i = 0; i < 100; ++i) expected.push_back(alone->SampleFromLogits(logits, i));
 
   auto a = Sampler::Create(Seeded(7));
   auto b = Sampler::Create(Seeded(7));
   ASSERT_TRUE(a.ok() && b.ok());
   std::vector<int32_t> batched;
   for (int i = 0; i < 100; ++i) {
-    for (int j = 0; j < i % 3; ++j) b->SampleFromLogits(logits);
-    batched.push_back(a->SampleFromLogits(logits));
+    for (int j = 0; j < i % 3; ++j) b->SampleFromLogits(logits, i);
+    batched.push_back(a->SampleFromLogits(logits, i));
   }
   EXPECT_EQ(batched, expected);
 }
@@ -105,6 +107,39 @@ TEST(SamplerTest, SampleFrequenciesMatchProbabilities) {
   }
 }
 
+// Plain temperature sampling draws by the Gumbel-max trick from (seed, position) alone: the
+// same token for a position whatever was drawn before, and what a device's perturbed argmax
+// gives (GumbelArgmax of GumbelDraw). With a truncation the request's RNG stream draws instead.
+TEST(SamplerTest, PlainSamplingIsAFunctionOfSeedAndPosition) {
+  const std::vector<float> logits = {0.1f, 0.5f, -0.3f, 1.2f, 0.0f, 0.7f};
+  SamplingParams params = Seeded(9);
+  params.temperature = 0.7f;
+  auto forward = Sampler::Create(params);
+  auto backward = Sampler::Create(params);
+  ASSERT_TRUE(forward.ok() && backward.ok());
+  EXPECT_TRUE(forward->plain());
+  std::vector<int32_t> a(50), b(50);
+  for (int i = 0; i < 50; ++i) a[i] = forward->SampleFromLogits(logits, i);
+  for (int i = 49; i >= 0; --i) b[i] = backward->SampleFromLogits(logits, i);
+  EXPECT_EQ(a, b);
+  EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 2u);  // it does sample
+  const kernels::GumbelRow draw = forward->GumbelDraw(17);
+  EXPECT_EQ(draw.inv_temperature, 1.0 / static_cast<double>(0.7f));
+  EXPECT_EQ(draw.seed, 9u);
+  EXPECT_EQ(draw.counter, 17u);
+  EXPECT_EQ(Sampler::GumbelArgmax(logits, draw), a[17]);
+
+  params.top_p = 0.9f;
+  auto truncated = Sampler::Create(params);
+  ASSERT_TRUE(truncated.ok());
+  EXPECT_FALSE(truncated->plain());
+  params.temperature = 0.0f;
+  auto greedy = Sampler::Create(params);
+  ASSERT_TRUE(greedy.ok());
+  EXPECT_FALSE(greedy->plain());
+  EXPECT_EQ(greedy->GumbelDraw(3).inv_temperature, 0.0);
+}
+
 TEST(SamplerTest, SampleFromLogitsHonoursTopK) {
   SamplingParams params = Seeded(5);
   params.top_k = 2;
@@ -112,7 +147,7 @@ TEST(SamplerTest, SampleFromLogitsHonoursTopK) {
   ASSERT_TRUE(sampler.ok());
   const std::vector<float> logits = {3.0f, 0.0f, 2.9f, 1.0f};
   for (int i = 0; i < 1000; ++i) {
-    const int32_t token = sampler->SampleFromLogits(logits);
+    const int32_t token = sampler->SampleFromLogits(logits, i);
     ASSERT_TRUE(token == 0 || token == 2) << token;
   }
 }

@@ -189,6 +189,42 @@ TEST_F(SpecDecodeTest, ArgmaxStepsGiveTheTokensOfTheLogits) {
   }
 }
 
+// Plain temperature sampling takes the argmax of rows perturbed for each request's Gumbel-max
+// draw where the logits are (what keeps a GPU's logits on the GPU when sampling): the tokens are
+// those the host draws from the logits, and a request's tokens do not depend on whether its
+// batch took the logits (a top-p request in every step) or the argmax.
+TEST_F(SpecDecodeTest, SampledStepsTakeTheArgmaxOfPerturbedRows) {
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 4; ++i) {
+    specs.push_back(Spec("t" + std::to_string(i), Prompt(6 + 9 * i, i), 14, 1.3f, 40 + i));
+  }
+  specs.push_back(Spec("greedy", Prompt(20, 9), 14, 0.f));
+  auto logits_engine = Engine(0, 512, dir_, SpecCostModel::Unprofiled(), 64, false);
+  const auto want = RunAll(*logits_engine, specs);
+  auto engine = Engine(0);
+  const auto got = RunAll(*engine, specs);
+  for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(got[i].first, want[i].first) << i;
+  EXPECT_EQ(engine->Stats().argmax_steps, engine->Stats().steps);
+  // It samples: greedy decoding of the same prompts gives other tokens.
+  std::vector<RequestSpec> greedy = specs;
+  for (RequestSpec& spec : greedy) spec.sampling.temperature = 0.f;
+  auto greedy_engine = Engine(0);
+  const auto argmax = RunAll(*greedy_engine, greedy);
+  int differ = 0;
+  for (size_t i = 0; i < specs.size(); ++i) differ += got[i].first != argmax[i].first;
+  EXPECT_GE(differ, 3);
+
+  // A request that truncates its distribution reads the logits in every step it shares: it is
+  // submitted first and outlives the others, so it is in every step.
+  std::vector<RequestSpec> mixed = {Spec("top_p", Prompt(30, 5), 20, 1.0f, 7)};
+  mixed[0].sampling.top_p = 0.8f;
+  mixed.insert(mixed.end(), specs.begin(), specs.end());
+  auto mixed_engine = Engine(0);
+  const auto mixed_got = RunAll(*mixed_engine, mixed);
+  for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(mixed_got[i + 1].first, got[i].first) << i;
+  EXPECT_EQ(mixed_engine->Stats().argmax_steps, 0);
+}
+
 TEST_F(SpecDecodeTest, SeededSamplingIsReproducible) {
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 4; ++i) {

@@ -231,5 +231,27 @@ TEST_F(CudaOpsTest, ArgMaxGivesTheCpusIds) {
   EXPECT_EQ(want[4].index, n - 1);
 }
 
+// The Gumbel-max perturbation of a vocabulary slice: the CPU's values (the device's double log
+// may differ from glibc's by an ulp, within float rounding of the sum almost always, so the
+// values agree to 1e-6 relative) and, what sampling reads, the same argmax ids; a greedy row
+// is left as it was.
+TEST_F(CudaOpsTest, GumbelPerturbGivesTheCpusDraws) {
+  const int64_t n = 20000, ldx = n + 32, first_token = 64000;
+  const std::vector<kernels::GumbelRow> rows = {
+      {1.0, 7, 100}, {0.0, 7, 100}, {1.0 / 0.7, 123456789, 5}, {2.0, 7, 101}};
+  std::vector<float> x = Random(rows.size() * ldx);
+  std::vector<float> want = x;
+  cpu().GumbelPerturb(want.data(), n, ldx, first_token, rows);
+  DeviceBuffer<float> dx(x);
+  gpu().GumbelPerturb(dx.get(), n, ldx, first_token, rows);
+  const std::vector<float> got = dx.ToHost();
+  ExpectClose(got, want, 1e-6, 1.0, "GumbelPerturb");
+  for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got[ldx + j], x[ldx + j]) << "greedy row, " << j;
+  std::vector<kernels::ArgmaxCandidate> want_ids(rows.size()), got_ids(rows.size());
+  cpu().ArgMax(want.data(), rows.size(), n, ldx, want_ids.data());
+  cpu().ArgMax(got.data(), rows.size(), n, ldx, got_ids.data());
+  for (size_t r = 0; r < rows.size(); ++r) EXPECT_EQ(got_ids[r].index, want_ids[r].index) << r;
+}
+
 }  // namespace
 }  // namespace pdspark::engine::backend::testing

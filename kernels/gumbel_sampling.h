@@ -1,0 +1,69 @@
+// Sampling a token from softmax(logits / T) as the argmax of logits / T + Gumbel noise (the
+// Gumbel-max trick). The noise of token i is a function of (seed, counter, i) alone, drawn from
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011), a
+// counter-based generator: any thread can draw any token's noise without a shared state. So a
+// draw is the same whatever the batch around the row, the device, or the tensor-parallel cut of
+// the vocabulary: each rank perturbs its slice (Ops::GumbelPerturb) and the ranks' winners merge
+// by the argmax rule (kernels/argmax_rule.h), as a greedy row's do. Only the winner's id crosses
+// to the host.
+//
+// Header-only and C++17, shared by the CPU and CUDA backends and the host's sampler.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/number_formats.h"
+
+namespace pdspark::kernels {
+
+// One logits row's draw: inv_temperature 0 leaves the row as it is (greedy); `counter` tells
+// draws of one seed apart (the engine uses the sampled token's position).
+struct GumbelRow {
+  double inv_temperature = 0.0;
+  uint64_t seed = 0;
+  uint64_t counter = 0;
+};
+
+// Philox4x32-10 of counter c under key k, in place: ten rounds of two 32x32->64 multiplies, the
+// key bumped by the Weyl constants between rounds (Random123's philox4x32_R).
+PDSPARK_HOST_DEVICE inline void Philox4x32_10(uint32_t c[4], uint32_t k0, uint32_t k1) {
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c[2];
+    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    const uint32_t c1 = c[1], c3 = c[3];
+    c[0] = hi1 ^ c1 ^ k0;
+    c[1] = lo1;
+    c[2] = hi0 ^ c3 ^ k1;
+    c[3] = lo0;
+  }
+}
+
+// Token `token`'s standard Gumbel noise -log(-log(u)) for draw (seed, counter): u in (0, 1) from
+// 53 bits of Philox (counter words: token, counter; key: seed), centred in its bucket so it is
+// never 0 or 1. Double precision: the host's and the device's log differ by at most an ulp.
+PDSPARK_HOST_DEVICE inline double GumbelNoise(uint64_t seed, uint64_t counter, int64_t token) {
+  const uint64_t t = static_cast<uint64_t>(token);
+  uint32_t c[4] = {static_cast<uint32_t>(t), static_cast<uint32_t>(t >> 32),
+                   static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32)};
+  Philox4x32_10(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const uint64_t bits = (static_cast<uint64_t>(c[1]) << 32 | c[0]) >> 11;
+  const double u = (static_cast<double>(bits) + 0.5) * 0x1p-53;
+  return -log(-log(u));
+}
+
+// Token `token`'s logit perturbed for `row`'s draw: logit / T + its noise, rounded to float once
+// (-inf stays -inf: a masked token never wins; NaN stays NaN).
+PDSPARK_HOST_DEVICE inline float GumbelKey(float logit, const GumbelRow& row, int64_t token) {
+  if (row.inv_temperature == 0.0) return logit;
+  return static_cast<float>(static_cast<double>(logit) * row.inv_temperature +
+                            GumbelNoise(row.seed, row.counter, token));
+}
+
+}  // namespace pdspark::kernels
