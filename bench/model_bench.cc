@@ -5,10 +5,11 @@
 //
 //   pdspark_model_bench --model DIR --batch 1,16,64 --prefill-len 128 --decode-steps 64 \
 //       --threads 2 --weights native,fp32 --kv-cache-dtype auto,fp8 --rounds 3
-//   pdspark_model_bench --model DIR --device cuda --kernels exact,fast --head logits,argmax
+//   pdspark_model_bench --model DIR --device cuda --kernels exact,fast --head logits,argmax,sample
 //
 // A variant is a weight storage with a KV cache dtype, (on cuda) a kernel set, and what a step
-// returns: each sequence's logits row to the host, or only its argmax id (greedy serving). Each round loads
+// returns: each sequence's logits row to the host, or only its argmax id (greedy serving), or the
+// argmax of its row perturbed for a Gumbel-max draw (plain temperature sampling). Each round loads
 // the model afresh for every variant in turn; a variant's decode tok/s is also reported as the
 // median over rounds of its ratio to the first variant in the same round. The bound of a decode
 // step at batch B is B * bandwidth / bytes, where bytes are every weight the step reads in the
@@ -122,9 +123,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"exact", "fast"}));
   app.add_option("--head", heads,
-                 "what steps return, to compare: logits (rows to the host), argmax (ids only)")
+                 "what steps return, to compare: logits (rows to the host), argmax (ids only), "
+                 "sample (ids of rows perturbed for a Gumbel-max draw at temperature 1)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"logits", "argmax"}));
+      ->check(CLI::IsMember({"logits", "argmax", "sample"}));
   app.add_option("--batch", batches, "batch sizes")->delimiter(',');
   app.add_option("--prefill-len", prefill_len, "prompt tokens per sequence");
   app.add_option("--decode-steps", decode_steps, "decode steps per batch size");
@@ -144,7 +146,7 @@ int main(int argc, char** argv) {
     engine::WeightStorage weights;
     engine::KvCacheDtype kv;
     bool fast_kernels;
-    bool argmax_only;
+    pdspark::bench::Head head;
   };
   std::vector<Variant> kinds;
   for (const std::string& s : storages) {
@@ -162,7 +164,10 @@ int main(int argc, char** argv) {
           std::string label = kv_dtypes.size() > 1 ? s + "/kv-" + k : s;
           if (kernel_sets.size() > 1) label += "/" + kernels;
           if (heads.size() > 1) label += "/" + head;
-          kinds.push_back({label, *weights, *kv, kernels == "fast", head == "argmax"});
+          const pdspark::bench::Head what = head == "argmax"   ? pdspark::bench::Head::kArgmax
+                                            : head == "sample" ? pdspark::bench::Head::kSample
+                                                               : pdspark::bench::Head::kLogits;
+          kinds.push_back({label, *weights, *kv, kernels == "fast", what});
         }
       }
     }
@@ -221,7 +226,7 @@ int main(int argc, char** argv) {
       for (size_t b = 0; b < batches.size(); ++b) {
         std::mt19937 rng(1);
         if (!pdspark::bench::RunPrefillDecodeRound(model, batches[b], prefill_len, decode_steps,
-                                                   rng, row[b], kinds[v].argmax_only)) {
+                                                   rng, row[b], kinds[v].head)) {
           return 1;
         }
       }

@@ -1,7 +1,8 @@
 // The measurement both model benchmarks make (pdspark_model_bench, pdspark_tp_bench): `batch`
 // fresh sequences of random prompts prefilled in one step, then `steps` batched decode steps of
-// one random token each, as tokens per second. With `argmax_only` the steps return each
-// sequence's argmax id instead of its logits row (what greedy serving asks for).
+// one random token each, as tokens per second. The steps return each sequence's logits row, or
+// only its argmax id (what greedy serving asks for), or the argmax of the row perturbed for a
+// Gumbel-max draw at temperature 1 (what plain temperature sampling asks for).
 #pragma once
 
 #include <chrono>
@@ -15,6 +16,8 @@
 
 namespace pdspark::bench {
 
+enum class Head { kLogits, kArgmax, kSample };
+
 struct Rates {
   double prefill = 0;  // tokens/s
   double decode = 0;
@@ -22,7 +25,7 @@ struct Rates {
 
 inline bool RunPrefillDecodeRound(engine::Model& model, int64_t batch, int64_t prefill_len,
                                   int64_t steps, std::mt19937& rng, Rates& out,
-                                  bool argmax_only = false) {
+                                  Head head = Head::kLogits) {
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
@@ -30,7 +33,13 @@ inline bool RunPrefillDecodeRound(engine::Model& model, int64_t batch, int64_t p
   std::uniform_int_distribution<int32_t> token(2, static_cast<int32_t>(model.dims().vocab) - 1);
   engine::StepOptions options;
   options.logits = engine::LogitsMode::kLastTokenPerSequence;
-  options.argmax_only = argmax_only;
+  options.argmax_only = head != Head::kLogits;
+  // Each sequence's draw of the token at `position`.
+  auto draw = [&](int64_t position) {
+    if (head != Head::kSample) return;
+    options.sample.assign(batch, {1.0, 1, static_cast<uint64_t>(position)});
+  };
+  draw(prefill_len);
   std::vector<std::unique_ptr<engine::SequenceState>> seqs;
   std::vector<std::vector<int32_t>> prompts(batch, std::vector<int32_t>(prefill_len));
   std::vector<engine::StepInput> inputs(batch);
@@ -49,6 +58,7 @@ inline bool RunPrefillDecodeRound(engine::Model& model, int64_t batch, int64_t p
       next[b] = token(rng);
       inputs[b] = {seqs[b].get(), std::span<const int32_t>(&next[b], 1)};
     }
+    draw(prefill_len + step + 1);
     if (!model.Step(inputs, options).ok()) return false;
   }
   out.decode = batch * steps / seconds(t0);
