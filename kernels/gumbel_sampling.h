@@ -3,7 +3,7 @@
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011), a
 // counter-based generator: any thread can draw any token's noise without a shared state. So a
 // draw is the same whatever the batch around the row, the device, or the tensor-parallel cut of
-// the vocabulary: each rank perturbs its slice (Ops::GumbelPerturb) and the ranks' winners merge
+// the vocabulary: each rank perturbs its slice (Ops::GumbelArgMax) and the ranks' winners merge
 // by the argmax rule (kernels/argmax_rule.h), as a greedy row's do. Only the winner's id crosses
 // to the host.
 //
@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/argmax_rule.h"
 #include "kernels/number_formats.h"
 
 namespace pdspark::kernels {
@@ -45,17 +46,27 @@ PDSPARK_HOST_DEVICE inline void Philox4x32_10(uint32_t c[4], uint32_t k0, uint32
   }
 }
 
-// Token `token`'s standard Gumbel noise -log(-log(u)) for draw (seed, counter): u in (0, 1) from
-// 53 bits of Philox (counter words: token, counter; key: seed), centred in its bucket so it is
-// never 0 or 1. Double precision: the host's and the device's log differ by at most an ulp.
+// Standard Gumbel noise -log(-log(u)) of u = (bits + 0.5) / 2^52 for 52 random bits: u is
+// centred in its bucket, so it is never 0 or 1 (a 53rd bit would let 1 - 2^-54 round to 1, and
+// the noise be infinite), and the noise lies in [-3.61, 36.74]. Double precision: the host's and
+// the device's log differ by at most an ulp.
+PDSPARK_HOST_DEVICE inline double GumbelOfBits(uint64_t bits) {
+  const double u = (static_cast<double>(bits & ((uint64_t{1} << 52) - 1)) + 0.5) * 0x1p-52;
+  return -log(-log(u));
+}
+
+// Above every noise GumbelOfBits gives: a token whose logit / T is this far below the best key
+// found cannot win.
+inline constexpr double kMaxGumbelNoise = 36.75;
+
+// Token `token`'s noise for draw (seed, counter): 52 bits of Philox (counter words: token,
+// counter; key: seed).
 PDSPARK_HOST_DEVICE inline double GumbelNoise(uint64_t seed, uint64_t counter, int64_t token) {
   const uint64_t t = static_cast<uint64_t>(token);
   uint32_t c[4] = {static_cast<uint32_t>(t), static_cast<uint32_t>(t >> 32),
                    static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32)};
   Philox4x32_10(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  const uint64_t bits = (static_cast<uint64_t>(c[1]) << 32 | c[0]) >> 11;
-  const double u = (static_cast<double>(bits) + 0.5) * 0x1p-53;
-  return -log(-log(u));
+  return GumbelOfBits((static_cast<uint64_t>(c[1]) << 32 | c[0]) >> 12);
 }
 
 // Token `token`'s logit perturbed for `row`'s draw: logit / T + its noise, rounded to float once
@@ -64,6 +75,24 @@ PDSPARK_HOST_DEVICE inline float GumbelKey(float logit, const GumbelRow& row, in
   if (row.inv_temperature == 0.0) return logit;
   return static_cast<float>(static_cast<double>(logit) * row.inv_temperature +
                             GumbelNoise(row.seed, row.counter, token));
+}
+
+// The winner of values [begin, end) of a row (value j is token first_token + j) perturbed for
+// `draw`, by the argmax rule, scanning in order. A value whose logit / T is more than
+// kMaxGumbelNoise below the best key so far cannot beat it (nor tie: its key rounds to a float
+// no larger than the best), so its noise is not drawn: most of a peaked row's. The winner is
+// the full scan's.
+inline ArgmaxCandidate GumbelArgmaxScan(const float* row, int64_t begin, int64_t end,
+                                        const GumbelRow& draw, int64_t first_token) {
+  ArgmaxCandidate best;
+  for (int64_t j = begin; j < end; ++j) {
+    if (draw.inv_temperature != 0.0 && best.index >= 0 &&
+        static_cast<double>(row[j]) * draw.inv_temperature + kMaxGumbelNoise < best.value) {
+      continue;
+    }
+    best = ArgmaxMerge(best, {GumbelKey(row[j], draw, first_token + j), static_cast<int32_t>(j)});
+  }
+  return best;
 }
 
 }  // namespace pdspark::kernels

@@ -174,12 +174,14 @@ class Ops {
   // row of logits, without moving the row.
   virtual void ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
                       kernels::ArgmaxCandidate* out) = 0;
-  // Row r of x [rows.size(), n] (rows ldx apart), in place: x[r, j] = GumbelKey(x[r, j], rows[r],
-  // first_token + j) (kernels/gumbel_sampling.h; `rows` is host memory). ArgMax of the result
-  // is a draw from softmax(row / T): what plain temperature sampling reads of a row of logits
-  // (first_token: where this rank's vocabulary slice starts), without moving the row.
-  virtual void GumbelPerturb(float* x, int64_t n, int64_t ldx, int64_t first_token,
-                             std::span<const kernels::GumbelRow> rows) = 0;
+  // ArgMax of every row r of x [draws.size(), n] perturbed for draws[r]: value j counts as
+  // GumbelKey(x[r, j], draws[r], first_token + j) (kernels/gumbel_sampling.h; `draws` is host
+  // memory; first_token: where this rank's vocabulary slice starts), out[r] the winner's key
+  // and index. A draw from softmax(row / T): what plain temperature sampling reads of a row of
+  // logits, without moving or changing the row. A greedy draw is the row's ArgMax.
+  virtual void GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_token,
+                            std::span<const kernels::GumbelRow> draws,
+                            kernels::ArgmaxCandidate* out) = 0;
 
   // ---- Hyper-connections (mHC) ---------------------------------------------------------------
   // From streams [rows, hc, dim] and their raw mixes [rows, (2+hc)*hc] (streams . fn^T), which

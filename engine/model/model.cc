@@ -353,18 +353,14 @@ Status Model::Head(const RankContext& ctx, const BatchLayout& batch, const StepO
   }
   Floats y = HcHead(d, ctx, w.hc_head, *head_in, rows);
   ctx.ops().RmsNorm(y.data(), w.norm.data(), rows, d.dim, d.norm_eps, y.data());
-  Floats logits = VocabSliceLogits(ctx, y.data(), rows, w.head);
+  const Floats logits = VocabSliceLogits(ctx, y.data(), rows, w.head);
   if (options.argmax_only) {
-    if (!options.sample.empty()) {
-      if (static_cast<int64_t>(options.sample.size()) != rows) {
-        return absl::InvalidArgumentError(absl::StrCat("StepOptions::sample has ",
-                                                       options.sample.size(), " draws for ", rows,
-                                                       " logits rows"));
-      }
-      const int64_t local = ctx.plan->vocab.size();
-      ctx.ops().GumbelPerturb(logits.data(), local, local, ctx.plan->vocab.begin, options.sample);
+    if (!options.sample.empty() && static_cast<int64_t>(options.sample.size()) != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "StepOptions::sample has ", options.sample.size(), " draws for ", rows, " logits rows"));
     }
-    return GatherArgmax(ctx, d.vocab, logits.data(), rows, out ? &out->argmax : nullptr);
+    return GatherArgmax(ctx, d.vocab, logits.data(), rows, out ? &out->argmax : nullptr,
+                        options.sample);
   }
   return GatherVocab(ctx, d.vocab, logits.data(), rows, out ? &out->logits : nullptr);
 }

@@ -53,11 +53,15 @@ Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, in
 }
 
 Status GatherArgmax(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
-                    std::vector<int32_t>* ids) {
+                    std::vector<int32_t>* ids, std::span<const kernels::GumbelRow> draws) {
   const int world = ctx.distributed() ? ctx.comm->world_size() : 1;
   const int64_t local = ctx.plan->vocab.size();
   backend::Buffer<kernels::ArgmaxCandidate> mine(*ctx.backend, rows);
-  ctx.ops().ArgMax(slice, rows, local, local, mine.data());
+  if (draws.empty()) {
+    ctx.ops().ArgMax(slice, rows, local, local, mine.data());
+  } else {
+    ctx.ops().GumbelArgMax(slice, local, local, ctx.plan->vocab.begin, draws, mine.data());
+  }
   // A candidate is a float and an int32: the collective moves it as two floats, bit for bit.
   static_assert(sizeof(kernels::ArgmaxCandidate) == 2 * sizeof(float));
   backend::Buffer<kernels::ArgmaxCandidate> all(*ctx.backend, world * rows);

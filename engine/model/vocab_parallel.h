@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/base/status.h"
 #include "engine/model/rank_context.h"
 #include "engine/model/weights.h"
+#include "kernels/gumbel_sampling.h"
 
 namespace pdspark::engine {
 
@@ -30,7 +32,9 @@ Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, in
 // would gather them), into `ids` (may be null where not needed; every rank must call it): each
 // rank's winner is found where its slice is, then only the winners are gathered and merged by
 // the same rule (kernels/argmax_rule.h), so the id is the whole row's argmax at every TP size.
+// With `draws` (one per row), of the rows perturbed for those Gumbel-max draws (Ops::
+// GumbelArgMax): a sample of each row's softmax, the same at every TP size.
 Status GatherArgmax(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
-                    std::vector<int32_t>* ids);
+                    std::vector<int32_t>* ids, std::span<const kernels::GumbelRow> draws = {});
 
 }  // namespace pdspark::engine

@@ -1,7 +1,6 @@
 #include "engine/sampling/sampler.h"
 
 #include "engine/sampling/logits_processor.h"
-#include "kernels/argmax_rule.h"
 
 namespace pdspark::sampling {
 namespace {
@@ -69,12 +68,8 @@ kernels::GumbelRow Sampler::GumbelDraw(int64_t position) const {
 }
 
 int32_t Sampler::GumbelArgmax(std::span<const float> logits, const kernels::GumbelRow& draw) {
-  kernels::ArgmaxCandidate best;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    best = kernels::ArgmaxMerge(best, {kernels::GumbelKey(logits[i], draw, static_cast<int64_t>(i)),
-                                       static_cast<int32_t>(i)});
-  }
-  return best.index;
+  return kernels::GumbelArgmaxScan(logits.data(), 0, static_cast<int64_t>(logits.size()), draw, 0)
+      .index;
 }
 
 double Sampler::Uniform() {

@@ -46,7 +46,7 @@ class Sampler {
   // Plain temperature sampling: no top-k, top-p or min-p, so the distribution is the softmax of
   // the row itself. Its tokens are drawn by the Gumbel-max trick (kernels/gumbel_sampling.h)
   // from (seed, position) alone, so a GPU can draw one where the logits are (Ops::
-  // GumbelPerturb) and the host the same token from a row it holds, whatever the step's batch.
+  // GumbelArgMax) and the host the same token from a row it holds, whatever the step's batch.
   bool plain() const;
   // The draw of the token at `position` (inv_temperature 0 when greedy).
   kernels::GumbelRow GumbelDraw(int64_t position) const;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -31,6 +32,18 @@ TEST(GumbelSamplingTest, PhiloxMatchesRandom123sKnownAnswers) {
     Philox4x32_10(c, v.key[0], v.key[1]);
     for (int i = 0; i < 4; ++i) EXPECT_EQ(c[i], v.out[i]) << "word " << i;
   }
+}
+
+// The extreme uniforms give finite noise within kMaxGumbelNoise: with 53 bits centred in their
+// bucket the largest rounded to u = 1 and gave +inf, a token that wins whatever its logit.
+TEST(GumbelSamplingTest, NoiseIsFiniteAndBoundedAtTheExtremeBits) {
+  const double top = GumbelOfBits((uint64_t{1} << 52) - 1), bottom = GumbelOfBits(0);
+  EXPECT_TRUE(std::isfinite(top));
+  EXPECT_TRUE(std::isfinite(bottom));
+  EXPECT_LT(top, kMaxGumbelNoise);
+  EXPECT_GT(top, 36.7);
+  EXPECT_NEAR(bottom, -3.61, 0.01);
+  EXPECT_LT(GumbelOfBits((uint64_t{1} << 52) - 2), top);  // monotonic in the bits
 }
 
 TEST(GumbelSamplingTest, NoiseDependsOnSeedCounterAndTokenOnly) {
@@ -71,6 +84,30 @@ TEST(GumbelSamplingTest, ArgmaxOfPerturbedLogitsFollowsTheSoftmax) {
     EXPECT_NEAR(hits[i], kDraws * p, 5 * sigma + 1e-9) << "token " << i;
   }
   EXPECT_EQ(hits[3], 0);
+}
+
+// The scan that skips values which cannot win gives the full scan's winner: rows from flat to
+// peaked (logit spreads up to 400 at temperatures 0.3-2), ties and -inf included, many draws.
+TEST(GumbelSamplingTest, TheSkippingScanGivesTheFullScansWinner) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (int trial = 0; trial < 300; ++trial) {
+    const float spread = 0.5f + static_cast<float>(trial % 10) * 40.0f;
+    std::vector<float> row(1 + rng() % 3000);
+    for (float& v : row) v = spread * normal(rng);
+    row[rng() % row.size()] = row[rng() % row.size()];  // a tie
+    row[rng() % row.size()] = -std::numeric_limits<float>::infinity();
+    const GumbelRow draw{1.0 / (0.3 + (trial % 7) * 0.3), 11, static_cast<uint64_t>(trial)};
+    ArgmaxCandidate full;
+    for (size_t j = 0; j < row.size(); ++j) {
+      full = ArgmaxMerge(
+          full, {GumbelKey(row[j], draw, 500 + static_cast<int64_t>(j)), static_cast<int32_t>(j)});
+    }
+    const int64_t n = static_cast<int64_t>(row.size());
+    const ArgmaxCandidate scan = GumbelArgmaxScan(row.data(), 0, n, draw, 500);
+    EXPECT_EQ(scan.index, full.index) << "trial " << trial;
+    EXPECT_EQ(scan.value, full.value) << "trial " << trial;
+  }
 }
 
 }  // namespace

@@ -167,15 +167,27 @@ void CpuOps::ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
   }
 }
 
-void CpuOps::GumbelPerturb(float* x, int64_t n, int64_t ldx, int64_t first_token,
-                           std::span<const kernels::GumbelRow> rows) {
-  ForChunks(static_cast<int64_t>(rows.size()) * n, 4096, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t r = i / n, j = i % n;
-      float& value = x[r * ldx + j];
-      value = kernels::GumbelKey(value, rows[r], first_token + j);
+// Each row in chunks on the threads, each chunk's winner found in index order (skipping the
+// values that cannot win, kernels::GumbelArgmaxScan), then the chunks' winners merged in order
+// (the rule is associative).
+void CpuOps::GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_token,
+                          std::span<const kernels::GumbelRow> draws,
+                          kernels::ArgmaxCandidate* out) {
+  constexpr int64_t kChunk = 8192;
+  const int64_t rows = static_cast<int64_t>(draws.size()), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<kernels::ArgmaxCandidate> winners(rows * chunks);
+  ForChunks(rows * chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t r = t / chunks, j0 = (t % chunks) * kChunk;
+      winners[t] = kernels::GumbelArgmaxScan(x + r * ldx, j0, std::min(n, j0 + kChunk), draws[r],
+                                             first_token);
     }
   });
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::ArgmaxCandidate best;
+    for (int64_t c = 0; c < chunks; ++c) best = kernels::ArgmaxMerge(best, winners[r * chunks + c]);
+    out[r] = best;
+  }
 }
 
 void CpuOps::Scale(float* x, int64_t n, float s) {

@@ -47,8 +47,9 @@ class CpuOps : public Ops {
   void Scale(float* x, int64_t n, float s) override;
   void ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
               kernels::ArgmaxCandidate* out) override;
-  void GumbelPerturb(float* x, int64_t n, int64_t ldx, int64_t first_token,
-                     std::span<const kernels::GumbelRow> rows) override;
+  void GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_token,
+                    std::span<const kernels::GumbelRow> draws,
+                    kernels::ArgmaxCandidate* out) override;
 
   void HcPre(const HcShape& s, const float* streams, float* mixes, int64_t rows, const float* scale,
              const float* base, float* input, float* post, float* comb) override;

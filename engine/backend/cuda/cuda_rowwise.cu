@@ -156,19 +156,11 @@ __global__ void AddRowsDoubleKernel(const float* x, int64_t count, int64_t n, co
   }
 }
 
-// One thread per value: GumbelKey of its row's draw.
-__global__ void GumbelPerturbKernel(float* x, int64_t rows, int64_t n, int64_t ldx,
-                                    int64_t first_token, const kernels::GumbelRow* params) {
-  PDSPARK_GRID_LOOP(i, rows * n) {
-    const int64_t r = i / n, j = i % n;
-    float& value = x[r * ldx + j];
-    value = kernels::GumbelKey(value, params[r], first_token + j);
-  }
-}
-
 // One block per row: each thread's candidates in index order, then a tree of merges; the rule
 // is associative, so the winner is the in-order scan's (kernels/argmax_rule.h).
+// `draws` null: the values themselves; else each value's GumbelKey for its row's draw.
 __global__ void ArgMaxKernel(const float* x, int64_t n, int64_t ldx,
+                             const kernels::GumbelRow* draws, int64_t first_token,
                              kernels::ArgmaxCandidate* out) {
   // Shared memory takes no constructors: the candidates as two plain arrays.
   __shared__ float values[kThreads];
@@ -176,7 +168,9 @@ __global__ void ArgMaxKernel(const float* x, int64_t n, int64_t ldx,
   const float* row = x + blockIdx.x * ldx;
   kernels::ArgmaxCandidate mine;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    mine = kernels::ArgmaxMerge(mine, {row[j], static_cast<int32_t>(j)});
+    const float value =
+        draws ? kernels::GumbelKey(row[j], draws[blockIdx.x], first_token + j) : row[j];
+    mine = kernels::ArgmaxMerge(mine, {value, static_cast<int32_t>(j)});
   }
   values[threadIdx.x] = mine.value;
   indices[threadIdx.x] = mine.index;
@@ -318,20 +312,20 @@ void CudaOps::ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
                      kernels::ArgmaxCandidate* out) {
   const cuda::DeviceScope on_device(device_);
   if (rows == 0) return;
-  ArgMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(x, n, ldx, out);
+  ArgMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(x, n, ldx, nullptr, 0, out);
   Check(cudaGetLastError(), "ArgMax");
 }
 
-void CudaOps::GumbelPerturb(float* x, int64_t n, int64_t ldx, int64_t first_token,
-                            std::span<const kernels::GumbelRow> rows) {
+void CudaOps::GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_token,
+                           std::span<const kernels::GumbelRow> draws,
+                           kernels::ArgmaxCandidate* out) {
   const cuda::DeviceScope on_device(device_);
-  const int64_t count = static_cast<int64_t>(rows.size());
-  if (count == 0 || n == 0) return;
-  const kernels::GumbelRow* params = Upload(rows.data(), rows.size());
+  if (draws.empty()) return;
+  const kernels::GumbelRow* device_draws = Upload(draws.data(), draws.size());
   if (status_.ok()) {
-    GumbelPerturbKernel<<<BlocksFor(count * n), kThreads, 0, stream_>>>(x, count, n, ldx,
-                                                                        first_token, params);
-    Check(cudaGetLastError(), "GumbelPerturb");
+    ArgMaxKernel<<<static_cast<unsigned>(draws.size()), kThreads, 0, stream_>>>(
+        x, n, ldx, device_draws, first_token, out);
+    Check(cudaGetLastError(), "GumbelArgMax");
   }
   FreeScratch();
 }
