@@ -138,8 +138,7 @@ void KvPool::EnableHostMirror() {
   }
   mirror_ = std::unique_ptr<char, MirrorDeleter>(static_cast<char*>(memory), {bytes});
   const size_t chunks = (bytes + kMirrorPinChunk - 1) / kMirrorPinChunk;
-  chunk_tried_.assign(chunks, false);
-  chunk_pinned_.assign(chunks, false);
+  chunk_pins_.assign(chunks, ChunkPin::kUntried);
 }
 
 void KvPool::PinMirror(const char* at, size_t bytes) const {
@@ -150,12 +149,12 @@ void KvPool::PinMirror(const char* at, size_t bytes) const {
   const int64_t last = (offset + static_cast<int64_t>(bytes) - 1) / kMirrorPinChunk;
   std::lock_guard<std::mutex> lock(pin_mutex_);
   for (int64_t c = first; c <= last; ++c) {
-    if (chunk_tried_[c]) continue;
-    chunk_tried_[c] = true;
+    if (chunk_pins_[c] != ChunkPin::kUntried) continue;
     const int64_t begin = c * kMirrorPinChunk;
     const size_t size = static_cast<size_t>(std::min(kMirrorPinChunk, capacity_bytes() - begin));
-    chunk_pinned_[c] = ops->PinHostMemory(mirror_.get() + begin, size);
-    if (!chunk_pinned_[c]) {
+    const bool pinned = ops->PinHostMemory(mirror_.get() + begin, size);
+    chunk_pins_[c] = pinned ? ChunkPin::kPinned : ChunkPin::kRefused;
+    if (!pinned) {
       LOG_WARN(
           "cannot pin {} bytes of the KV transfer mirror: its copies to and from the device "
           "go through pageable memory (slower); raise the locked-memory limit (ulimit -l)",
@@ -167,9 +166,10 @@ void KvPool::PinMirror(const char* at, size_t bytes) const {
 int64_t KvPool::mirror_pinned_bytes() const {
   std::lock_guard<std::mutex> lock(pin_mutex_);
   int64_t pinned = 0;
-  for (size_t c = 0; c < chunk_pinned_.size(); ++c) {
+  for (size_t c = 0; c < chunk_pins_.size(); ++c) {
     const int64_t begin = static_cast<int64_t>(c) * kMirrorPinChunk;
-    if (chunk_pinned_[c]) pinned += std::min(kMirrorPinChunk, capacity_bytes() - begin);
+    if (chunk_pins_[c] == ChunkPin::kPinned)
+      pinned += std::min(kMirrorPinChunk, capacity_bytes() - begin);
   }
   return pinned;
 }
@@ -210,8 +210,9 @@ KvPool::KvPool(void* memory, int64_t page_bytes, int64_t num_pages)
 
 KvPool::~KvPool() {
   // The mirror's pinned chunks are unpinned before it is unmapped.
-  for (size_t c = 0; c < chunk_pinned_.size(); ++c) {
-    if (chunk_pinned_[c]) replicas_[0].ops->UnpinHostMemory(mirror_.get() + c * kMirrorPinChunk);
+  for (size_t c = 0; c < chunk_pins_.size(); ++c) {
+    if (chunk_pins_[c] == ChunkPin::kPinned)
+      replicas_[0].ops->UnpinHostMemory(mirror_.get() + c * kMirrorPinChunk);
   }
 }
 

@@ -200,8 +200,8 @@ class KvPool {
   // arena is one host arena.
   std::unique_ptr<char, MirrorDeleter> mirror_;
   mutable std::mutex pin_mutex_;
-  mutable std::vector<bool> chunk_tried_;   // per mirror chunk: PinHostMemory was called
-  mutable std::vector<bool> chunk_pinned_;  // ... and succeeded
+  enum class ChunkPin : uint8_t { kUntried, kPinned, kRefused };
+  mutable std::vector<ChunkPin> chunk_pins_;  // per mirror chunk
   int64_t high_water_ = 0;
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<PageGroup>> groups_;
 };

@@ -172,12 +172,13 @@ void ListEntries(const RankContext& ctx, int64_t layer, CacheGroupKind kind, int
 }
 
 // The lightning indexer's scores sum_h w_h * relu(q_h . K_j) of every row over its eligible
-// compressed entries (at keys.KeyOffsets()[r] for row r): this rank's heads summed in double,
-// then the sum over the ranks, rounded to float once.
+// compressed entries (at keys.KeyOffsets()[r] for row r; `total` of them): this rank's heads
+// summed in double, then the sum over the ranks, rounded to float once.
 StatusOr<Floats> IndexerScores(const ModelDims& d, const RankContext& ctx,
-                               const AttentionProjections& p, const backend::AttentionKeys& keys) {
+                               const AttentionProjections& p, const backend::AttentionKeys& keys,
+                               int64_t total) {
   const int64_t ih = ctx.plan->index_heads.size(), id = d.index_dim;
-  backend::Buffer<double> partial = ctx.Doubles(keys.KeyOffsets().back());
+  backend::Buffer<double> partial = ctx.Doubles(total);
   ctx.ops().IndexerScores(keys, p.index_q.data(), p.index_w.data(), ih, id, partial.data());
   Floats scores;
   RETURN_IF_ERROR(ReduceToFloat(ctx, partial, scores));
@@ -213,10 +214,12 @@ Status AttendAll(const ModelDims& d, const RankContext& ctx, int64_t layer,
   if (w.indexer) {
     backend::AttentionKeys index_keys;
     ListEntries(ctx, layer, CacheGroupKind::kIndexerKeys, ratio, batch, index_keys);
-    ASSIGN_OR_RETURN(const Floats index_scores, IndexerScores(d, ctx, p, index_keys));
+    const std::vector<int64_t> offsets = index_keys.KeyOffsets();
+    ASSIGN_OR_RETURN(const Floats index_scores,
+                     IndexerScores(d, ctx, p, index_keys, offsets.back()));
     selected = backend::Buffer<int32_t>(*ctx.backend, batch.rows() * d.index_topk,
                                         backend::Buffer<int32_t>::Unzeroed{});
-    ctx.ops().TopK(index_scores.data(), index_keys.KeyOffsets(), d.index_topk, selected.data());
+    ctx.ops().TopK(index_scores.data(), offsets, d.index_topk, selected.data());
     keys.selected = selected.data();
     keys.select_k = d.index_topk;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/batch.h"
 
 namespace pdspark::serving {
 
@@ -89,10 +90,11 @@ StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned
     return d.inv_temperature != 0.0;
   });
   if (argmax_only && sampled) {
-    // One draw per logits row (BatchLayout::LogitRows): a request's last row is its draw.
+    // One draw per logits row: a request's last row is its draw.
     for (size_t i = 0; i < planned.size(); ++i) {
-      const int64_t count = static_cast<int64_t>(inputs[i].tokens.size());
-      const int64_t rows = inputs[i].all_logits ? count : std::min<int64_t>(count, 1);
+      const int64_t rows =
+          engine::BatchLayout::LogitRows({.count = static_cast<int64_t>(inputs[i].tokens.size()),
+                                          .all_logits = inputs[i].all_logits});
       for (int64_t k = 0; k < rows; ++k) {
         options.sample.push_back(k + 1 == rows ? draws[i] : kernels::GumbelRow{});
       }

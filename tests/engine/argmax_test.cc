@@ -83,12 +83,16 @@ StepOutput Steps(Model& model, bool argmax_only, LogitsMode mode) {
   return TrySteps(model, argmax_only, mode).value();
 }
 
+std::unique_ptr<Model> LoadGolden(int tensor_parallel_size) {
+  ModelOptions options;
+  options.show_progress = false;
+  options.tensor_parallel_size = tensor_parallel_size;
+  return Model::Load(kGoldenDir, options).value();
+}
+
 TEST(Argmax, TheModelsArgmaxIdsAreItsLogitsArgmaxAtEveryTensorParallelSize) {
   for (int tp : {1, 2, 4}) {
-    ModelOptions options;
-    options.show_progress = false;
-    options.tensor_parallel_size = tp;
-    auto model = Model::Load(kGoldenDir, options).value();
+    auto model = LoadGolden(tp);
     const int64_t vocab = model->config().vocab_size;
     for (LogitsMode mode : {LogitsMode::kAllTokens, LogitsMode::kLastTokenPerSequence}) {
       const StepOutput logits = Steps(*model, false, mode);
@@ -116,10 +120,7 @@ TEST(Argmax, SampledIdsAreTheHostsGumbelDrawsAtEveryTensorParallelSize) {
   }
   std::vector<int32_t> first;
   for (int tp : {1, 2, 4}) {
-    ModelOptions options;
-    options.show_progress = false;
-    options.tensor_parallel_size = tp;
-    auto model = Model::Load(kGoldenDir, options).value();
+    auto model = LoadGolden(tp);
     const int64_t vocab = model->config().vocab_size;
     const StepOutput logits = Steps(*model, false, LogitsMode::kAllTokens);
     const StepOutput ids = TrySteps(*model, true, LogitsMode::kAllTokens, draws).value();
