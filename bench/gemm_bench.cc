@@ -92,7 +92,14 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows)->delimiter(',');
   app.add_option("--repeats", repeats)->capture_default_str();
   app.add_option("--threads", threads, "threads for both libraries")->capture_default_str();
+  bool fast = false;
+  app.add_flag("--fast", fast,
+               "also time the fast kernels (the BF16 dot, where the CPU has AVX512-BF16)");
   CLI11_PARSE(app, argc, argv);
+  if (fast && !kc::CpuSupportsBf16Dot()) {
+    std::fprintf(stderr, "gemm_bench: --fast: this CPU has no AVX512-BF16, so no BF16 dot\n");
+    return 2;
+  }
   openblas_set_num_threads(threads);
   kc::ThreadPool pool(threads);
   std::fprintf(stderr, "gemm_bench: %s kernels, %d threads\n", kc::GemmIsaName(kc::ActiveGemmIsa()),
@@ -111,7 +118,9 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::printf(
       "| format | k | n | rows | ours us | weight GB/s | GFLOP/s | OpenBLAS fp32 us | "
-      "OpenBLAS / ours |\n|---|---|---|---|---|---|---|---|---|\n");
+      "OpenBLAS / ours |%s\n|---|---|---|---|---|---|---|---|---|%s\n",
+      fast ? " BF16 dot us | BF16 dot GFLOP/s | exact / BF16 dot |" : "",
+      fast ? "---|---|---|" : "");
   for (const Shape& s : shapes) {
     WeightMatrix one;
     one.format = s.format;
@@ -141,10 +150,21 @@ int main(int argc, char** argv) {
                     fp32.data() + (i % fp32_copies) * s.n * s.k, static_cast<int>(s.k), 0.0f,
                     y.data(), static_cast<int>(s.n));
       });
-      std::printf("| %s | %ld | %ld | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |\n",
+      std::printf("| %s | %ld | %ld | %d | %.1f | %.1f | %.1f | %.1f | %.2fx |",
                   pdspark::kernels::WeightFormatName(s.format), static_cast<long>(s.k),
                   static_cast<long>(s.n), m, ours, bytes / ours / 1e3, flops / ours / 1e3, blas,
                   blas / ours);
+      if (fast && s.format != WeightFormat::kF32) {
+        const double dot = MicrosPerCall(repeats, calls, [&](int i) {
+          kc::Gemm({x.data(), m, s.k, weights.views[i % copies], y.data(), s.n,
+                    kc::GemmPrecision::kBf16Dot},
+                   &pool);
+        });
+        std::printf(" %.1f | %.1f | %.2fx |", dot, flops / dot / 1e3, ours / dot);
+      } else if (fast) {
+        std::printf(" - | - | - |");
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
   }

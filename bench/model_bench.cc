@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> heads = {"logits"};
   app.add_option("--model", model_dir, "checkpoint directory")->required();
   app.add_option("--device", device_name, "cpu | cuda");
-  app.add_option("--kernels", kernel_sets, "kernel sets to compare on cuda: exact, fast")
+  app.add_option("--kernels", kernel_sets,
+                 "kernel sets to compare: exact, fast (ModelOptions::fast_kernels)")
       ->delimiter(',')
       ->check(CLI::IsMember({"exact", "fast"}));
   app.add_option("--head", heads,

@@ -57,6 +57,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   model_options.threads = f.common.threads;
   model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
   model_options.device = engine::backend::ParseDevice(f.common.device).value();  // flag-checked
+  model_options.fast_kernels = f.common.kernels == "fast";
   auto model = engine::Model::Load(f.common.model, model_options);
   if (!model.ok()) {
     LOG_ERROR("cannot load model: {}", model.status().ToString());

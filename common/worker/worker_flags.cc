@@ -23,6 +23,13 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
                  "through a host mirror of it)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  app.add_option("--kernels", f.kernels,
+                 "exact: the reference's arithmetic, the same bits on every batch, instruction set "
+                 "and rank "
+                 "count; fast: GEMMs within a stated bound of it (CPU: BF16 dot products where "
+                 "the CPU has AVX512-BF16; CUDA: W4A16 experts, cuBLASLt FP8 projections)")
+      ->check(CLI::IsMember({"exact", "fast"}))
+      ->capture_default_str();
   app.add_option("--weights", f.weights,
                  "native: weights used in the checkpoint's formats; fp32: dequantised copies "
                  "(about 4x the memory, for comparisons)")

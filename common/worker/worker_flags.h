@@ -18,6 +18,7 @@ struct WorkerFlags {
   int threads = 0;                 // compute threads of the model; 0 = every core allowed
   std::string weights = "native";  // native | fp32 (dequantised copies, for comparisons)
   std::string device = "cpu";      // cpu | cuda (one GPU for now)
+  std::string kernels = "exact";   // exact | fast (ModelOptions::fast_kernels)
   int block_size = 256;
   int max_num_seqs = 64;
   int max_model_len = 0;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cpu/cpu_ops.h"
 #ifdef PDSPARK_HAVE_CUDA
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
@@ -16,8 +17,12 @@ StatusOr<Device> ParseDevice(const std::string& name) {
 
 StatusOr<std::vector<std::unique_ptr<Backend>>> MakeBackends(Device device,
                                                              const parallel::RankRunner& runner,
-                                                             [[maybe_unused]] bool fast_kernels) {
-  if (device == Device::kCpu) return MakeCpuBackends(runner);
+                                                             bool fast_kernels) {
+  if (device == Device::kCpu) {
+    std::vector<std::unique_ptr<Backend>> backends = MakeCpuBackends(runner);
+    for (auto& rank : backends) static_cast<CpuOps&>(rank->ops()).set_fast_kernels(fast_kernels);
+    return backends;
+  }
 #ifdef PDSPARK_HAVE_CUDA
   ASSIGN_OR_RETURN(auto cuda, CudaBackend::CreateAll(runner.world_size()));
   std::vector<std::unique_ptr<Backend>> backends;

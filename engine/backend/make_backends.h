@@ -18,8 +18,9 @@ StatusOr<Device> ParseDevice(const std::string& name);
 // One backend per rank of `runner`: CPU backends over its threads and communicators, or, for
 // kCuda, rank r on GPU r with an NCCL communicator between the ranks (one thread per GPU: the
 // runner's rank threads). Fails naming why when the device cannot be had: a build without CUDA
-// (or, for several ranks, without NCCL), or fewer GPUs than ranks. `fast_kernels`: the CUDA
-// backend's fast kernels (CudaOps::set_fast_kernels; the CPU has only its own).
+// (or, for several ranks, without NCCL), or fewer GPUs than ranks. `fast_kernels`: the
+// backend's fast kernels (CpuOps::set_fast_kernels, CudaOps::set_fast_kernels), which trade the
+// reference's bits for speed within a stated bound.
 StatusOr<std::vector<std::unique_ptr<Backend>>> MakeBackends(Device device,
                                                              const parallel::RankRunner& runner,
                                                              bool fast_kernels = false);

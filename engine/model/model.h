@@ -69,8 +69,9 @@ struct ModelOptions {
   SharedExpertMode shared_expert = SharedExpertMode::kSplit;
   // The device the ranks compute on (--device): rank r on GPU r with kCuda.
   backend::Device device = backend::Device::kCpu;
-  // The CUDA backend's fast kernels (W4A16 tensor-core GEMMs of the FP4 experts: x rounded to
-  // BF16, within a stated bound of the exact kernels, not their bits); no effect on the CPU.
+  // The backend's fast kernels, within a stated bound of the exact kernels, not their bits: on
+  // the CPU, GEMMs as BF16 dot products where it has AVX512-BF16 (x rounded to BF16); on CUDA,
+  // W4A16 tensor-core GEMMs of the FP4 experts and cuBLASLt FP8 projections.
   bool fast_kernels = false;
   // Copy the weights into the backend's memory even where the backend could read the
   // checkpoint's mapping in place (the CPU), reach the KV pool through the backend's copies, and

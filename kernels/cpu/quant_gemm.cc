@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/cpu/quant_gemm_internal.h"
@@ -74,12 +75,51 @@ float* Scratch(int64_t floats) {
   return scratch.data();
 }
 
-void RunTask(const internal::IsaKernels& kernels, const GemmProblem& p, const TaskGrid& grid,
-             int64_t task) {
+// A problem's x rounded to BF16 for the BF16 dot (null data: it takes the exact path).
+struct Bf16Rows {
+  const uint16_t* data = nullptr;
+  int64_t ld = 0;
+};
+
+// The BF16 rows of every problem that takes the BF16 dot, in `storage`; problems that share
+// their x (a dense FFN's gate and up) share one copy.
+std::vector<Bf16Rows> RoundInputs(std::span<const GemmProblem> problems,
+                                  std::vector<uint16_t>& storage) {
+  std::vector<Bf16Rows> rows(problems.size());
+  std::vector<size_t> offsets(problems.size());
+  size_t total = 0;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const GemmProblem& p = problems[i];
+    if (!TakesBf16Dot(p)) continue;
+    rows[i].ld = (p.w.cols + internal::kBf16DotInputs - 1) / internal::kBf16DotInputs *
+                 internal::kBf16DotInputs;
+    offsets[i] = total;
+    if (i > 0 && rows[i - 1].ld == rows[i].ld && problems[i - 1].x == p.x &&
+        problems[i - 1].ldx == p.ldx && problems[i - 1].m >= p.m) {
+      offsets[i] = offsets[i - 1];
+      continue;
+    }
+    total += static_cast<size_t>(p.m * rows[i].ld);
+  }
+  storage.resize(total);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const GemmProblem& p = problems[i];
+    if (rows[i].ld == 0) continue;
+    rows[i].data = storage.data() + offsets[i];
+    if (i > 0 && rows[i - 1].data == rows[i].data) continue;
+    internal::RoundRowsToBf16(p.x, p.m, p.ldx, p.w.cols, storage.data() + offsets[i], rows[i].ld);
+  }
+  return rows;
+}
+
+void RunTask(const internal::IsaKernels& kernels, const GemmProblem& p, const Bf16Rows& bf16,
+             const TaskGrid& grid, int64_t task) {
   const int64_t rb = task / grid.col_blocks, cb = task % grid.col_blocks;
   const int64_t i0 = rb * grid.row_block, i1 = std::min(p.m, i0 + grid.row_block);
   const int64_t j0 = cb * grid.col_block, j1 = std::min(p.w.rows, j0 + grid.col_block);
-  kernels.gemm_block(p, i0, i1, j0, j1, Scratch(internal::kPanelCols * p.w.cols));
+  float* scratch = Scratch(internal::kPanelCols * p.w.cols);
+  if (bf16.data) return internal::Bf16DotGemmBlock(bf16.data, bf16.ld, p, i0, i1, j0, j1, scratch);
+  kernels.gemm_block(p, i0, i1, j0, j1, scratch);
 }
 
 }  // namespace
@@ -115,6 +155,24 @@ bool CpuSupports(GemmIsa isa) {
 #else
   return isa == GemmIsa::kPortable || isa == GemmIsa::kAuto;
 #endif
+}
+
+bool CpuSupportsBf16Dot() {
+#if defined(__x86_64__)
+  static const bool supported =
+      CpuSupports(GemmIsa::kAvx512) && __builtin_cpu_supports("avx512bf16");
+  return supported;
+#else
+  return false;
+#endif
+}
+
+bool TakesBf16Dot(const GemmProblem& p) {
+  if (p.precision != GemmPrecision::kBf16Dot || p.w.format == WeightFormat::kF32 || !p.w.data ||
+      p.w.col0 % internal::kBf16DotInputs != 0) {
+    return false;
+  }
+  return ActiveGemmIsa() == GemmIsa::kAvx512 && CpuSupportsBf16Dot();
 }
 
 void SetGemmIsa(GemmIsa isa) { forced_isa = isa; }
@@ -178,10 +236,12 @@ void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
     const int64_t tasks = grids.back().tasks();
     first_task.push_back(first_task.back() + tasks);
   }
+  thread_local std::vector<uint16_t> bf16_storage;
+  const std::vector<Bf16Rows> bf16 = RoundInputs(problems, bf16_storage);
   auto run = [&](int64_t task) {
     const size_t i =
         std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin() - 1;
-    RunTask(kernels, problems[i], grids[i], task - first_task[i]);
+    RunTask(kernels, problems[i], bf16[i], grids[i], task - first_task[i]);
   };
   if (pool) {
     pool->ParallelFor(first_task.back(), run);

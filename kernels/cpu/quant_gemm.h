@@ -12,6 +12,17 @@
 //     quantised W gives the same bits as its fp32 dequantisation (the --weights fp32 switch);
 //   - the AVX-512, AVX2 and portable paths give identical bits, and the split over threads
 //     changes nothing.
+//
+// The BF16 dot (GemmPrecision::kBf16Dot, the "fast kernels") trades those bits for twice the
+// multiply-adds per instruction where the CPU has AVX512-BF16 (vdpbf16ps): x rounded to BF16
+// (to nearest even; subnormals flushed), the weights widened to BF16 exactly (FP8, FP4 and BF16
+// codes times their power-of-two scales are BF16 values), and lane l of 16 summing, for
+// q = 0, 1, ..., the exact products of inputs p = 32 q + 2 l + 1 and then p = 32 q + 2 l, each
+// sum rounded to fp32 (subnormal sums flushed to zero), then the canonical tree. Its error
+// against the exact product is within 2^-8 sum |x w| (x's rounding is at most 2^-9 relative).
+// It is still batch-, slice- and thread-invariant. F32 weights, views whose column origin is
+// not on a 32-column boundary, CPUs without AVX512-BF16 and a forced instruction set other than
+// AVX-512 (SetGemmIsa) take the exact path.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +35,9 @@ namespace pdspark::kernels::cpu {
 
 class ThreadPool;
 
+// How a product multiplies (see above).
+enum class GemmPrecision { kExact, kBf16Dot };
+
 // One product y[i, j] = sum_p x[i, p] * w(j, p), i < m, j < w.rows, p < w.cols.
 struct GemmProblem {
   const float* x = nullptr;
@@ -32,6 +46,7 @@ struct GemmProblem {
   WeightMatrix w;
   float* y = nullptr;
   int64_t ldy = 0;
+  GemmPrecision precision = GemmPrecision::kExact;
 };
 
 // Runs the product on `pool`'s threads (the caller's thread alone when null).
@@ -65,6 +80,10 @@ enum class GemmIsa { kAuto, kAvx512, kAvx2, kPortable };
 void SetGemmIsa(GemmIsa isa);
 GemmIsa ActiveGemmIsa();
 bool CpuSupports(GemmIsa isa);
+// Whether this CPU runs GemmPrecision::kBf16Dot (AVX-512 with BF16), and whether a product of
+// that precision on `w` takes it now (else it takes the exact path).
+bool CpuSupportsBf16Dot();
+bool TakesBf16Dot(const GemmProblem& p);
 const char* GemmIsaName(GemmIsa isa);
 
 }  // namespace pdspark::kernels::cpu

@@ -15,6 +15,7 @@
 #include "engine/model/model.h"
 #include "engine/model/tensor_loader.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/quant_gemm.h"
 #include "nlohmann/json.hpp"
 
 namespace pdspark::engine {
@@ -65,6 +66,30 @@ TEST(NativeWeights, TheNumberOfComputeThreadsChangesNoBit) {
     EXPECT_EQ(model->threads_per_rank(), threads);
     EXPECT_EQ(RunSteps(*model), expected) << threads << " threads";
   }
+}
+
+// The fast kernels (ModelOptions::fast_kernels: BF16 dot products where the CPU has AVX512-BF16)
+// reach the model's GEMMs, and keep the exact path's invariances: the ranks and threads change
+// no bit.
+TEST(NativeWeights, FastKernelsReachTheGemmsAndKeepTheirInvariances) {
+  ModelOptions exact;
+  exact.show_progress = false;
+  ModelOptions fast = exact;
+  fast.fast_kernels = true;
+  const std::vector<float> expected = RunSteps(*Model::Load(kGoldenDir, fast).value());
+  if (kernels::cpu::CpuSupportsBf16Dot()) {
+    EXPECT_NE(expected, RunSteps(*Model::Load(kGoldenDir, exact).value()));
+  } else {
+    EXPECT_EQ(expected, RunSteps(*Model::Load(kGoldenDir, exact).value()));
+  }
+  for (int tp : {2, 4}) {
+    ModelOptions ranks = fast;
+    ranks.tensor_parallel_size = tp;
+    EXPECT_EQ(RunSteps(*Model::Load(kGoldenDir, ranks).value()), expected) << "tp " << tp;
+  }
+  ModelOptions one_thread = fast;
+  one_thread.threads = 1;
+  EXPECT_EQ(RunSteps(*Model::Load(kGoldenDir, one_thread).value()), expected);
 }
 
 TEST(NativeWeights, MatricesAreViewsOfTheMappedCheckpoint) {

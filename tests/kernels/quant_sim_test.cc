@@ -12,8 +12,8 @@ TEST(Fp8QuantDequant, PowerOfTwoScaleAndRounding) {
   std::vector<float> x = {3.3f, -1.0f, 0.01f, 0.0f};
   Fp8QuantDequant(x.data(), 1, 4, 4, 4);
   EXPECT_EQ(x[0], 416.0f / 128);
-  EXPECT_EQ(x[1], -1.0f);             // 128 is on the grid
-  EXPECT_EQ(x[2], 1.25f / 128);       // 1.28 -> 1.25 (step 1/8 in [1,2))
+  EXPECT_EQ(x[1], -1.0f);        // 128 is on the grid
+  EXPECT_EQ(x[2], 1.25f / 128);  // 1.28 -> 1.25 (step 1/8 in [1,2))
   EXPECT_EQ(x[3], 0.0f);
 }
 

@@ -30,6 +30,7 @@ struct GenerateOptions {
   int threads = 0;                      // compute threads of the model; 0 = every core allowed
   std::string weights = "native";       // native | fp32
   std::string device = "cpu";           // cpu | cuda
+  std::string kernels = "exact";        // exact | fast (ModelOptions::fast_kernels)
   std::string kv_cache_dtype = "auto";  // auto | fp8
   // -1: none; n: each generated (prompt) token's logprob and the n most likely tokens'.
   int logprobs = -1;

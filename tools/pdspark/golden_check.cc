@@ -285,6 +285,7 @@ StatusOr<std::vector<GoldenRunResult>> RunGoldenCheck(const GoldenCheckOptions& 
   model_options.show_progress = false;
   model_options.tensor_parallel_size = options.tensor_parallel_size;
   ASSIGN_OR_RETURN(model_options.device, engine::backend::ParseDevice(options.device));
+  model_options.fast_kernels = options.kernels == "fast";
   ASSIGN_OR_RETURN(model_options.kv_cache_dtype, engine::ParseKvCacheDtype(options.kv_cache_dtype));
   ASSIGN_OR_RETURN(auto model, Model::Load(options.dir, model_options));
   ASSIGN_OR_RETURN(Golden golden, Golden::Open(options.dir));

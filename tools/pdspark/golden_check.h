@@ -42,6 +42,7 @@ struct GoldenCheckOptions {
   int tensor_parallel_size = 1;         // engine ranks (threads); the results do not depend on it
   std::string kv_cache_dtype = "auto";  // auto | fp8: FP8 KV rows hold the same values
   std::string device = "cpu";           // cpu | cuda
+  std::string kernels = "exact";        // exact | fast (ModelOptions::fast_kernels)
   std::string dump_dir;  // when set: our compared logits per run as raw fp32 <dir>/<run>.f32  //
                          // empty: every recorded run (prompt0, prompt1, lockstep)
 };

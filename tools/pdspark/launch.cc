@@ -193,7 +193,9 @@ int Launch(const LaunchOptions& o) {
                                      "--tensor-parallel-size",
                                      std::to_string(o.tensor_parallel_size),
                                      "--device",
-                                     o.device};
+                                     o.device,
+                                     "--kernels",
+                                     o.kernels};
     if (role == "decode") {
       argv.insert(argv.end(), {"--spec-method", o.spec_method, "--spec-tokens", o.spec_tokens});
     }

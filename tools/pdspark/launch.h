@@ -17,7 +17,8 @@ struct LaunchOptions {
   int http_port = 8000;
   int grpc_port = 50051;
   int tensor_parallel_size = 1;
-  std::string device = "cpu";  // the workers' --device
+  std::string device = "cpu";     // the workers' --device
+  std::string kernels = "exact";  // the workers' --kernels
   std::string spec_method = "auto";
   std::string spec_tokens = "auto";
   std::string ucx_tls = "tcp";

@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
   golden_cmd->add_option("--device", golden.device, "cpu | cuda (one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  golden_cmd->add_option("--kernels", golden.kernels, "exact | fast (within a bound, not the bits)")
+      ->check(CLI::IsMember({"exact", "fast"}))
+      ->capture_default_str();
   golden_cmd->add_option("--kv-cache-dtype", golden.kv_cache_dtype, "auto | fp8")
       ->check(CLI::IsMember({"auto", "fp8"}))
       ->capture_default_str();
@@ -174,6 +177,14 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--device", gen.device, "cpu | cuda (one GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  gen_cmd
+      ->add_option("--kernels", gen.kernels,
+                   "exact: the reference's arithmetic, the same bits on every batch, instruction "
+                   "set and rank "
+                   "count; fast: GEMMs within a stated bound of it (CPU: BF16 dot products where "
+                   "the CPU has AVX512-BF16; CUDA: W4A16 experts, cuBLASLt FP8 projections)")
+      ->check(CLI::IsMember({"exact", "fast"}))
+      ->capture_default_str();
   gen_cmd->add_option("--weights", gen.weights, "native | fp32 (dequantised copies)")
       ->check(CLI::IsMember({"native", "fp32"}))
       ->capture_default_str();
@@ -208,6 +219,9 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--grpc-port", launch.grpc_port, "router gRPC port")
       ->capture_default_str();
   launch_cmd->add_option("--tensor-parallel-size", launch.tensor_parallel_size, "per worker")
+      ->capture_default_str();
+  launch_cmd->add_option("--kernels", launch.kernels, "the workers' kernels: exact | fast")
+      ->check(CLI::IsMember({"exact", "fast"}))
       ->capture_default_str();
   launch_cmd->add_option("--device", launch.device, "the workers' device: cpu | cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))

@@ -77,13 +77,15 @@ void CpuOps::WriteCacheRows(const float* values, int64_t count, int64_t width,
 }
 
 void CpuOps::Gemm(const GemmCall& call) {
-  kc::Gemm({call.x, call.m, call.ldx, call.w, call.y, call.ldy}, pool_);
+  kc::Gemm({call.x, call.m, call.ldx, call.w, call.y, call.ldy, gemm_precision_}, pool_);
 }
 
 void CpuOps::GroupedGemm(std::span<const GemmCall> calls) {
   std::vector<kc::GemmProblem> problems;
   problems.reserve(calls.size());
-  for (const GemmCall& c : calls) problems.push_back({c.x, c.m, c.ldx, c.w, c.y, c.ldy});
+  for (const GemmCall& c : calls) {
+    problems.push_back({c.x, c.m, c.ldx, c.w, c.y, c.ldy, gemm_precision_});
+  }
   kc::GroupedGemm(problems, pool_);
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "engine/backend/ops.h"
+#include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace pdspark::engine::backend {
@@ -14,6 +15,14 @@ namespace pdspark::engine::backend {
 class CpuOps : public Ops {
  public:
   explicit CpuOps(kernels::cpu::ThreadPool* pool) : pool_(pool) {}
+
+  // The fast kernels: GEMMs on FP8, FP4 and BF16 weights as BF16 dot products, x rounded to
+  // BF16, where the CPU has AVX512-BF16 (kernels::cpu::GemmPrecision::kBf16Dot: within 2^-8
+  // sum |x w| of the exact product, not the reference's bits). Off: every GEMM is the exact one.
+  void set_fast_kernels(bool on) {
+    gemm_precision_ =
+        on ? kernels::cpu::GemmPrecision::kBf16Dot : kernels::cpu::GemmPrecision::kExact;
+  }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
@@ -82,6 +91,7 @@ class CpuOps : public Ops {
   void ScaleMixes(const HcShape& s, const float* streams, int64_t rows, int64_t mix, float* mixes);
 
   kernels::cpu::ThreadPool* pool_;
+  kernels::cpu::GemmPrecision gemm_precision_ = kernels::cpu::GemmPrecision::kExact;
 };
 
 }  // namespace pdspark::engine::backend

@@ -1,0 +1,160 @@
+// The BF16 dot (GemmPrecision::kBf16Dot, kernels/cpu/quant_gemm.h): on a CPU with AVX512-BF16
+// it gives the bits of its definition, computed here one lane at a time with fmaf; it stays
+// within 2^-8 sum |x w| of a double-precision reference; it keeps batch, slice and thread
+// invariance; and where it cannot run (F32 weights, a view off the 32-column grid, another
+// instruction set, a CPU without BF16) a product takes the exact path's bits.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/quant_gemm.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tests/kernels/gemm_test_weights.h"
+
+namespace pdspark::kernels::cpu {
+namespace {
+
+using test_weights::RandomWeights;
+using test_weights::RandomX;
+
+std::vector<float> Product(const std::vector<float>& x, int64_t m, int64_t ldx,
+                           const WeightMatrix& w, GemmPrecision precision,
+                           ThreadPool* pool = nullptr) {
+  std::vector<float> y(m * w.rows, NAN);
+  GemmProblem p{x.data(), m, ldx, w, y.data(), w.rows};
+  p.precision = precision;
+  Gemm(p, pool);
+  return y;
+}
+
+// Subnormals to a zero of their sign (vdpbf16ps and vcvtne2ps2bf16 flush them).
+float FlushSubnormal(float v) {
+  return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
+}
+
+// fp32 to BF16 and back, to nearest even.
+float RoundToBf16(float v) {
+  uint32_t bits = std::bit_cast<uint32_t>(FlushSubnormal(v));
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return FlushSubnormal(std::bit_cast<float>(bits & 0xFFFF0000u));
+}
+
+// The definition in quant_gemm.h, one lane at a time.
+float Bf16Dot(const float* x, const WeightMatrix& w, int64_t j) {
+  const int64_t k = w.cols;
+  auto input = [&](int64_t p) { return p < k ? RoundToBf16(x[p]) : 0.0f; };
+  auto weight = [&](int64_t p) { return p < k ? RoundToBf16(w.At(j, p)) : 0.0f; };
+  float lanes[16] = {};
+  for (int64_t q = 0; q < (k + 31) / 32; ++q) {
+    for (int l = 0; l < 16; ++l) {
+      const int64_t odd = 32 * q + 2 * l + 1, even = odd - 1;
+      lanes[l] = FlushSubnormal(std::fmaf(input(odd), weight(odd), lanes[l]));
+      lanes[l] = FlushSubnormal(std::fmaf(input(even), weight(even), lanes[l]));
+    }
+  }
+  for (int width = 8; width >= 1; width /= 2) {
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
+
+constexpr WeightFormat kNarrowFormats[] = {WeightFormat::kBF16, WeightFormat::kFp8E4M3,
+                                           WeightFormat::kFp4E2M1};
+
+TEST(Bf16DotTest, GivesTheBitsOfItsDefinitionOrTheExactPathsWithoutBf16) {
+  for (WeightFormat format : kNarrowFormats) {
+    for (int64_t k : {32, 40, 130, 288}) {
+      for (int64_t m : {1, 3, 8, 13, 16, 70}) {  // in registers and, from 16 rows, narrowed panels
+        const int64_t n = 37, ldx = k + 3;
+        RandomWeights w(format, n, k, 7);
+        const auto x = RandomX(m * ldx, 8);
+        const auto y = Product(x, m, ldx, w.view, GemmPrecision::kBf16Dot);
+        if (!CpuSupportsBf16Dot()) {
+          ASSERT_EQ(y, Product(x, m, ldx, w.view, GemmPrecision::kExact));
+          continue;
+        }
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            ASSERT_EQ(y[i * n + j], Bf16Dot(x.data() + i * ldx, w.view, j))
+                << WeightFormatName(format) << " m=" << m << " k=" << k << " row " << i << " col "
+                << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Bf16DotTest, WithinItsBoundOfTheDoubleReference) {
+  for (WeightFormat format : kNarrowFormats) {
+    const int64_t n = 33, k = 544, m = 5;
+    RandomWeights w(format, n, k, 9);
+    const auto x = RandomX(m * k, 10);
+    const auto y = Product(x, m, k, w.view, GemmPrecision::kBf16Dot);
+    double worst = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0, mag = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          const double t = static_cast<double>(x[i * k + p]) * w.view.At(j, p);
+          ref += t;
+          mag += std::abs(t);
+        }
+        ASSERT_NEAR(y[i * n + j], ref, std::ldexp(mag, -8)) << WeightFormatName(format);
+        worst = std::max(worst, std::abs(y[i * n + j] - ref) / mag);
+      }
+    }
+    // Not the exact path in disguise: rounding x to BF16 shows.
+    if (CpuSupportsBf16Dot()) EXPECT_GT(worst, std::ldexp(1.0, -16)) << WeightFormatName(format);
+  }
+}
+
+TEST(Bf16DotTest, BatchThreadsSlicesAndGroupingChangeNoBit) {
+  ThreadPool two(2), three(3);
+  for (WeightFormat format : kNarrowFormats) {
+    const int64_t n = 200, k = 256;
+    RandomWeights w(format, n, k, 11);
+    const auto x = RandomX(140 * k, 12);
+    const auto all = Product(x, 140, k, w.view, GemmPrecision::kBf16Dot);
+    for (int64_t m : {1, 2, 7, 64, 65, 140}) {
+      const auto y = Product(x, m, k, w.view, GemmPrecision::kBf16Dot, &three);
+      ASSERT_EQ(y, std::vector<float>(all.begin(), all.begin() + m * n))
+          << WeightFormatName(format) << " m=" << m;
+    }
+    // Output rows 130..199 (inside and across 128-row FP8 scale blocks).
+    const auto rows = Product(x, 3, k, w.view.RowSlice(130, 200), GemmPrecision::kBf16Dot);
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 70; ++j) ASSERT_EQ(rows[i * 70 + j], all[i * n + 130 + j]);
+    // A dense FFN's gate and up share their x: grouped, each is what it is alone.
+    std::vector<float> a(4 * n), b(4 * 70);
+    GemmProblem problems[] = {{x.data(), 4, k, w.view, a.data(), n},
+                              {x.data(), 4, k, w.view.RowSlice(0, 70), b.data(), 70}};
+    for (GemmProblem& p : problems) p.precision = GemmPrecision::kBf16Dot;
+    GroupedGemm(problems, &two);
+    EXPECT_EQ(a, std::vector<float>(all.begin(), all.begin() + 4 * n));
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 70; ++j) ASSERT_EQ(b[i * 70 + j], all[i * n + j]);
+  }
+}
+
+TEST(Bf16DotTest, TakesTheExactPathWhereItCannotRun) {
+  RandomWeights f32(WeightFormat::kF32, 20, 64, 13), fp8(WeightFormat::kFp8E4M3, 20, 160, 14);
+  const auto x = RandomX(3 * 160, 15);
+  EXPECT_EQ(Product(x, 3, 160, f32.view, GemmPrecision::kBf16Dot),
+            Product(x, 3, 160, f32.view, GemmPrecision::kExact));
+  const WeightMatrix off_grid = fp8.view.ColSlice(16, 160);  // origin 16: half a BF16 group
+  EXPECT_FALSE(TakesBf16Dot({x.data(), 3, 160, off_grid, nullptr, 20, GemmPrecision::kBf16Dot}));
+  EXPECT_EQ(Product(x, 3, 160, off_grid, GemmPrecision::kBf16Dot),
+            Product(x, 3, 160, off_grid, GemmPrecision::kExact));
+  SetGemmIsa(GemmIsa::kPortable);
+  EXPECT_EQ(Product(x, 3, 160, fp8.view, GemmPrecision::kBf16Dot),
+            Product(x, 3, 160, fp8.view, GemmPrecision::kExact));
+  SetGemmIsa(GemmIsa::kAuto);
+  EXPECT_EQ(TakesBf16Dot({x.data(), 3, 160, fp8.view, nullptr, 20, GemmPrecision::kBf16Dot}),
+            CpuSupportsBf16Dot());
+}
+
+}  // namespace
+}  // namespace pdspark::kernels::cpu

@@ -1,0 +1,97 @@
+// Test inputs of the CPU GEMM tests: random weights in each checkpoint format, their fp32
+// values, random activations.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/weight_matrix.h"
+
+namespace pdspark::kernels::cpu::test_weights {
+
+// A random [rows, cols] tensor in `format` that owns its bytes.
+struct RandomWeights {
+  std::vector<uint8_t> codes;
+  std::vector<uint8_t> scales;
+  WeightMatrix view;
+
+  RandomWeights(WeightFormat format, int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    view.format = format;
+    view.rows = rows;
+    view.cols = cols;
+    view.row_stride = cols;
+    switch (format) {
+      case WeightFormat::kF32: {
+        codes.resize(rows * cols * 4);
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const float v = normal(rng);
+          std::memcpy(codes.data() + 4 * i, &v, 4);
+        }
+        break;
+      }
+      case WeightFormat::kBF16: {
+        codes.resize(rows * cols * 2);
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          uint32_t bits;
+          const float v = normal(rng);
+          std::memcpy(&bits, &v, 4);
+          const uint16_t top = static_cast<uint16_t>(bits >> 16);
+          std::memcpy(codes.data() + 2 * i, &top, 2);
+        }
+        break;
+      }
+      case WeightFormat::kFp8E4M3: {
+        codes.resize(rows * cols);
+        for (uint8_t& c : codes) {
+          do c = static_cast<uint8_t>(rng());
+          while ((c & 0x7F) == 0x7F);  // no NaN codes
+        }
+        view.scale_stride = (cols + 127) / 128;
+        scales.resize(((rows + 127) / 128) * view.scale_stride);
+        for (uint8_t& s : scales) s = static_cast<uint8_t>(118 + rng() % 8);
+        break;
+      }
+      case WeightFormat::kFp4E2M1: {
+        codes.resize(rows * cols / 2);
+        for (uint8_t& c : codes) c = static_cast<uint8_t>(rng());
+        view.scale_stride = cols / 32 + (cols % 32 != 0);
+        scales.resize(rows * view.scale_stride);
+        for (uint8_t& s : scales) s = static_cast<uint8_t>(122 + rng() % 8);
+        break;
+      }
+    }
+    view.data = codes.data();
+    view.scales = scales.empty() ? nullptr : scales.data();
+  }
+};
+
+// The view's values as an fp32 tensor (what the --weights fp32 path multiplies by).
+inline std::vector<float> Dequantized(const WeightMatrix& w) {
+  std::vector<float> out(w.rows * w.cols);
+  for (int64_t i = 0; i < w.rows; ++i)
+    for (int64_t j = 0; j < w.cols; ++j) out[i * w.cols + j] = w.At(i, j);
+  return out;
+}
+
+inline WeightMatrix F32View(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  WeightMatrix w;
+  w.data = values.data();
+  w.rows = rows;
+  w.cols = cols;
+  w.row_stride = cols;
+  return w;
+}
+
+inline std::vector<float> RandomX(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (float& f : v) f = normal(rng);
+  return v;
+}
+
+}  // namespace pdspark::kernels::cpu::test_weights
