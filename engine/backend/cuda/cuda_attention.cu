@@ -401,7 +401,7 @@ CudaOps::DeviceKeys CudaOps::KeysOnDevice(const AttentionKeys& keys) {
   const void* const* rows = Upload(keys.rows.data(), keys.rows.size());
   const AttentionKeys::Query* queries = Upload(keys.queries.data(), keys.queries.size());
   const void** resolved = Scratch<const void*>(device.total, "cudaMallocAsync (key list)");
-  if (status_.ok()) {
+  if (ok()) {
     ResolveKeysKernel<<<BlocksFor(device.total), kGridThreads, 0, stream_>>>(
         rows, queries, device.offsets, keys.num_rows(), keys.selected, keys.select_k, resolved);
     Check(cudaGetLastError(), "ResolveKeys launch");
@@ -417,7 +417,7 @@ void CudaOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, i
   if (rows <= 0 || heads <= 0 || head_dim <= 0) return;
   const DeviceKeys device_keys = KeysOnDevice(keys);
   float* weights = Scratch<float>(device_keys.total * heads, "cudaMallocAsync (attention weights)");
-  if (status_.ok()) {
+  if (ok()) {
     // The CPU's scale, computed the same way.
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
     const AttendArgs args{
@@ -440,7 +440,7 @@ void CudaOps::IndexerScores(const AttentionKeys& keys, const float* q, const flo
   const int64_t rows = keys.num_rows();
   if (rows <= 0) return;
   const DeviceKeys device_keys = KeysOnDevice(keys);
-  if (device_keys.total > 0 && status_.ok()) {
+  if (device_keys.total > 0 && ok()) {
     IndexerKernel<<<CeilBlocks(device_keys.total, kIndexerThreads / kDotLanes), kIndexerThreads, 0,
                     stream_>>>(device_keys.rows, device_keys.offsets, rows, q, w, heads, dim,
                                scores);
@@ -475,7 +475,7 @@ void CudaOps::TopK(const float* values, const std::vector<int64_t>& offsets, int
   const int64_t* device_sort_begin = in_shared ? nullptr : Upload(sort_begin.data(), rows);
   uint64_t* sort_scratch =
       in_shared ? nullptr : Scratch<uint64_t>(sort_begin[rows], "cudaMallocAsync (top-k sort)");
-  if (status_.ok()) {
+  if (ok()) {
     const size_t shared_bytes = in_shared ? max_sort * sizeof(uint64_t) : 0;
     TopKKernel<<<static_cast<unsigned>(rows), kTopKThreads, shared_bytes, stream_>>>(
         values, device_offsets, k, device_out_count, sort_scratch, device_sort_begin, out);

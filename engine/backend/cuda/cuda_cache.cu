@@ -57,7 +57,7 @@ void CudaOps::WriteCacheRows(const float* values, int64_t count, int64_t width,
   const cuda::DeviceScope on_device(device_);
   if (count == 0) return;
   void* const* device_rows = Upload(rows.data(), static_cast<size_t>(count));
-  if (!status_.ok()) return FreeScratch();
+  if (!ok()) return FreeScratch();
   if (fp8.head_dim > 0) {
     const Fp8Layout layout{fp8.head_dim, fp8.nope_dim, fp8.block, fp8.num_scales(),
                            fp8.rope_offset()};

@@ -113,7 +113,7 @@ dim3 CudaOps::GroupedGrid(std::span<const KernelGemm> problems, int64_t rows_per
 
 void CudaOps::ExactGroupedGemm(std::span<const KernelGemm> problems) {
   const KernelGemm* device_problems = Upload(problems.data(), problems.size());
-  if (!status_.ok()) return;
+  if (!ok()) return;
   GemmKernel<<<GroupedGrid(problems, kRowsPerBlock, kRowsPerTile), kThreads, 0, stream_>>>(
       device_problems);
   Check(cudaGetLastError(), "GroupedGemm");

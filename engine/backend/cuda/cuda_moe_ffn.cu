@@ -88,9 +88,7 @@ void CudaOps::MoeFfn(const MoeFfnCall& call) {
 
 void CudaOps::RoutedExperts(const MoeFfnCall& c) {
   if (c.top_k > kMaxTopK) {
-    // Update keeps the first failure.
-    status_.Update(
-        absl::InvalidArgumentError("CUDA backend: MoeFfn takes at most 16 experts a row"));
+    Fail(absl::InvalidArgumentError("CUDA backend: MoeFfn takes at most 16 experts a row"));
     return;
   }
   const int64_t n = c.rows * c.top_k, dim = c.dim;
@@ -107,7 +105,7 @@ void CudaOps::RoutedExperts(const MoeFfnCall& c) {
   auto* gate = Scratch<float>(n * inter, "cudaMallocAsync (MoE gate)");
   auto* up = Scratch<float>(n * inter, "cudaMallocAsync (MoE up)");
   auto* out = Scratch<float>(n * dim, "cudaMallocAsync (MoE out)");
-  if (!status_.ok()) return;
+  if (!ok()) return;
 
   KeysKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(c.chosen, n, c.first_expert, count, keys,
                                                      entries);
@@ -118,7 +116,7 @@ void CudaOps::RoutedExperts(const MoeFfnCall& c) {
                                         sorted_entries, n, 0, bits, stream_),
         "cub::DeviceRadixSort (size)");
   void* sort_scratch = ScratchBytes(std::max<size_t>(sort_bytes, 1), "cudaMallocAsync (MoE sort)");
-  if (!status_.ok()) return;
+  if (!ok()) return;
   Check(cub::DeviceRadixSort::SortPairs(sort_scratch, sort_bytes, keys, sorted_keys, entries,
                                         sorted_entries, n, 0, bits, stream_),
         "cub::DeviceRadixSort");
@@ -162,7 +160,7 @@ void CudaOps::DenseFfns(const MoeFfnCall& c) {
     problems.push_back({{c.x, c.rows, c.dim, f.w1, gate[j], inter}});
     problems.push_back({{c.x, c.rows, c.dim, f.w3, up[j], inter}});
   }
-  if (!status_.ok()) return;
+  if (!ok()) return;
   RunGemms(problems);
   problems.clear();
   for (size_t j = 0; j < count; ++j) {

@@ -19,14 +19,21 @@ CudaOps::~CudaOps() {
 }
 
 void CudaOps::Check(cudaError_t error, const char* what) {
-  if (error == cudaSuccess || !status_.ok()) return;
-  status_ = absl::InternalError(
-      absl::StrFormat("CUDA backend: %s failed: %s", what, cudaGetErrorString(error)));
+  if (error == cudaSuccess) return;
+  Fail(absl::InternalError(
+      absl::StrFormat("CUDA backend: %s failed: %s", what, cudaGetErrorString(error))));
+}
+
+void CudaOps::Fail(Status failure) {
+  const std::lock_guard<std::mutex> lock(status_mutex_);
+  status_.Update(std::move(failure));  // keeps the first
+  failed_.store(true, std::memory_order_release);
 }
 
 Status CudaOps::Synchronize() {
   const cuda::DeviceScope on_device(device_);
   Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  const std::lock_guard<std::mutex> lock(status_mutex_);
   return status_;
 }
 

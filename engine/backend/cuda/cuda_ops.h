@@ -12,15 +12,22 @@
 // transcendental function (expf, rsqrtf) differs by an ulp; sums in another order agree within
 // the relative tolerances the GPU tests state (tests/engine/backend/cuda).
 //
-// Errors: a launch or copy failure is recorded (the first one sticks) and reported by status();
-// the engine checks it once per step (Backend::Synchronize).
+// Errors: a launch or copy failure is recorded (the first one sticks) and reported by
+// Synchronize(); the engine checks it once per step (Backend::Synchronize).
+//
+// Threads: the rank's thread runs the operations; the engine's thread may copy KV pages through
+// the same ops at the same time (CopyToDevice, CopyToHost, Copy, Zero, Pin/UnpinHostMemory:
+// the KvPool's memory ops). Both record failures, so the failure record is guarded; scratch
+// and the per-table caches are the rank thread's alone.
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -120,6 +127,9 @@ class CudaOps : public Ops {
  private:
   // Records the first failure with what was being done.
   void Check(cudaError_t error, const char* what);
+  void Fail(Status failure);
+  // Whether nothing has failed so far (operations skip their work once something has).
+  bool ok() const { return !failed_.load(std::memory_order_acquire); }
   // `bytes` of stream-ordered device scratch (null for 0 bytes or when none could be had: the
   // failure is recorded). All scratch is freed by FreeScratch, called once the work that uses
   // it is queued (the stream orders the free after that work).
@@ -185,7 +195,9 @@ class CudaOps : public Ops {
   cudaStream_t stream_;
   int device_;
   bool fast_kernels_ = false;
-  Status status_;
+  std::atomic<bool> failed_{false};
+  std::mutex status_mutex_;
+  Status status_;  // guarded by status_mutex_
   std::vector<void*> scratch_;
   std::unordered_map<const kernels::cpu::RopeTable*, DeviceRope> ropes_;
   cublasLtHandle_t lt_ = nullptr;  // made on the first FP8 fast GEMM

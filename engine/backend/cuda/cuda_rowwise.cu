@@ -211,7 +211,7 @@ void CudaOps::GatherActivationRows(const float* x, int64_t ldx, int64_t width,
   const int64_t count = static_cast<int64_t>(rows.size());
   if (count == 0 || width == 0) return;
   const int64_t* device_rows = Upload(rows.data(), rows.size());
-  if (!status_.ok()) return FreeScratch();
+  if (!ok()) return FreeScratch();
   GatherActivationRowsKernel<<<BlocksFor(count * width), kThreads, 0, stream_>>>(
       x, ldx, width, device_rows, count, out);
   Check(cudaGetLastError(), "GatherActivationRows");
@@ -238,7 +238,7 @@ void CudaOps::GatherRows(const kernels::WeightMatrix& table, std::span<const int
   const int64_t count = static_cast<int64_t>(ids.size());
   if (count == 0 || copies == 0) return;
   const int32_t* device_ids = Upload(ids.data(), ids.size());
-  if (!status_.ok()) return FreeScratch();
+  if (!ok()) return FreeScratch();
   GatherRowsKernel<<<BlocksFor(count * copies * table.cols), kThreads, 0, stream_>>>(
       table, device_ids, count, copies, out);
   Check(cudaGetLastError(), "GatherRows");
@@ -322,7 +322,7 @@ void CudaOps::GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first
   const cuda::DeviceScope on_device(device_);
   if (draws.empty()) return;
   const kernels::GumbelRow* device_draws = Upload(draws.data(), draws.size());
-  if (status_.ok()) {
+  if (ok()) {
     ArgMaxKernel<<<static_cast<unsigned>(draws.size()), kThreads, 0, stream_>>>(
         x, n, ldx, device_draws, first_token, out);
     Check(cudaGetLastError(), "GumbelArgMax");

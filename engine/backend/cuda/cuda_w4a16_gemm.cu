@@ -107,7 +107,7 @@ bool CudaOps::W4A16Eligible(const GemmCall& c) {
 
 void CudaOps::W4A16GroupedGemm(std::span<const KernelGemm> problems) {
   const KernelGemm* device_problems = Upload(problems.data(), problems.size());
-  if (!status_.ok()) return;
+  if (!ok()) return;
   W4A16Kernel<<<GroupedGrid(problems, kTileN, kTileM), kThreads, 0, stream_>>>(device_problems);
   Check(cudaGetLastError(), "W4A16 GroupedGemm");
 }

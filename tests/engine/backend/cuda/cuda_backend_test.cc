@@ -2,6 +2,9 @@
 // everywhere; with one: memory, the event timer, and a failed launch reported by Synchronize.
 #include "engine/backend/cuda/cuda_backend.h"
 
+#include <thread>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_device.h"
 
@@ -48,6 +51,46 @@ TEST(CudaBackendTest, MemoryTimerAndErrorsOnADevice) {
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.message().find("Hadamard"), std::string::npos) << status;
   backend.Free(x);
+}
+
+// The engine thread copies KV pages through a rank's ops while the rank's thread runs a step on
+// them: both record failures in one place, and the first one is what Synchronize reports.
+TEST(CudaBackendTest, CopiesFromAnotherThreadWhileOperationsRun) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  auto created = CudaBackend::Create(0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  CudaBackend& backend = **created;
+  const int64_t n = int64_t{1} << 20;
+  float* x = static_cast<float*>(backend.Allocate(n * sizeof(float)));
+  float* page = static_cast<float*>(backend.Allocate(n * sizeof(float)));
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(page, nullptr);
+  std::vector<float> host(n, 1.0f), back(n);
+  std::thread engine([&] {
+    for (int i = 0; i < 200; ++i) {
+      backend.ops().CopyToDevice(page, host.data(), n * sizeof(float));
+      backend.ops().CopyToHost(back.data(), page, n * sizeof(float));
+    }
+  });
+  for (int i = 0; i < 200; ++i) backend.ops().Scale(x, n, 1.0f);
+  engine.join();
+  EXPECT_TRUE(backend.Synchronize().ok());
+  EXPECT_EQ(back, host);
+  // Failures from both threads (a copy to no memory, a launch too large): one is kept, and it
+  // names what failed.
+  std::thread failing([&] {
+    backend.ops().CopyToDevice(reinterpret_cast<void*>(16), host.data(), n * sizeof(float));
+  });
+  backend.ops().Hadamard(x, 1, int64_t{1} << 24, 1.0f);
+  failing.join();
+  const Status status = backend.Synchronize();
+  EXPECT_FALSE(status.ok());
+  const std::string message(status.message());
+  EXPECT_TRUE(message.find("Hadamard") != std::string::npos ||
+              message.find("CopyToDevice") != std::string::npos)
+      << status;
+  backend.Free(x);
+  backend.Free(page);
 }
 
 }  // namespace
