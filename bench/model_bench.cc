@@ -7,10 +7,11 @@
 //       --threads 2 --weights native,fp32 --kv-cache-dtype auto,fp8 --rounds 3
 //   pdspark_model_bench --model DIR --device cuda --kernels exact,fast --head logits,argmax,sample
 //
-// A variant is a weight storage with a KV cache dtype, (on cuda) a kernel set, and what a step
-// returns: each sequence's logits row to the host, or only its argmax id (greedy serving), or the
-// argmax of its row perturbed for a Gumbel-max draw (plain temperature sampling). Each round loads
-// the model afresh for every variant in turn; a variant's decode tok/s is also reported as the
+// A variant is a weight storage with a KV cache dtype, a kernel set (exact or fast), and what a
+// step returns: each sequence's logits row to the host, or only its argmax id (greedy serving), or
+// the argmax of its row perturbed for a Gumbel-max draw (plain temperature sampling). Each round
+// loads the model afresh for every variant in turn, and times each batch size after an untimed
+// warm-up round of its shape (bench::WarmUp); a variant's decode tok/s is also reported as the
 // median over rounds of its ratio to the first variant in the same round. The bound of a decode
 // step at batch B is B * bandwidth / bytes, where bytes are every weight the step reads in the
 // storage's format (the routed experts the batch can activate, min(experts, B * top_k) per layer,
@@ -226,7 +227,8 @@ int main(int argc, char** argv) {
       std::vector<pdspark::bench::Rates>& row = results[v].emplace_back(batches.size());
       for (size_t b = 0; b < batches.size(); ++b) {
         std::mt19937 rng(1);
-        if (!pdspark::bench::RunPrefillDecodeRound(model, batches[b], prefill_len, decode_steps,
+        if (!pdspark::bench::WarmUp(model, batches[b], prefill_len) ||
+            !pdspark::bench::RunPrefillDecodeRound(model, batches[b], prefill_len, decode_steps,
                                                    rng, row[b], kinds[v].head)) {
           return 1;
         }

@@ -40,6 +40,11 @@ class CpuBackend : public Backend {
   BlockCache blocks_;
 };
 
+// Sets glibc's malloc to keep freed heap pages mapped while the engine runs (once per process;
+// every CpuBackend does it): steps reuse them instead of faulting fresh ones in.
+// CpuBackend::ReleaseCachedMemory hands them back when the engine idles.
+void KeepFreedHeapPagesUntilIdle();
+
 // One CpuBackend per rank of `runner`, over its threads and communicators.
 std::vector<std::unique_ptr<Backend>> MakeCpuBackends(const parallel::RankRunner& runner);
 
