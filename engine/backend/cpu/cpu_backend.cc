@@ -3,12 +3,12 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
-#include <mutex>
 #include <string>
 
 namespace pdspark::engine::backend {
@@ -77,28 +77,33 @@ void FreeAligned(void* p) { std::free(HeaderOf(p).base); }
 
 }  // namespace
 
-void KeepFreedHeapPagesUntilIdle() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    // glibc hands the free top of its heap back to the kernel once it exceeds a threshold that
-    // follows the largest block freed (at most 64 MiB), and maps larger blocks afresh each time.
-    // A step allocates and frees its buffers layer after layer, so each layer's pages came back
-    // as new ones: a fault per 4 KiB and the kernel zeroing it (docs/perf.md measured 6.6 M
-    // faults in one benchmark run and prefill at half speed on a VM where faults are
-    // expensive). Keep them: blocks up to 32 MiB from the heap, the heap's free top kept up to
-    // 1 GiB and grown 64 MiB at a time. ReleaseCachedMemory trims it all when the engine idles.
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    mallopt(M_TOP_PAD, 64 << 20);
-  });
+namespace {
+
+// Whether malloc is set for steps (SetMallocForSteps) rather than glibc's defaults.
+std::atomic<bool> malloc_set_for_steps{false};
+
+}  // namespace
+
+void SetMallocForSteps(bool steps) {
+  if (malloc_set_for_steps.exchange(steps) == steps) return;
+  // glibc hands the free top of its heap back to the kernel once it exceeds a threshold that
+  // follows the largest block freed, and maps larger blocks afresh each time. A step allocates
+  // and frees its buffers layer after layer, so each layer's pages came back as new ones: a
+  // fault per 4 KiB and the kernel zeroing it (docs/perf.md: prefill at half speed on a VM
+  // where faults are expensive). While steps run: blocks up to 32 MiB from the heap, its free
+  // top kept up to 1 GiB and grown 64 MiB at a time. Idle: glibc's defaults (mallopt(3)), so
+  // what other threads free then goes back as before.
+  constexpr int kDefault = 128 * 1024;
+  mallopt(M_MMAP_THRESHOLD, steps ? 32 << 20 : kDefault);
+  mallopt(M_TRIM_THRESHOLD, steps ? 1 << 30 : kDefault);
+  mallopt(M_TOP_PAD, steps ? 64 << 20 : kDefault);
 }
 
 CpuBackend::CpuBackend(kernels::cpu::ThreadPool* pool, parallel::Communicator* comm)
-    : ops_(pool), comm_(comm), blocks_(kCachedBlockBytes, FreeAligned) {
-  KeepFreedHeapPagesUntilIdle();
-}
+    : ops_(pool), comm_(comm), blocks_(kCachedBlockBytes, FreeAligned) {}
 
 void* CpuBackend::Allocate(size_t bytes) {
+  if (!malloc_set_for_steps.load(std::memory_order_relaxed)) SetMallocForSteps(true);
   if (void* kept = blocks_.Take(bytes)) return kept;
   return AllocateAligned(bytes);
 }
@@ -109,6 +114,7 @@ void CpuBackend::Free(void* p) {
 
 void CpuBackend::ReleaseCachedMemory() {
   blocks_.Release();
+  SetMallocForSteps(false);
   // The kept blocks made the heap grow past what one step needs; freed, they leave free pages
   // inside it that glibc keeps resident. Hand those back too: an idle worker's RSS is its state.
   malloc_trim(0);

@@ -22,7 +22,8 @@ class CpuBackend : public Backend {
   std::unique_ptr<Timer> NewTimer() const override;
   Status Synchronize() override { return absl::OkStatus(); }
   parallel::Communicator* comm() const override { return comm_; }
-  // Large blocks freed are kept for reuse (block_cache.h), up to kCachedBlockBytes.
+  // Large blocks freed are kept for reuse (block_cache.h), up to kCachedBlockBytes; malloc is set
+  // for steps (SetMallocForSteps).
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
   void ReleaseCachedMemory() override;
@@ -40,10 +41,11 @@ class CpuBackend : public Backend {
   BlockCache blocks_;
 };
 
-// Sets glibc's malloc to keep freed heap pages mapped while the engine runs (once per process;
-// every CpuBackend does it): steps reuse them instead of faulting fresh ones in.
-// CpuBackend::ReleaseCachedMemory hands them back when the engine idles.
-void KeepFreedHeapPagesUntilIdle();
+// Sets glibc's malloc (process-wide) to keep freed heap pages mapped while steps run, so that
+// steps reuse them instead of faulting fresh ones in, or back to its defaults. A CpuBackend's
+// first allocation after idling sets it for steps; ReleaseCachedMemory (the engine going idle)
+// sets the defaults back and trims.
+void SetMallocForSteps(bool steps);
 
 // One CpuBackend per rank of `runner`, over its threads and communicators.
 std::vector<std::unique_ptr<Backend>> MakeCpuBackends(const parallel::RankRunner& runner);
