@@ -234,6 +234,9 @@ int main(int argc, char** argv) {
         }
       }
       rss_peak[v] = std::max(rss_peak[v], StatusBytes("VmHWM"));
+      // Idle, as a serving engine goes between bursts: what the backends keep for the next step
+      // goes back, so the next variant's resident memory starts from its own load.
+      for (const auto& backend : model.backends()) backend->ReleaseCachedMemory();
     }
   }
   std::printf("%14s %6s %14s %14s %16s %10s %14s\n", "variant", "batch", "prefill_tok/s",
