@@ -15,8 +15,8 @@
 //
 // The BF16 dot (GemmPrecision::kBf16Dot, the "fast kernels") trades those bits for twice the
 // multiply-adds per instruction where the CPU has AVX512-BF16 (vdpbf16ps): x rounded to BF16
-// (to nearest even; subnormals flushed), the weights widened to BF16 exactly (FP8, FP4 and BF16
-// codes times their power-of-two scales are BF16 values), and lane l of 16 summing, for
+// (to nearest even; subnormals flushed), the weights converted to BF16 exactly (FP8, FP4 and
+// BF16 codes times their power-of-two scales are BF16 values), and lane l of 16 summing, for
 // q = 0, 1, ..., the exact products of inputs p = 32 q + 2 l + 1 and then p = 32 q + 2 l, each
 // sum rounded to fp32 (subnormal sums flushed to zero), then the canonical tree. Its error
 // against the exact product is within 2^-8 sum |x w| (x's rounding is at most 2^-9 relative).

@@ -25,6 +25,8 @@ struct IsaKernels {
   void (*add_scaled_double)(double weight, const float* x, int64_t n, double* acc);
 };
 extern const IsaKernels kAvx512Kernels;
+extern const IsaKernels kAvx2Kernels;
+extern const IsaKernels kPortableKernels;
 
 // The BF16 dot (quant_gemm_bf16.cc; quant_gemm.h documents it), for CPUs with AVX512-BF16.
 // x: the problem's rows [0, p.m) rounded to BF16 with row stride ldx, each row zero-padded to a
@@ -36,8 +38,6 @@ void Bf16DotGemmBlock(const uint16_t* x, int64_t ldx, const GemmProblem& p, int6
 // Rows [0, m) of x (row stride ldx, k values each) rounded to BF16 into out (row stride ldo >= k,
 // the values from k to ldo zero).
 void RoundRowsToBf16(const float* x, int64_t m, int64_t ldx, int64_t k, uint16_t* out, int64_t ldo);
-extern const IsaKernels kAvx2Kernels;
-extern const IsaKernels kPortableKernels;
 
 // From this many rows on, a task dequantises its weight columns into scratch once and runs the
 // fp32 tiles over them (same bits: dequantisation is exact); below, it dequantises in registers.

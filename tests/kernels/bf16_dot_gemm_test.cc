@@ -87,6 +87,26 @@ TEST(Bf16DotTest, GivesTheBitsOfItsDefinitionOrTheExactPathsWithoutBf16) {
   }
 }
 
+// FP8 blocks whose scale makes some values subnormal in BF16 (E8M0 codes below 10: flushed) or
+// far from 1 give the definition's bits too.
+TEST(Bf16DotTest, Fp8BlocksOfExtremeScalesGiveTheDefinitionsBits) {
+  const int64_t n = 20, k = 512, m = 3;
+  RandomWeights w(WeightFormat::kFp8E4M3, n, k, 21);
+  const uint8_t edges[] = {9, 10, 11, 200};
+  for (size_t b = 0; b < w.scales.size(); ++b) w.scales[b] = edges[b % 4];
+  const auto x = RandomX(m * k, 22);
+  const auto y = Product(x, m, k, w.view, GemmPrecision::kBf16Dot);
+  if (!CpuSupportsBf16Dot()) {
+    EXPECT_EQ(y, Product(x, m, k, w.view, GemmPrecision::kExact));
+    return;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(y[i * n + j], Bf16Dot(x.data() + i * k, w.view, j)) << "row " << i << " col " << j;
+    }
+  }
+}
+
 TEST(Bf16DotTest, WithinItsBoundOfTheDoubleReference) {
   for (WeightFormat format : kNarrowFormats) {
     const int64_t n = 33, k = 544, m = 5;

@@ -75,10 +75,6 @@ void* AllocateAligned(size_t bytes) {
 
 void FreeAligned(void* p) { std::free(HeaderOf(p).base); }
 
-}  // namespace
-
-namespace {
-
 // Whether malloc is set for steps (SetMallocForSteps) rather than glibc's defaults.
 std::atomic<bool> malloc_set_for_steps{false};
 
