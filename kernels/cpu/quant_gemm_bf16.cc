@@ -1,7 +1,7 @@
 // The BF16 dot (quant_gemm.h, GemmPrecision::kBf16Dot) on AVX-512 with BF16: weights decoded
 // to fp32 exactly as the exact tiles do (quant_gemm_avx512_vec.h), narrowed to BF16 (exact for
 // these values) and multiplied 32 inputs at a time by vdpbf16ps against x already rounded to
-// BF16. Same tiling as quant_gemm_tiles.h: 6 rows x 4 weight rows of accumulators; from
+// BF16. The tiling of quant_gemm_tiles.h (its Block): 6 rows x 4 weight rows of accumulators; from
 // kBf16PanelMinRows rows on, a task narrows its weight rows to BF16 once into scratch.
 #include <immintrin.h>
 
@@ -96,35 +96,16 @@ void Bf16Tile(const uint16_t* x, int64_t ldx, const WeightRow<F>* w, int64_t k, 
     for (int c = 0; c < C; ++c) y[r * ldy + c] = V::Reduce(acc[r][c]);
 }
 
-template <WeightFormat F, int C, int R = V::kTileRows>
-void Bf16TileRows(int r, const uint16_t* x, int64_t ldx, const WeightRow<F>* w, int64_t k, float* y,
+// Bf16Tile as Block's kernel (quant_gemm_tiles.h): x in BF16, zero-padded to whole 32-input
+// groups.
+struct Bf16Tiles {
+  using X = uint16_t;
+  template <WeightFormat F, int R, int C>
+  static void Run(const uint16_t* x, int64_t ldx, const WeightRow<F>* w, int64_t k, float* y,
                   int64_t ldy) {
-  if constexpr (R >= 1) {
-    if (r == R) return Bf16Tile<F, R, C>(x, ldx, w, k, y, ldy);
-    return Bf16TileRows<F, C, R - 1>(r, x, ldx, w, k, y, ldy);
+    Bf16Tile<F, R, C>(x, ldx, w, k, y, ldy);
   }
-}
-
-// Rows [i0, i1) x view columns [j0, j1), as quant_gemm_tiles.h's Block.
-template <WeightFormat F>
-void Bf16Block(const uint16_t* x, int64_t ldx, const WeightMatrix& w, int64_t i0, int64_t i1,
-               int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  constexpr int C = V::kTileCols;
-  for (int64_t j = j0; j < j1;) {
-    const int cols = j1 - j >= C ? C : 1;
-    WeightRow<F> rows[C];
-    for (int c = 0; c < cols; ++c) rows[c] = WeightRow<F>(w, j + c);
-    for (int64_t i = i0; i < i1; i += V::kTileRows) {
-      const int r = static_cast<int>(i1 - i < V::kTileRows ? i1 - i : V::kTileRows);
-      if (cols == C) {
-        Bf16TileRows<F, C>(r, x + i * ldx, ldx, rows, w.cols, y + i * ldy + j, ldy);
-      } else {
-        Bf16TileRows<F, 1>(r, x + i * ldx, ldx, rows, w.cols, y + i * ldy + j, ldy);
-      }
-    }
-    j += cols;
-  }
-}
+};
 
 // View rows [j0, j1) of w narrowed to BF16 into out (row stride ldo, whole 32-input groups).
 template <WeightFormat F>
@@ -148,7 +129,7 @@ template <WeightFormat F>
 void Bf16GemmBlockFormat(const uint16_t* x, int64_t ldx, const GemmProblem& p, int64_t i0,
                          int64_t i1, int64_t j0, int64_t j1, float* scratch) {
   if (F == WeightFormat::kBF16 || i1 - i0 < kBf16PanelMinRows) {
-    return Bf16Block<F>(x, ldx, p.w, i0, i1, j0, j1, p.y, p.ldy);
+    return Block<F, Bf16Tiles>(x, ldx, p.w, i0, i1, j0, j1, p.y, p.ldy);
   }
   // Panels of kPanelCols weight rows narrowed once and swept against every row (scratch holds
   // kPanelCols * w.cols floats, room for as many rows of BF16 padded to 32 inputs).
@@ -163,7 +144,7 @@ void Bf16GemmBlockFormat(const uint16_t* x, int64_t ldx, const GemmProblem& p, i
     panel.row_stride = ldo;
     panel.rows = jq - jp;
     panel.cols = p.w.cols;
-    Bf16Block<WeightFormat::kBF16>(x, ldx, panel, i0, i1, 0, jq - jp, p.y + jp, p.ldy);
+    Block<WeightFormat::kBF16, Bf16Tiles>(x, ldx, panel, i0, i1, 0, jq - jp, p.y + jp, p.ldy);
   }
 }
 

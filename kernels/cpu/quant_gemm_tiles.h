@@ -142,22 +142,32 @@ void Tile(const float* x, int64_t ldx, const WeightRow<F>* w, int64_t k, float* 
     for (int c = 0; c < C; ++c) y[r * ldy + c] = V::Reduce(acc[r][c]);
 }
 
-// Tile<F, r, C> for a run-time r in [1, V::kTileRows].
-template <WeightFormat F, int C, int R = V::kTileRows>
-void TileRows(int r, const float* x, int64_t ldx, const WeightRow<F>* w, int64_t k, float* y,
-              int64_t ldy) {
+// The tiles above as Block's kernel: x in fp32. (quant_gemm_bf16.cc gives Block its BF16 ones.)
+struct Fp32Tiles {
+  using X = float;
+  template <WeightFormat F, int R, int C>
+  static void Run(const float* x, int64_t ldx, const WeightRow<F>* w, int64_t k, float* y,
+                  int64_t ldy) {
+    Tile<F, R, C>(x, ldx, w, k, y, ldy);
+  }
+};
+
+// Tiles::Run<F, r, C> for a run-time r in [1, V::kTileRows].
+template <WeightFormat F, int C, typename Tiles, int R = V::kTileRows>
+void TileRows(int r, const typename Tiles::X* x, int64_t ldx, const WeightRow<F>* w, int64_t k,
+              float* y, int64_t ldy) {
   if constexpr (R >= 1) {
-    if (r == R) return Tile<F, R, C>(x, ldx, w, k, y, ldy);
-    return TileRows<F, C, R - 1>(r, x, ldx, w, k, y, ldy);
+    if (r == R) return Tiles::template Run<F, R, C>(x, ldx, w, k, y, ldy);
+    return TileRows<F, C, Tiles, R - 1>(r, x, ldx, w, k, y, ldy);
   }
 }
 
 // Rows [i0, i1) x view columns [j0, j1): columns in groups of kTileCols (then singly), each
 // group against every row in tiles of kTileRows, so a group's weights stay in cache while the
 // rows stream past.
-template <WeightFormat F>
-void Block(const float* x, int64_t ldx, const WeightMatrix& w, int64_t i0, int64_t i1, int64_t j0,
-           int64_t j1, float* y, int64_t ldy) {
+template <WeightFormat F, typename Tiles = Fp32Tiles>
+void Block(const typename Tiles::X* x, int64_t ldx, const WeightMatrix& w, int64_t i0, int64_t i1,
+           int64_t j0, int64_t j1, float* y, int64_t ldy) {
   constexpr int C = V::kTileCols;
   const int64_t k = w.cols;
   for (int64_t j = j0; j < j1;) {
@@ -167,9 +177,9 @@ void Block(const float* x, int64_t ldx, const WeightMatrix& w, int64_t i0, int64
     for (int64_t i = i0; i < i1; i += V::kTileRows) {
       const int r = static_cast<int>(i1 - i < V::kTileRows ? i1 - i : V::kTileRows);
       if (cols == C) {
-        TileRows<F, C>(r, x + i * ldx, ldx, rows, k, y + i * ldy + j, ldy);
+        TileRows<F, C, Tiles>(r, x + i * ldx, ldx, rows, k, y + i * ldy + j, ldy);
       } else {
-        TileRows<F, 1>(r, x + i * ldx, ldx, rows, k, y + i * ldy + j, ldy);
+        TileRows<F, 1, Tiles>(r, x + i * ldx, ldx, rows, k, y + i * ldy + j, ldy);
       }
     }
     j += cols;

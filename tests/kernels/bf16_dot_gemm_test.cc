@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -16,17 +17,14 @@
 namespace pdspark::kernels::cpu {
 namespace {
 
+using test_weights::DoubleDot;
+using test_weights::Product;
 using test_weights::RandomWeights;
 using test_weights::RandomX;
 
-std::vector<float> Product(const std::vector<float>& x, int64_t m, int64_t ldx,
-                           const WeightMatrix& w, GemmPrecision precision,
-                           ThreadPool* pool = nullptr) {
-  std::vector<float> y(m * w.rows, NAN);
-  GemmProblem p{x.data(), m, ldx, w, y.data(), w.rows};
-  p.precision = precision;
-  Gemm(p, pool);
-  return y;
+std::vector<float> Bf16Product(const std::vector<float>& x, int64_t m, int64_t ldx,
+                               const WeightMatrix& w, ThreadPool* pool = nullptr) {
+  return Product(x, m, ldx, w, pool, GemmPrecision::kBf16Dot);
 }
 
 // Subnormals to a zero of their sign (vdpbf16ps and vcvtne2ps2bf16 flush them).
@@ -60,6 +58,23 @@ float Bf16Dot(const float* x, const WeightMatrix& w, int64_t j) {
   return lanes[0];
 }
 
+// The BF16 dot of x [m, k] (row stride ldx) has the definition's bits, or, on a CPU without
+// BF16, the exact path's.
+void ExpectTheDefinitionsBits(const std::vector<float>& x, int64_t m, int64_t ldx,
+                              const WeightMatrix& w, const std::string& what) {
+  const auto y = Bf16Product(x, m, ldx, w);
+  if (!CpuSupportsBf16Dot()) {
+    ASSERT_EQ(y, Product(x, m, ldx, w)) << what;
+    return;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < w.rows; ++j) {
+      ASSERT_EQ(y[i * w.rows + j], Bf16Dot(x.data() + i * ldx, w, j))
+          << what << " row " << i << " col " << j;
+    }
+  }
+}
+
 constexpr WeightFormat kNarrowFormats[] = {WeightFormat::kBF16, WeightFormat::kFp8E4M3,
                                            WeightFormat::kFp4E2M1};
 
@@ -69,19 +84,10 @@ TEST(Bf16DotTest, GivesTheBitsOfItsDefinitionOrTheExactPathsWithoutBf16) {
       for (int64_t m : {1, 3, 8, 13, 16, 70}) {  // in registers and, from 16 rows, narrowed panels
         const int64_t n = 37, ldx = k + 3;
         RandomWeights w(format, n, k, 7);
-        const auto x = RandomX(m * ldx, 8);
-        const auto y = Product(x, m, ldx, w.view, GemmPrecision::kBf16Dot);
-        if (!CpuSupportsBf16Dot()) {
-          ASSERT_EQ(y, Product(x, m, ldx, w.view, GemmPrecision::kExact));
-          continue;
-        }
-        for (int64_t i = 0; i < m; ++i) {
-          for (int64_t j = 0; j < n; ++j) {
-            ASSERT_EQ(y[i * n + j], Bf16Dot(x.data() + i * ldx, w.view, j))
-                << WeightFormatName(format) << " m=" << m << " k=" << k << " row " << i << " col "
-                << j;
-          }
-        }
+        ExpectTheDefinitionsBits(RandomX(m * ldx, 8), m, ldx, w.view,
+                                 std::string(WeightFormatName(format)) + " m=" + std::to_string(m) +
+                                     " k=" + std::to_string(k));
+        if (HasFatalFailure()) return;
       }
     }
   }
@@ -94,17 +100,7 @@ TEST(Bf16DotTest, Fp8BlocksOfExtremeScalesGiveTheDefinitionsBits) {
   RandomWeights w(WeightFormat::kFp8E4M3, n, k, 21);
   const uint8_t edges[] = {9, 10, 11, 200};
   for (size_t b = 0; b < w.scales.size(); ++b) w.scales[b] = edges[b % 4];
-  const auto x = RandomX(m * k, 22);
-  const auto y = Product(x, m, k, w.view, GemmPrecision::kBf16Dot);
-  if (!CpuSupportsBf16Dot()) {
-    EXPECT_EQ(y, Product(x, m, k, w.view, GemmPrecision::kExact));
-    return;
-  }
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      ASSERT_EQ(y[i * n + j], Bf16Dot(x.data() + i * k, w.view, j)) << "row " << i << " col " << j;
-    }
-  }
+  ExpectTheDefinitionsBits(RandomX(m * k, 22), m, k, w.view, "FP8, extreme scales");
 }
 
 TEST(Bf16DotTest, WithinItsBoundOfTheDoubleReference) {
@@ -112,18 +108,14 @@ TEST(Bf16DotTest, WithinItsBoundOfTheDoubleReference) {
     const int64_t n = 33, k = 544, m = 5;
     RandomWeights w(format, n, k, 9);
     const auto x = RandomX(m * k, 10);
-    const auto y = Product(x, m, k, w.view, GemmPrecision::kBf16Dot);
+    const auto y = Bf16Product(x, m, k, w.view);
     double worst = 0;
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
-        double ref = 0, mag = 0;
-        for (int64_t p = 0; p < k; ++p) {
-          const double t = static_cast<double>(x[i * k + p]) * w.view.At(j, p);
-          ref += t;
-          mag += std::abs(t);
-        }
-        ASSERT_NEAR(y[i * n + j], ref, std::ldexp(mag, -8)) << WeightFormatName(format);
-        worst = std::max(worst, std::abs(y[i * n + j] - ref) / mag);
+        const auto ref = DoubleDot(x.data() + i * k, w.view, j);
+        ASSERT_NEAR(y[i * n + j], ref.sum, std::ldexp(ref.magnitude, -8))
+            << WeightFormatName(format);
+        worst = std::max(worst, std::abs(y[i * n + j] - ref.sum) / ref.magnitude);
       }
     }
     // Not the exact path in disguise: rounding x to BF16 shows.
@@ -137,14 +129,14 @@ TEST(Bf16DotTest, BatchThreadsSlicesAndGroupingChangeNoBit) {
     const int64_t n = 200, k = 256;
     RandomWeights w(format, n, k, 11);
     const auto x = RandomX(140 * k, 12);
-    const auto all = Product(x, 140, k, w.view, GemmPrecision::kBf16Dot);
+    const auto all = Bf16Product(x, 140, k, w.view);
     for (int64_t m : {1, 2, 7, 64, 65, 140}) {
-      const auto y = Product(x, m, k, w.view, GemmPrecision::kBf16Dot, &three);
+      const auto y = Bf16Product(x, m, k, w.view, &three);
       ASSERT_EQ(y, std::vector<float>(all.begin(), all.begin() + m * n))
           << WeightFormatName(format) << " m=" << m;
     }
     // Output rows 130..199 (inside and across 128-row FP8 scale blocks).
-    const auto rows = Product(x, 3, k, w.view.RowSlice(130, 200), GemmPrecision::kBf16Dot);
+    const auto rows = Bf16Product(x, 3, k, w.view.RowSlice(130, 200));
     for (int64_t i = 0; i < 3; ++i)
       for (int64_t j = 0; j < 70; ++j) ASSERT_EQ(rows[i * 70 + j], all[i * n + 130 + j]);
     // A dense FFN's gate and up share their x: grouped, each is what it is alone.
@@ -162,15 +154,12 @@ TEST(Bf16DotTest, BatchThreadsSlicesAndGroupingChangeNoBit) {
 TEST(Bf16DotTest, TakesTheExactPathWhereItCannotRun) {
   RandomWeights f32(WeightFormat::kF32, 20, 64, 13), fp8(WeightFormat::kFp8E4M3, 20, 160, 14);
   const auto x = RandomX(3 * 160, 15);
-  EXPECT_EQ(Product(x, 3, 160, f32.view, GemmPrecision::kBf16Dot),
-            Product(x, 3, 160, f32.view, GemmPrecision::kExact));
+  EXPECT_EQ(Bf16Product(x, 3, 160, f32.view), Product(x, 3, 160, f32.view));
   const WeightMatrix off_grid = fp8.view.ColSlice(16, 160);  // origin 16: half a BF16 group
   EXPECT_FALSE(TakesBf16Dot({x.data(), 3, 160, off_grid, nullptr, 20, GemmPrecision::kBf16Dot}));
-  EXPECT_EQ(Product(x, 3, 160, off_grid, GemmPrecision::kBf16Dot),
-            Product(x, 3, 160, off_grid, GemmPrecision::kExact));
+  EXPECT_EQ(Bf16Product(x, 3, 160, off_grid), Product(x, 3, 160, off_grid));
   SetGemmIsa(GemmIsa::kPortable);
-  EXPECT_EQ(Product(x, 3, 160, fp8.view, GemmPrecision::kBf16Dot),
-            Product(x, 3, 160, fp8.view, GemmPrecision::kExact));
+  EXPECT_EQ(Bf16Product(x, 3, 160, fp8.view), Product(x, 3, 160, fp8.view));
   SetGemmIsa(GemmIsa::kAuto);
   EXPECT_EQ(TakesBf16Dot({x.data(), 3, 160, fp8.view, nullptr, 20, GemmPrecision::kBf16Dot}),
             CpuSupportsBf16Dot());

@@ -1,12 +1,14 @@
-// Test inputs of the CPU GEMM tests: random weights in each checkpoint format, their fp32
-// values, random activations.
+// What the CPU GEMM tests share: random weights in each checkpoint format, their fp32 values,
+// random activations, a product, and its double-precision reference.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/quant_gemm.h"
 #include "kernels/weight_matrix.h"
 
 namespace pdspark::kernels::cpu::test_weights {
@@ -92,6 +94,30 @@ inline std::vector<float> RandomX(int64_t n, uint32_t seed) {
   std::vector<float> v(n);
   for (float& f : v) f = normal(rng);
   return v;
+}
+
+// x [m, k] (row stride ldx) times w^T, every output NaN until written.
+inline std::vector<float> Product(const std::vector<float>& x, int64_t m, int64_t ldx,
+                                  const WeightMatrix& w, ThreadPool* pool = nullptr,
+                                  GemmPrecision precision = GemmPrecision::kExact) {
+  std::vector<float> y(m * w.rows, NAN);
+  Gemm({x.data(), m, ldx, w, y.data(), w.rows, precision}, pool);
+  return y;
+}
+
+// sum_p x[p] * w(j, p) in double, and sum_p |x[p] * w(j, p)| (what error bounds scale with).
+struct ReferenceDot {
+  double sum = 0;
+  double magnitude = 0;
+};
+inline ReferenceDot DoubleDot(const float* x, const WeightMatrix& w, int64_t j) {
+  ReferenceDot dot;
+  for (int64_t p = 0; p < w.cols; ++p) {
+    const double t = static_cast<double>(x[p]) * w.At(j, p);
+    dot.sum += t;
+    dot.magnitude += std::abs(t);
+  }
+  return dot;
 }
 
 }  // namespace pdspark::kernels::cpu::test_weights

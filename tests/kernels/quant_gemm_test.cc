@@ -21,16 +21,11 @@ namespace pdspark::kernels::cpu {
 namespace {
 
 using test_weights::Dequantized;
+using test_weights::DoubleDot;
 using test_weights::F32View;
+using test_weights::Product;
 using test_weights::RandomWeights;
 using test_weights::RandomX;
-
-std::vector<float> Product(const std::vector<float>& x, int64_t m, int64_t ldx,
-                           const WeightMatrix& w, ThreadPool* pool = nullptr) {
-  std::vector<float> y(m * w.rows, NAN);
-  Gemm({x.data(), m, ldx, w, y.data(), w.rows}, pool);
-  return y;
-}
 
 std::vector<GemmIsa> SupportedIsas() {
   std::vector<GemmIsa> isas;
@@ -62,15 +57,10 @@ TEST(QuantGemmTest, WithinFp32BoundOfDoubleReferenceOnOddShapes) {
           const auto y = Product(x, m, ldx, w.view);
           for (int64_t i = 0; i < m; ++i) {
             for (int64_t j = 0; j < n; ++j) {
-              double ref = 0, mag = 0;
-              for (int64_t p = 0; p < k; ++p) {
-                const double t = static_cast<double>(x[i * ldx + p]) * w.view.At(j, p);
-                ref += t;
-                mag += std::abs(t);
-              }
+              const auto ref = DoubleDot(x.data() + i * ldx, w.view, j);
               // 16 lane chains of ceil(k/16) fused steps, then a 4-level tree.
-              const double bound = (std::ceil(k / 16.0) + 4) * std::ldexp(1.0, -24) * mag;
-              ASSERT_NEAR(y[i * n + j], ref, bound + 1e-30)
+              const double bound = (std::ceil(k / 16.0) + 4) * std::ldexp(1.0, -24) * ref.magnitude;
+              ASSERT_NEAR(y[i * n + j], ref.sum, bound + 1e-30)
                   << GemmIsaName(isa) << " " << WeightFormatName(format) << " m=" << m << " k=" << k
                   << " row " << i << " col " << j;
             }
