@@ -2,7 +2,8 @@
 // pooling. Scores, softmax sums and weighted sums accumulate in double (DotDouble,
 // AddScaledDouble): their outputs feed FP8/FP4-simulated values and top-k choices downstream,
 // and staying near exact arithmetic keeps those from flipping on rounding noise (an fp32
-// attention moved the golden lockstep run past its tolerance).
+// attention moved the golden lockstep run past its tolerance). The fast kernels trade that for
+// speed: Attend's products in fp32 GEMMs, the softmax sums still in double.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -33,6 +34,41 @@ std::vector<const void*> KeysOf(const AttentionKeys& keys, int64_t r) {
   return rows;
 }
 
+// An fp32 matrix [rows, cols] (row stride cols) as GEMM weights.
+kernels::WeightMatrix F32Weights(const float* data, int64_t rows, int64_t cols) {
+  kernels::WeightMatrix w;
+  w.format = kernels::WeightFormat::kF32;
+  w.data = data;
+  w.row_stride = cols;
+  w.rows = rows;
+  w.cols = cols;
+  return w;
+}
+
+// The fast kernels' attention products: the exact fp32 GEMM (one thread: the caller is a task
+// already), whose every output is the same bits whatever the rows around it.
+// scores [hb, n] = scale * q [hb, hd] . keys [n, hd]^T.
+void ScoresFp32(const float* q, int64_t hb, int64_t hd, const float* keys, int64_t n, float scale,
+                float* scores) {
+  if (n == 0) return;
+  kc::Gemm({q, hb, hd, F32Weights(keys, n, hd), scores, n});
+  for (int64_t i = 0; i < hb * n; ++i) scores[i] *= scale;
+}
+
+// out [hb, hd] = weights [hb, n] . keys [n, hd], through the keys transposed.
+void WeightedKeysFp32(const float* weights, int64_t hb, const float* keys, int64_t n, int64_t hd,
+                      float* out) {
+  if (n == 0) {
+    std::fill_n(out, hb * hd, 0.0f);
+    return;
+  }
+  std::vector<float> keys_t(hd * n);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t c = 0; c < hd; ++c) keys_t[c * n + j] = keys[j * hd + c];
+  }
+  kc::Gemm({weights, hb, n, F32Weights(keys_t.data(), hd, n), out, hd});
+}
+
 }  // namespace
 
 void CpuOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
@@ -41,38 +77,52 @@ void CpuOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, in
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const bool fp8 = keys.fp8.head_dim > 0;
   // A task is a block of one row's heads: all of them when the rows alone keep every thread
-  // busy (a batch), fewer to spread a lone decode row over the threads.
+  // busy (a batch), fewer to spread a lone decode row over the threads. Every task gathers its
+  // row's keys, which the fast kernels' GEMMs then outrun: they split a row only once per thread.
   const int64_t threads = pool_ ? pool_->size() : 1;
-  const int64_t blocks_per_row = std::clamp<int64_t>(
-      (4 * threads + rows - 1) / std::max<int64_t>(rows, 1), 1, std::max<int64_t>(heads, 1));
+  const int64_t tasks_per_thread = fast_kernels_ ? 1 : 4;
+  const int64_t blocks_per_row =
+      std::clamp<int64_t>((tasks_per_thread * threads + rows - 1) / std::max<int64_t>(rows, 1), 1,
+                          std::max<int64_t>(heads, 1));
   const int64_t block = heads > 0 ? (heads + blocks_per_row - 1) / blocks_per_row : 1;
   const int64_t blocks = heads > 0 ? (heads + block - 1) / block : 0;
   auto task = [&](int64_t t) {
     const int64_t r = t / blocks, h0 = (t % blocks) * block, h1 = std::min(heads, h0 + block);
+    const int64_t hb = h1 - h0;
     const std::vector<const void*> key_rows = KeysOf(keys, r);
     const int64_t n = static_cast<int64_t>(key_rows.size());
-    // Key j as fp32: the cache row itself, or the FP8 row decoded once for the task.
-    std::vector<float> decoded(fp8 ? n * hd : 0);
-    for (int64_t j = 0; fp8 && j < n; ++j) {
-      keys.fp8.Decode(static_cast<const uint8_t*>(key_rows[j]), decoded.data() + j * hd);
+    // The keys as one fp32 matrix [n, hd] (FP8 rows decoded to the values stored), or, for the
+    // exact kernels over an fp32 cache, read where they are.
+    const bool gather = fp8 || fast_kernels_;
+    std::vector<float> gathered(gather ? n * hd : 0);
+    for (int64_t j = 0; gather && j < n; ++j) {
+      if (fp8) {
+        keys.fp8.Decode(static_cast<const uint8_t*>(key_rows[j]), gathered.data() + j * hd);
+      } else {
+        std::copy_n(static_cast<const float*>(key_rows[j]), hd, gathered.data() + j * hd);
+      }
     }
     auto key = [&](int64_t j) {
-      return fp8 ? decoded.data() + j * hd : static_cast<const float*>(key_rows[j]);
+      return gather ? gathered.data() + j * hd : static_cast<const float*>(key_rows[j]);
     };
+    const float* qr = q + (r * heads + h0) * hd;
     // Per head: the scores, then exp(score - max) and the denominator (sink included). Each
     // head's arithmetic runs in key order whatever the blocking, so the results do not depend
     // on the block size or on the cache's dtype (FP8 rows decode to the values stored).
-    std::vector<float> s((h1 - h0) * n);
-    for (int64_t j = 0; j < n; ++j) {
-      const float* k = key(j);
-      for (int64_t h = h0; h < h1; ++h) {
-        s[(h - h0) * n + j] =
-            static_cast<float>(kc::DotDouble(q + (r * heads + h) * hd, k, hd)) * scale;
+    std::vector<float> s(hb * n);
+    if (fast_kernels_) {
+      ScoresFp32(qr, hb, hd, gathered.data(), n, scale, s.data());
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        const float* k = key(j);
+        for (int64_t h = 0; h < hb; ++h) {
+          s[h * n + j] = static_cast<float>(kc::DotDouble(qr + h * hd, k, hd)) * scale;
+        }
       }
     }
-    std::vector<double> denom(h1 - h0);
-    for (int64_t h = h0; h < h1; ++h) {
-      float* sh = s.data() + (h - h0) * n;
+    std::vector<double> denom(hb);
+    for (int64_t h = 0; h < hb; ++h) {
+      float* sh = s.data() + h * n;
       float max_score = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n; ++j) max_score = std::max(max_score, sh[j]);
       double sum = 0.0;
@@ -80,19 +130,27 @@ void CpuOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, in
         sh[j] = std::exp(sh[j] - max_score);
         sum += sh[j];
       }
-      denom[h - h0] = sum + std::exp(sink[h] - max_score);
+      denom[h] = sum + std::exp(sink[h0 + h] - max_score);
     }
-    std::vector<double> acc((h1 - h0) * hd, 0.0);
+    float* o = out + (r * heads + h0) * hd;
+    if (fast_kernels_) {
+      WeightedKeysFp32(s.data(), hb, gathered.data(), n, hd, o);
+      for (int64_t h = 0; h < hb; ++h) {
+        for (int64_t c = 0; c < hd; ++c) {
+          o[h * hd + c] = static_cast<float>(o[h * hd + c] / denom[h]);
+        }
+      }
+      return;
+    }
+    std::vector<double> acc(hb * hd, 0.0);
     for (int64_t j = 0; j < n; ++j) {
       const float* k = key(j);
-      for (int64_t h = h0; h < h1; ++h) {
-        kc::AddScaledDouble(s[(h - h0) * n + j], k, hd, acc.data() + (h - h0) * hd);
-      }
+      for (int64_t h = 0; h < hb; ++h)
+        kc::AddScaledDouble(s[h * n + j], k, hd, acc.data() + h * hd);
     }
-    for (int64_t h = h0; h < h1; ++h) {
-      float* o = out + (r * heads + h) * hd;
-      const double* a = acc.data() + (h - h0) * hd;
-      for (int64_t c = 0; c < hd; ++c) o[c] = static_cast<float>(a[c] / denom[h - h0]);
+    for (int64_t h = 0; h < hb; ++h) {
+      for (int64_t c = 0; c < hd; ++c)
+        o[h * hd + c] = static_cast<float>(acc[h * hd + c] / denom[h]);
     }
   };
   if (pool_) {

@@ -18,8 +18,10 @@ class CpuOps : public Ops {
 
   // The fast kernels: GEMMs on FP8, FP4 and BF16 weights as BF16 dot products, x rounded to
   // BF16, where the CPU has AVX512-BF16 (kernels::cpu::GemmPrecision::kBf16Dot: within 2^-8
-  // sum |x w| of the exact product, not the reference's bits). Off: every GEMM is the exact one.
+  // sum |x w| of the exact product, not the reference's bits), and Attend's scores and weighted
+  // sums as fp32 products in place of double-precision ones. Off: the exact kernels.
   void set_fast_kernels(bool on) {
+    fast_kernels_ = on;
     gemm_precision_ =
         on ? kernels::cpu::GemmPrecision::kBf16Dot : kernels::cpu::GemmPrecision::kExact;
   }
@@ -91,6 +93,7 @@ class CpuOps : public Ops {
   void ScaleMixes(const HcShape& s, const float* streams, int64_t rows, int64_t mix, float* mixes);
 
   kernels::cpu::ThreadPool* pool_;
+  bool fast_kernels_ = false;
   kernels::cpu::GemmPrecision gemm_precision_ = kernels::cpu::GemmPrecision::kExact;
 };
 
