@@ -24,7 +24,21 @@ struct GumbelRow {
   double inv_temperature = 0.0;
   uint64_t seed = 0;
   uint64_t counter = 0;
+  // Top-k (0: off), and top-p (1: off) and min-p (0: off) within the top k: the draw takes only
+  // the tokens these keep, which SetSamplingCut (kernels/sampling_cut.h) turns into the cut
+  // below from the row's top-k logits. Only tokens at or above the cut compete: a larger logit
+  // than `cut`, or the same logit and an id no larger than `cut_token`. Read where top_k > 0.
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float cut = -INFINITY;
+  int32_t cut_token = INT32_MAX;
 };
+
+// Whether `token`'s logit is at or above `row`'s cut (every token where top_k is off).
+PDSPARK_HOST_DEVICE inline bool AboveCut(float logit, const GumbelRow& row, int64_t token) {
+  return row.top_k <= 0 || logit > row.cut || (logit == row.cut && token <= row.cut_token);
+}
 
 // Philox4x32-10 of counter c under key k, in place: ten rounds of two 32x32->64 multiplies, the
 // key bumped by the Weyl constants between rounds (Random123's philox4x32_R).
@@ -70,9 +84,10 @@ PDSPARK_HOST_DEVICE inline double GumbelNoise(uint64_t seed, uint64_t counter, i
 }
 
 // Token `token`'s logit perturbed for `row`'s draw: logit / T + its noise, rounded to float once
-// (-inf stays -inf: a masked token never wins; NaN stays NaN).
+// (-inf stays -inf: a masked token never wins; NaN stays NaN); -inf below the row's cut.
 PDSPARK_HOST_DEVICE inline float GumbelKey(float logit, const GumbelRow& row, int64_t token) {
   if (row.inv_temperature == 0.0) return logit;
+  if (!AboveCut(logit, row, token)) return -INFINITY;
   return static_cast<float>(static_cast<double>(logit) * row.inv_temperature +
                             GumbelNoise(row.seed, row.counter, token));
 }

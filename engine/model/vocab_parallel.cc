@@ -3,8 +3,70 @@
 #include <algorithm>
 
 #include "engine/model/linear.h"
+#include "kernels/sampling_cut.h"
 
 namespace pdspark::engine {
+
+namespace {
+
+// Sets the cut of every draw with top-k (kernels/sampling_cut.h) from its row's top-k logits:
+// each rank's highest-ranked logits of its slice (Ops::TopK ranks as the cut does: larger first,
+// the lower index among equal ones), gathered from every rank and merged. Every rank sets the
+// same cuts. Only the candidates cross to the host, never a row.
+Status SetSamplingCuts(const RankContext& ctx, const float* slice, int64_t rows,
+                       std::span<kernels::GumbelRow> draws) {
+  int64_t top_k = 0;
+  for (const kernels::GumbelRow& d : draws) {
+    if (d.inv_temperature != 0.0) top_k = std::max<int64_t>(top_k, d.top_k);
+  }
+  if (top_k == 0) return absl::OkStatus();
+  const int world = ctx.distributed() ? ctx.comm->world_size() : 1;
+  const int64_t local = ctx.plan->vocab.size(), k = std::min(top_k, local);
+  backend::Ops& ops = ctx.ops();
+  std::vector<int64_t> offsets(rows + 1);
+  for (int64_t r = 0; r <= rows; ++r) offsets[r] = r * local;
+  backend::Buffer<int32_t> top(*ctx.backend, rows * k);
+  ops.TopK(slice, offsets, k, top.data());
+  const std::vector<int32_t> index = top.ToHost();
+  std::vector<int64_t> at(rows * k);
+  for (int64_t i = 0; i < rows * k; ++i) at[i] = (i / k) * local + index[i];
+  backend::Buffer<float> values(*ctx.backend, rows * k);
+  ops.GatherActivationRows(slice, 1, 1, at, values.data());
+  const std::vector<float> value = values.ToHost();
+  // [rows, top_k] of this rank, padded with candidates that rank last; moved as pairs of floats.
+  static_assert(sizeof(kernels::LogitCandidate) == 2 * sizeof(float));
+  std::vector<kernels::LogitCandidate> mine(rows * top_k);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < k; ++i) {
+      mine[r * top_k + i] = {value[r * k + i],
+                             static_cast<int32_t>(ctx.plan->vocab.begin + index[r * k + i])};
+    }
+  }
+  std::vector<kernels::LogitCandidate> all = mine;
+  if (world > 1) {
+    backend::Buffer<kernels::LogitCandidate> sent(*ctx.backend,
+                                                  std::span<const kernels::LogitCandidate>(mine));
+    backend::Buffer<kernels::LogitCandidate> gathered(*ctx.backend, world * rows * top_k);
+    RETURN_IF_ERROR(ctx.comm->AllGather(reinterpret_cast<const float*>(sent.data()),
+                                        2 * rows * top_k,
+                                        reinterpret_cast<float*>(gathered.data())));
+    all = gathered.ToHost();
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<kernels::LogitCandidate> row;
+    for (int w = 0; w < world; ++w) {
+      const kernels::LogitCandidate* c = all.data() + (w * rows + r) * top_k;
+      for (int64_t i = 0; i < top_k; ++i) {
+        if (c[i].token >= 0) row.push_back(c[i]);
+      }
+    }
+    std::sort(row.begin(), row.end(), kernels::RanksBefore);
+    kernels::SetSamplingCut(row, draws[r]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 backend::Buffer<float> VocabSliceLogits(const RankContext& ctx, const float* x, int64_t rows,
                                         const Matrix& w) {
@@ -60,7 +122,9 @@ Status GatherArgmax(const RankContext& ctx, int64_t vocab, const float* slice, i
   if (draws.empty()) {
     ctx.ops().ArgMax(slice, rows, local, local, mine.data());
   } else {
-    ctx.ops().GumbelArgMax(slice, local, local, ctx.plan->vocab.begin, draws, mine.data());
+    std::vector<kernels::GumbelRow> cut(draws.begin(), draws.end());
+    RETURN_IF_ERROR(SetSamplingCuts(ctx, slice, rows, cut));
+    ctx.ops().GumbelArgMax(slice, local, local, ctx.plan->vocab.begin, cut, mine.data());
   }
   // A candidate is a float and an int32: the collective moves it as two floats, bit for bit.
   static_assert(sizeof(kernels::ArgmaxCandidate) == 2 * sizeof(float));

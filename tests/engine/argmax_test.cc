@@ -113,10 +113,17 @@ TEST(Argmax, TheModelsArgmaxIdsAreItsLogitsArgmaxAtEveryTensorParallelSize) {
 // Rows perturbed for Gumbel-max draws before the argmax (StepOptions::sample): every rank
 // perturbs its vocabulary slice at its tokens' ids, so the merged winner is the host's draw from
 // the whole row (Sampler::GumbelArgmax) at every tensor-parallel size; greedy rows stay greedy.
+// Draws with top-k (and top-p or min-p within it) take the cut of the row's top-k logits that
+// the ranks' candidates give, as the host's from the whole row.
 TEST(Argmax, SampledIdsAreTheHostsGumbelDrawsAtEveryTensorParallelSize) {
   std::vector<kernels::GumbelRow> draws;
   for (uint64_t r = 0; r < 37; ++r) {
-    draws.push_back(r % 5 == 4 ? kernels::GumbelRow{} : kernels::GumbelRow{1.0 / 3.0, 3, r});
+    kernels::GumbelRow draw =
+        r % 5 == 4 ? kernels::GumbelRow{} : kernels::GumbelRow{1.0 / 3.0, 3, r};
+    if (r % 5 == 1) draw.top_k = 3;
+    if (r % 5 == 2) draw.top_k = 50, draw.top_p = 0.6f;
+    if (r % 5 == 3) draw.top_k = 2000, draw.min_p = 0.02f;
+    draws.push_back(draw);
   }
   std::vector<int32_t> first;
   for (int tp : {1, 2, 4}) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/sampling_cut.h"
 
 namespace pdspark::kernels {
 namespace {
@@ -108,6 +109,58 @@ TEST(GumbelSamplingTest, TheSkippingScanGivesTheFullScansWinner) {
     EXPECT_EQ(scan.index, full.index) << "trial " << trial;
     EXPECT_EQ(scan.value, full.value) << "trial " << trial;
   }
+}
+
+// The cut of a top-k draw (kernels/sampling_cut.h), on logits {2, 1, 1, 0.5, 1, -1} (tokens 0-5;
+// in rank order 0, 1, 2, 4, 3, 5): top-k 2 keeps the tokens tied with the second logit (1, 2
+// and 4); top-p and min-p cut between tied tokens by id; GumbelKey masks the tokens below.
+TEST(GumbelSamplingTest, ACutKeepsTheTokensTopKTopPAndMinPKeep) {
+  const std::vector<float> logits = {2.0f, 1.0f, 1.0f, 0.5f, 1.0f, -1.0f};
+  const std::vector<LogitCandidate> ranked = TopCandidates(logits.data(), 6, 6);
+  ASSERT_EQ(ranked.size(), 6u);
+  EXPECT_EQ(ranked[3].token, 4);
+  EXPECT_EQ(TopCandidates(logits.data(), 6, 2, 100)[1].token, 101);
+  auto kept = [&](int32_t top_k, float top_p, float min_p) {
+    GumbelRow draw{1.0, 5, 0};
+    draw.top_k = top_k;
+    draw.top_p = top_p;
+    draw.min_p = min_p;
+    SetSamplingCut(ranked, draw);
+    std::vector<int> out;
+    for (int t = 0; t < 6; ++t) {
+      if (GumbelKey(logits[t], draw, t) != -INFINITY) out.push_back(t);
+    }
+    return out;
+  };
+  EXPECT_EQ(kept(2, 1.0f, 0.0f), (std::vector<int>{0, 1, 2, 4}));
+  EXPECT_EQ(kept(1, 1.0f, 0.0f), (std::vector<int>{0}));
+  EXPECT_EQ(kept(6, 1.0f, 0.0f), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  // Weights 1, e^-1 (x3), e^-1.5, e^-3: total 2.3765. Top-p 0.5 keeps token 0 (0 < 1.19) and
+  // token 1 (1 < 1.19), not token 2 (1.37 >= 1.19).
+  EXPECT_EQ(kept(6, 0.5f, 0.0f), (std::vector<int>{0, 1}));
+  // Min-p 0.3 keeps weights >= 0.3: e^-1 = 0.37 (tokens 1, 2, 4), not e^-1.5 = 0.22.
+  EXPECT_EQ(kept(6, 1.0f, 0.3f), (std::vector<int>{0, 1, 2, 4}));
+  EXPECT_EQ(kept(3, 1.0f, 0.3f), (std::vector<int>{0, 1, 2, 4}));
+  // A NaN logit ranks last and is never kept.
+  const std::vector<float> with_nan = {1.0f, NAN, 0.5f};
+  const std::vector<LogitCandidate> nan_ranked = TopCandidates(with_nan.data(), 3, 3);
+  EXPECT_EQ(nan_ranked[2].token, 1);
+  for (const float top_p : {1.0f, 0.01f}) {
+    GumbelRow draw{1.0, 5, 0};
+    draw.top_k = 3;
+    draw.top_p = top_p;
+    SetSamplingCut(nan_ranked, draw);
+    EXPECT_EQ(GumbelKey(NAN, draw, 1), -INFINITY);
+    EXPECT_EQ(GumbelKey(0.5f, draw, 2) != -INFINITY, top_p == 1.0f);
+  }
+  // A greedy draw, or one without top-k, keeps every token.
+  GumbelRow greedy;
+  greedy.top_k = 1;
+  SetSamplingCut(ranked, greedy);
+  EXPECT_EQ(greedy.cut, -INFINITY);
+  GumbelRow plain{1.0, 5, 0};
+  SetSamplingCut(ranked, plain);
+  EXPECT_EQ(GumbelKey(-1.0f, plain, 5), GumbelKey(-1.0f, GumbelRow{1.0, 5, 0}, 5));
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "engine/sampling/sampler.h"
 
 #include <cmath>
+#include <random>
 #include <set>
 #include <vector>
 
+#include "engine/sampling/logits_processor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -109,7 +111,7 @@ TEST(SamplerTest, SampleFrequenciesMatchProbabilities) {
 
 // Plain temperature sampling draws by the Gumbel-max trick from (seed, position) alone: the
 // same token for a position whatever was drawn before, and what a device's perturbed argmax
-// gives (GumbelArgmax of GumbelDraw). With a truncation the request's RNG stream draws instead.
+// gives (GumbelArgmax of GumbelDraw). With top-p alone the request's RNG stream draws instead.
 TEST(SamplerTest, PlainSamplingIsAFunctionOfSeedAndPosition) {
   const std::vector<float> logits = {0.1f, 0.5f, -0.3f, 1.2f, 0.0f, 0.7f};
   SamplingParams params = Seeded(9);
@@ -117,7 +119,7 @@ TEST(SamplerTest, PlainSamplingIsAFunctionOfSeedAndPosition) {
   auto forward = Sampler::Create(params);
   auto backward = Sampler::Create(params);
   ASSERT_TRUE(forward.ok() && backward.ok());
-  EXPECT_TRUE(forward->plain());
+  EXPECT_TRUE(forward->gumbel_drawn());
   std::vector<int32_t> a(50), b(50);
   for (int i = 0; i < 50; ++i) a[i] = forward->SampleFromLogits(logits, i);
   for (int i = 49; i >= 0; --i) b[i] = backward->SampleFromLogits(logits, i);
@@ -132,12 +134,54 @@ TEST(SamplerTest, PlainSamplingIsAFunctionOfSeedAndPosition) {
   params.top_p = 0.9f;
   auto truncated = Sampler::Create(params);
   ASSERT_TRUE(truncated.ok());
-  EXPECT_FALSE(truncated->plain());
+  EXPECT_FALSE(truncated->gumbel_drawn());
   params.temperature = 0.0f;
   auto greedy = Sampler::Create(params);
   ASSERT_TRUE(greedy.ok());
-  EXPECT_FALSE(greedy->plain());
+  EXPECT_FALSE(greedy->gumbel_drawn());
   EXPECT_EQ(greedy->GumbelDraw(3).inv_temperature, 0.0);
+}
+
+// Top-k sampling, with top-p and min-p within the top k, is a Gumbel-max draw over the tokens
+// above the cut its top-k logits give (kernels/sampling_cut.h): a function of (seed, position),
+// keeping the tokens ProcessLogits keeps, each as often as ProcessLogits' probability says.
+TEST(SamplerTest, TopKDrawsKeepProcessLogitsTokensAtTheirProbabilities) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  std::vector<float> logits(40);
+  for (float& v : logits) v = normal(rng);
+  struct Case {
+    int32_t top_k;
+    float top_p, min_p, temperature;
+  };
+  for (const Case c :
+       {Case{5, 1.0f, 0.0f, 1.0f}, Case{12, 0.7f, 0.0f, 0.8f}, Case{20, 1.0f, 0.15f, 1.3f},
+        Case{40, 0.5f, 0.05f, 1.0f}, Case{1, 1.0f, 0.0f, 2.0f}}) {
+    SamplingParams params = Seeded(21);
+    params.top_k = c.top_k;
+    params.top_p = c.top_p;
+    params.min_p = c.min_p;
+    params.temperature = c.temperature;
+    auto sampler = Sampler::Create(params);
+    ASSERT_TRUE(sampler.ok());
+    EXPECT_TRUE(sampler->gumbel_drawn());
+    const std::vector<float> probs = ProcessLogits(logits, params);
+    constexpr int kDraws = 40000;
+    std::vector<int> counts(logits.size());
+    for (int i = 0; i < kDraws; ++i) ++counts[sampler->SampleFromLogits(logits, i)];
+    for (size_t t = 0; t < logits.size(); ++t) {
+      if (probs[t] == 0.0f) {
+        EXPECT_EQ(counts[t], 0) << "token " << t << " top_k " << c.top_k;
+      } else {  // 4 standard deviations of a frequency from 40000 draws at most
+        EXPECT_NEAR(static_cast<double>(counts[t]) / kDraws, probs[t], 0.01)
+            << "token " << t << " top_k " << c.top_k;
+      }
+    }
+    const kernels::GumbelRow draw = sampler->GumbelDraw(7);
+    EXPECT_EQ(draw.top_k, c.top_k);
+    auto again = Sampler::Create(params);
+    EXPECT_EQ(again->SampleFromLogits(logits, 7), Sampler::GumbelArgmax(logits, draw));
+  }
 }
 
 TEST(SamplerTest, SampleFromLogitsHonoursTopK) {

@@ -189,15 +189,21 @@ TEST_F(SpecDecodeTest, ArgmaxStepsGiveTheTokensOfTheLogits) {
   }
 }
 
-// Plain temperature sampling takes the argmax of rows perturbed for each request's Gumbel-max
-// draw where the logits are (what keeps a GPU's logits on the GPU when sampling): the tokens are
-// those the host draws from the logits, and a request's tokens do not depend on whether its
-// batch took the logits (a top-p request in every step) or the argmax.
+// Plain temperature sampling, and top-k sampling (with top-p or min-p within the top k), take
+// the argmax of rows perturbed for each request's Gumbel-max draw where the logits are (what
+// keeps a GPU's logits on the GPU when sampling): the tokens are those the host draws from the
+// logits, and a request's tokens do not depend on whether its batch took the logits (a top-p
+// request without top-k in every step) or the argmax.
 TEST_F(SpecDecodeTest, SampledStepsTakeTheArgmaxOfPerturbedRows) {
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 4; ++i) {
     specs.push_back(Spec("t" + std::to_string(i), Prompt(6 + 9 * i, i), 14, 1.3f, 40 + i));
   }
+  specs[1].sampling.top_k = 20;
+  specs[2].sampling.top_k = 40;
+  specs[2].sampling.top_p = 0.9f;
+  specs[3].sampling.top_k = 100;
+  specs[3].sampling.min_p = 0.05f;
   specs.push_back(Spec("greedy", Prompt(20, 9), 14, 0.f));
   auto logits_engine = Engine(0, 512, dir_, SpecCostModel::Unprofiled(), 64, false);
   const auto want = RunAll(*logits_engine, specs);

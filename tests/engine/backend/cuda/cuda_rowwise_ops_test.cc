@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 
+#include "kernels/sampling_cut.h"
 #include "tests/engine/backend/cuda/device_buffer.h"
 
 namespace pdspark::engine::backend::testing {
@@ -237,10 +238,13 @@ TEST_F(CudaOpsTest, ArgMaxGivesTheCpusIds) {
 // keys within 1e-6 relative; a greedy draw is the plain argmax. The logits are left alone.
 TEST_F(CudaOpsTest, GumbelArgMaxGivesTheCpusDraws) {
   const int64_t n = 20000, ldx = n + 32, first_token = 64000;
-  const std::vector<kernels::GumbelRow> draws = {
-      {1.0, 7, 100}, {0.0, 7, 100}, {1.0 / 0.7, 123456789, 5}, {2.0, 7, 101}, {0.05, 3, 9}};
+  std::vector<kernels::GumbelRow> draws = {{1.0, 7, 100}, {0.0, 7, 100}, {1.0 / 0.7, 123456789, 5},
+                                           {2.0, 7, 101}, {0.05, 3, 9},  {1.0, 11, 4}};
   std::vector<float> x = Random(draws.size() * ldx);
   for (int64_t j = 0; j < n; ++j) x[4 * ldx + j] *= 100.0f;  // a peaked row: most skipped
+  // A top-k draw: only the row's 30 best tokens compete (kernels/sampling_cut.h).
+  draws[5].top_k = 30;
+  kernels::SetSamplingCut(kernels::TopCandidates(x.data() + 5 * ldx, n, 30, first_token), draws[5]);
   std::vector<kernels::ArgmaxCandidate> want(draws.size()), plain(draws.size());
   cpu().GumbelArgMax(x.data(), n, ldx, first_token, draws, want.data());
   cpu().ArgMax(x.data(), draws.size(), n, ldx, plain.data());
@@ -253,6 +257,7 @@ TEST_F(CudaOpsTest, GumbelArgMaxGivesTheCpusDraws) {
     EXPECT_NEAR(got[r].value, want[r].value, 1e-6 * std::abs(want[r].value)) << "row " << r;
   }
   EXPECT_EQ(want[1].index, plain[1].index);
+  EXPECT_GE(x[5 * ldx + want[5].index], draws[5].cut);
   EXPECT_EQ(dx.ToHost(), x);
 }
 
