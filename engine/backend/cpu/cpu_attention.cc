@@ -34,6 +34,58 @@ std::vector<const void*> KeysOf(const AttentionKeys& keys, int64_t r) {
   return rows;
 }
 
+// The keys of a row, key j at rows[j]: the cache rows themselves (fp32), or one fp32 matrix
+// [n, hd] of them (FP8 rows decoded to the values stored, fp32 rows copied) where `gather`.
+class RowKeys {
+ public:
+  RowKeys(const AttentionKeys& keys, int64_t r, int64_t hd, bool gather)
+      : rows_(KeysOf(keys, r)), hd_(hd), gather_(gather || keys.fp8.head_dim > 0) {
+    if (!gather_) return;
+    matrix_.resize(count() * hd);
+    for (int64_t j = 0; j < count(); ++j) {
+      if (keys.fp8.head_dim > 0) {
+        keys.fp8.Decode(static_cast<const uint8_t*>(rows_[j]), matrix_.data() + j * hd);
+      } else {
+        std::copy_n(static_cast<const float*>(rows_[j]), hd, matrix_.data() + j * hd);
+      }
+    }
+  }
+  int64_t count() const { return static_cast<int64_t>(rows_.size()); }
+  const float* operator[](int64_t j) const {
+    return gather_ ? matrix_.data() + j * hd_ : static_cast<const float*>(rows_[j]);
+  }
+  const float* matrix() const { return matrix_.data(); }  // where gathered
+
+ private:
+  std::vector<const void*> rows_;
+  int64_t hd_;
+  bool gather_;
+  std::vector<float> matrix_;
+};
+
+// scores [hb, n] = scale * q [hb, hd] . key_j, each dot in double (DotDouble) rounded to fp32.
+void ScoresDouble(const float* q, int64_t hb, int64_t hd, const RowKeys& keys, float scale,
+                  float* scores) {
+  const int64_t n = keys.count();
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t h = 0; h < hb; ++h) {
+      scores[h * n + j] = static_cast<float>(kc::DotDouble(q + h * hd, keys[j], hd)) * scale;
+    }
+  }
+}
+
+// out [hb, hd] = (weights [hb, n] . keys) / denom per head, summed in double in key order.
+void WeightedKeysDouble(const float* weights, int64_t hb, const RowKeys& keys, int64_t hd,
+                        const std::vector<double>& denom, float* out) {
+  const int64_t n = keys.count();
+  std::vector<double> acc(hb * hd, 0.0);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t h = 0; h < hb; ++h)
+      kc::AddScaledDouble(weights[h * n + j], keys[j], hd, acc.data() + h * hd);
+  }
+  for (int64_t i = 0; i < hb * hd; ++i) out[i] = static_cast<float>(acc[i] / denom[i / hd]);
+}
+
 // An fp32 matrix [rows, cols] (row stride cols) as GEMM weights.
 kernels::WeightMatrix F32Weights(const float* data, int64_t rows, int64_t cols) {
   kernels::WeightMatrix w;
@@ -45,28 +97,48 @@ kernels::WeightMatrix F32Weights(const float* data, int64_t rows, int64_t cols) 
   return w;
 }
 
-// The fast kernels' attention products: the exact fp32 GEMM (one thread: the caller is a task
-// already), whose every output is the same bits whatever the rows around it.
-// scores [hb, n] = scale * q [hb, hd] . keys [n, hd]^T.
-void ScoresFp32(const float* q, int64_t hb, int64_t hd, const float* keys, int64_t n, float scale,
+// The fast kernels' products: the exact fp32 GEMM over the gathered keys (one thread: the caller
+// is a task already), whose every output is the same bits whatever the rows around it.
+void ScoresFp32(const float* q, int64_t hb, int64_t hd, const RowKeys& keys, float scale,
                 float* scores) {
+  const int64_t n = keys.count();
   if (n == 0) return;
-  kc::Gemm({q, hb, hd, F32Weights(keys, n, hd), scores, n});
+  kc::Gemm({q, hb, hd, F32Weights(keys.matrix(), n, hd), scores, n});
   for (int64_t i = 0; i < hb * n; ++i) scores[i] *= scale;
 }
 
-// out [hb, hd] = weights [hb, n] . keys [n, hd], through the keys transposed.
-void WeightedKeysFp32(const float* weights, int64_t hb, const float* keys, int64_t n, int64_t hd,
-                      float* out) {
+// The same as WeightedKeysDouble in one fp32 GEMM, through the keys transposed.
+void WeightedKeysFp32(const float* weights, int64_t hb, const RowKeys& keys, int64_t hd,
+                      const std::vector<double>& denom, float* out) {
+  const int64_t n = keys.count();
   if (n == 0) {
     std::fill_n(out, hb * hd, 0.0f);
     return;
   }
   std::vector<float> keys_t(hd * n);
   for (int64_t j = 0; j < n; ++j) {
-    for (int64_t c = 0; c < hd; ++c) keys_t[c * n + j] = keys[j * hd + c];
+    for (int64_t c = 0; c < hd; ++c) keys_t[c * n + j] = keys[j][c];
   }
   kc::Gemm({weights, hb, n, F32Weights(keys_t.data(), hd, n), out, hd});
+  for (int64_t i = 0; i < hb * hd; ++i) out[i] = static_cast<float>(out[i] / denom[i / hd]);
+}
+
+// Per head of scores [hb, n]: exp(score - max) in place, and the denominator, the sink adding
+// exp(sink - max), in double.
+std::vector<double> ExpAndDenominators(float* scores, int64_t hb, int64_t n, const float* sink) {
+  std::vector<double> denom(hb);
+  for (int64_t h = 0; h < hb; ++h) {
+    float* sh = scores + h * n;
+    float max_score = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) max_score = std::max(max_score, sh[j]);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      sh[j] = std::exp(sh[j] - max_score);
+      sum += sh[j];
+    }
+    denom[h] = sum + std::exp(sink[h] - max_score);
+  }
+  return denom;
 }
 
 }  // namespace
@@ -75,7 +147,6 @@ void CpuOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, in
                     const float* sink, float* out) {
   const int64_t hd = head_dim, rows = keys.num_rows();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  const bool fp8 = keys.fp8.head_dim > 0;
   // A task is a block of one row's heads: all of them when the rows alone keep every thread
   // busy (a batch), fewer to spread a lone decode row over the threads. Every task gathers its
   // row's keys, which the fast kernels' GEMMs then outrun: they split a row only once per thread.
@@ -86,71 +157,24 @@ void CpuOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, in
                           std::max<int64_t>(heads, 1));
   const int64_t block = heads > 0 ? (heads + blocks_per_row - 1) / blocks_per_row : 1;
   const int64_t blocks = heads > 0 ? (heads + block - 1) / block : 0;
+  // Each head's arithmetic runs in key order whatever the blocking, so the results do not depend
+  // on the block size or on the cache's dtype (FP8 rows decode to the values stored).
   auto task = [&](int64_t t) {
-    const int64_t r = t / blocks, h0 = (t % blocks) * block, h1 = std::min(heads, h0 + block);
-    const int64_t hb = h1 - h0;
-    const std::vector<const void*> key_rows = KeysOf(keys, r);
-    const int64_t n = static_cast<int64_t>(key_rows.size());
-    // The keys as one fp32 matrix [n, hd] (FP8 rows decoded to the values stored), or, for the
-    // exact kernels over an fp32 cache, read where they are.
-    const bool gather = fp8 || fast_kernels_;
-    std::vector<float> gathered(gather ? n * hd : 0);
-    for (int64_t j = 0; gather && j < n; ++j) {
-      if (fp8) {
-        keys.fp8.Decode(static_cast<const uint8_t*>(key_rows[j]), gathered.data() + j * hd);
-      } else {
-        std::copy_n(static_cast<const float*>(key_rows[j]), hd, gathered.data() + j * hd);
-      }
-    }
-    auto key = [&](int64_t j) {
-      return gather ? gathered.data() + j * hd : static_cast<const float*>(key_rows[j]);
-    };
+    const int64_t r = t / blocks, h0 = (t % blocks) * block, hb = std::min(heads, h0 + block) - h0;
+    const RowKeys row_keys(keys, r, hd, /*gather=*/fast_kernels_);
     const float* qr = q + (r * heads + h0) * hd;
-    // Per head: the scores, then exp(score - max) and the denominator (sink included). Each
-    // head's arithmetic runs in key order whatever the blocking, so the results do not depend
-    // on the block size or on the cache's dtype (FP8 rows decode to the values stored).
-    std::vector<float> s(hb * n);
-    if (fast_kernels_) {
-      ScoresFp32(qr, hb, hd, gathered.data(), n, scale, s.data());
-    } else {
-      for (int64_t j = 0; j < n; ++j) {
-        const float* k = key(j);
-        for (int64_t h = 0; h < hb; ++h) {
-          s[h * n + j] = static_cast<float>(kc::DotDouble(qr + h * hd, k, hd)) * scale;
-        }
-      }
-    }
-    std::vector<double> denom(hb);
-    for (int64_t h = 0; h < hb; ++h) {
-      float* sh = s.data() + h * n;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) max_score = std::max(max_score, sh[j]);
-      double sum = 0.0;
-      for (int64_t j = 0; j < n; ++j) {
-        sh[j] = std::exp(sh[j] - max_score);
-        sum += sh[j];
-      }
-      denom[h] = sum + std::exp(sink[h0 + h] - max_score);
-    }
     float* o = out + (r * heads + h0) * hd;
+    std::vector<float> s(hb * row_keys.count());
     if (fast_kernels_) {
-      WeightedKeysFp32(s.data(), hb, gathered.data(), n, hd, o);
-      for (int64_t h = 0; h < hb; ++h) {
-        for (int64_t c = 0; c < hd; ++c) {
-          o[h * hd + c] = static_cast<float>(o[h * hd + c] / denom[h]);
-        }
-      }
-      return;
+      ScoresFp32(qr, hb, hd, row_keys, scale, s.data());
+    } else {
+      ScoresDouble(qr, hb, hd, row_keys, scale, s.data());
     }
-    std::vector<double> acc(hb * hd, 0.0);
-    for (int64_t j = 0; j < n; ++j) {
-      const float* k = key(j);
-      for (int64_t h = 0; h < hb; ++h)
-        kc::AddScaledDouble(s[h * n + j], k, hd, acc.data() + h * hd);
-    }
-    for (int64_t h = 0; h < hb; ++h) {
-      for (int64_t c = 0; c < hd; ++c)
-        o[h * hd + c] = static_cast<float>(acc[h * hd + c] / denom[h]);
+    const std::vector<double> denom = ExpAndDenominators(s.data(), hb, row_keys.count(), sink + h0);
+    if (fast_kernels_) {
+      WeightedKeysFp32(s.data(), hb, row_keys, hd, denom, o);
+    } else {
+      WeightedKeysDouble(s.data(), hb, row_keys, hd, denom, o);
     }
   };
   if (pool_) {
