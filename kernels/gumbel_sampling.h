@@ -24,10 +24,10 @@ struct GumbelRow {
   double inv_temperature = 0.0;
   uint64_t seed = 0;
   uint64_t counter = 0;
-  // Top-k (0: off), and top-p (1: off) and min-p (0: off) within the top k: the draw takes only
-  // the tokens these keep, which SetSamplingCut (kernels/sampling_cut.h) turns into the cut
-  // below from the row's top-k logits. Only tokens at or above the cut compete: a larger logit
-  // than `cut`, or the same logit and an id no larger than `cut_token`. Read where top_k > 0.
+  // Top-k (0: off), then top-p (1: off) and min-p (0: off), in vLLM's order: the draw takes
+  // only the tokens these masks keep, which SetSamplingCut (kernels/sampling_cut.h) turns into
+  // the cut below from the row's highest logits. Only tokens at or above the cut compete: a
+  // larger logit than `cut`, or the same logit and an id no larger than `cut_token`.
   int32_t top_k = 0;
   float top_p = 1.0f;
   float min_p = 0.0f;
@@ -35,9 +35,14 @@ struct GumbelRow {
   int32_t cut_token = INT32_MAX;
 };
 
-// Whether `token`'s logit is at or above `row`'s cut (every token where top_k is off).
+// Whether the draw masks its row (top-k, top-p or min-p on).
+PDSPARK_HOST_DEVICE inline bool HasMasks(const GumbelRow& row) {
+  return row.top_k > 0 || row.top_p < 1.0f || row.min_p > 0.0f;
+}
+
+// Whether `token`'s logit is at or above `row`'s cut (every token without masks).
 PDSPARK_HOST_DEVICE inline bool AboveCut(float logit, const GumbelRow& row, int64_t token) {
-  return row.top_k <= 0 || logit > row.cut || (logit == row.cut && token <= row.cut_token);
+  return !HasMasks(row) || logit > row.cut || (logit == row.cut && token <= row.cut_token);
 }
 
 // Philox4x32-10 of counter c under key k, in place: ten rounds of two 32x32->64 multiplies, the

@@ -1,18 +1,20 @@
-// Top-k sampling, with top-p and min-p within the top k, as a Gumbel-max draw (gumbel_sampling.h)
-// over the tokens above a cut on the row's logits: the draw is then a sample of the row's
-// softmax renormalised over the tokens kept, as vLLM's top-k/top-p/min-p sampling is, and
-// everything but the cut stays where the logits are. The cut needs only the row's top-k logits:
-// a tensor-parallel rank finds its slice's top k (Ops::TopK), the ranks' candidates merge into
+// Sampling with top-k, top-p and min-p (vLLM's order: top-p and min-p act on what top-k keeps)
+// as a Gumbel-max draw (gumbel_sampling.h) over the tokens above a cut on the row's logits: the
+// draw is a sample of the row's softmax renormalised over the tokens kept, and everything but
+// the cut stays where the logits are. The cut needs only the row's highest logits: a
+// tensor-parallel rank finds its slice's best ones (Ops::TopK), the ranks' candidates merge into
 // the row's, and every rank sets the same cut (engine/model/vocab_parallel.cc); the host's
-// sampler sets it from a row it holds (engine/sampling/sampler.cc), so both draw the same token.
+// sampler sets it from a row it holds (SetSamplingCutFromRow), so both draw the same token.
 //
 // The tokens kept, in rank order (larger logit first, the lower id among equal logits), with
-// weights w_i = exp((logit_i - logit_0) / T) in double: the first k, and all tokens tied with
-// the k-th logit (top-k keeps ties at its threshold); of those, top-p keeps token i while the
-// weight ranked above it is below top_p times the weight of the first k, and min-p keeps token
-// i while w_i >= min_p (the best token's weight is 1). These are logits_processor.h's masks
-// computed on logits, so both keep the same tokens unless a probability sits within rounding
-// of a mask's threshold.
+// weights w_i = exp((logit_i - logit_0) / T) in units of 2^-60 (softmax_mass.h): with top-k the
+// first k and every token tied with the k-th logit (top-k keeps ties at its threshold); top-p
+// keeps token i while the weight ranked above it is below top_p times the total (the first k's
+// with top-k, else the whole row's mass, an exact sum whatever the ranks); min-p keeps token i
+// while w_i >= min_p (the best token's weight is 1). These are logits_processor.h's masks
+// computed on logits, so both keep the same tokens unless a probability sits within rounding of
+// a mask's threshold. Without top-k the kept tokens can reach far down a flat row: the cut is
+// looked for among the row's best first (CutCandidates), then in the whole row ranked.
 //
 // Header-only, for the host.
 #pragma once
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "kernels/gumbel_sampling.h"
+#include "kernels/softmax_mass.h"
 
 namespace pdspark::kernels {
 
@@ -53,43 +56,67 @@ inline std::vector<LogitCandidate> TopCandidates(const float* values, int64_t n,
   return all;
 }
 
-// Sets draw.cut and draw.cut_token from the row's highest-ranked logits, in rank order (at least
-// min(draw.top_k, vocabulary) of them; more are not read). Nothing changes for a greedy draw, one
-// without top-k, or a row whose best logit is not finite (its -inf tokens never win anyway).
-inline void SetSamplingCut(std::span<const LogitCandidate> ranked, GumbelRow& draw) {
-  if (draw.top_k <= 0 || draw.inv_temperature == 0.0 || ranked.empty() ||
+// The candidates a draw's cut is first looked for among, in a row of `vocab` tokens: its top k;
+// without top-k (top-p or min-p alone) an eighth of the row, at least 64 and at most 1024, where
+// the cut of a peaked row lies. When it does not, the whole row is ranked instead.
+inline int64_t CutCandidates(const GumbelRow& draw, int64_t vocab) {
+  const int64_t candidates = draw.top_k > 0 ? draw.top_k : std::clamp<int64_t>(vocab / 8, 64, 1024);
+  return std::min(candidates, vocab);
+}
+
+// Sets draw.cut and draw.cut_token from the row's highest-ranked logits, in rank order (without
+// top-k: `row_mass` is the whole row's softmax mass against ranked[0], kernels/softmax_mass.h,
+// and `whole_row` says whether `ranked` holds every token). Returns false, changing nothing,
+// when the candidates end before the cut: rank more. Nothing changes for a greedy draw, one
+// without masks, or a row whose best logit is not finite (its -inf tokens never win anyway).
+inline bool SetSamplingCut(std::span<const LogitCandidate> ranked, const FixedMass& row_mass,
+                           bool whole_row, GumbelRow& draw) {
+  if (!HasMasks(draw) || draw.inv_temperature == 0.0 || ranked.empty() ||
       !std::isfinite(ranked[0].logit)) {
-    return;
+    return true;
   }
-  size_t k = 0;  // NaN logits rank last and are never kept
-  while (k < std::min(static_cast<size_t>(draw.top_k), ranked.size()) &&
-         !std::isnan(ranked[k].logit)) {
-    ++k;
-  }
-  std::vector<double> weight(k);
-  double total = 0.0;
+  // NaN logits rank last and are never kept.
+  const size_t limit =
+      draw.top_k > 0 ? std::min(static_cast<size_t>(draw.top_k), ranked.size()) : ranked.size();
+  size_t k = 0;
+  while (k < limit && !std::isnan(ranked[k].logit)) ++k;
+  std::vector<uint64_t> units(k);
+  FixedMass top_k_mass;
   for (size_t i = 0; i < k; ++i) {
-    weight[i] =
-        std::exp((static_cast<double>(ranked[i].logit) - ranked[0].logit) * draw.inv_temperature);
-    total += weight[i];
+    units[i] = MassUnits(ranked[i].logit, ranked[0].logit, draw.inv_temperature);
+    top_k_mass.Add(units[i]);
   }
-  size_t kept = k;
-  if (draw.top_p < 1.0f) {
-    const double limit = static_cast<double>(draw.top_p) * total;
-    double above = 0.0;
-    size_t i = 0;
-    while (i < k && above < limit) above += weight[i++];
-    kept = std::min(kept, std::max<size_t>(i, 1));
+  const long double total = (draw.top_k > 0 ? top_k_mass : row_mass).Weight();
+  const long double top_p_mass = static_cast<long double>(draw.top_p) * total;
+  const double min_p_units = static_cast<double>(draw.min_p) * kMassUnit;
+  FixedMass above;
+  size_t kept = 0;
+  while (kept < k && (kept == 0 || ((draw.top_p >= 1.0f || above.Weight() < top_p_mass) &&
+                                    static_cast<double>(units[kept]) >= min_p_units))) {
+    above.Add(units[kept++]);
   }
-  if (draw.min_p > 0.0f) {
-    size_t i = 0;
-    while (i < k && weight[i] >= static_cast<double>(draw.min_p)) ++i;
-    kept = std::min(kept, std::max<size_t>(i, 1));
-  }
+  if (kept == k && draw.top_k <= 0 && !whole_row) return false;
   const LogitCandidate& last = ranked[kept - 1];
   draw.cut = last.logit;
   // Ties with the k-th logit stay when top-k alone ends the kept tokens there.
-  draw.cut_token = kept == static_cast<size_t>(draw.top_k) ? INT32_MAX : last.token;
+  draw.cut_token =
+      draw.top_k > 0 && kept == static_cast<size_t>(draw.top_k) ? INT32_MAX : last.token;
+  return true;
+}
+
+// The cut from a whole row the host holds (values [0, n) are tokens 0..n-1).
+inline void SetSamplingCutFromRow(const float* row, int64_t n, GumbelRow& draw) {
+  if (!HasMasks(draw) || draw.inv_temperature == 0.0) return;
+  std::vector<LogitCandidate> ranked = TopCandidates(row, n, CutCandidates(draw, n));
+  FixedMass mass;
+  if (draw.top_k <= 0 && !ranked.empty()) {
+    for (int64_t j = 0; j < n; ++j)
+      mass.Add(MassUnits(row[j], ranked[0].logit, draw.inv_temperature));
+  }
+  if (!SetSamplingCut(ranked, mass, static_cast<int64_t>(ranked.size()) == n, draw)) {
+    ranked = TopCandidates(row, n, n);
+    SetSamplingCut(ranked, mass, /*whole_row=*/true, draw);
+  }
 }
 
 }  // namespace pdspark::kernels

@@ -19,6 +19,7 @@
 #include "kernels/cpu/fp8_kv_row.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/gumbel_sampling.h"
+#include "kernels/softmax_mass.h"
 #include "kernels/weight_matrix.h"
 
 namespace pdspark::engine::backend {
@@ -182,6 +183,12 @@ class Ops {
   virtual void GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_token,
                             std::span<const kernels::GumbelRow> draws,
                             kernels::ArgmaxCandidate* out) = 0;
+  // The softmax mass of every row r of x [rows.size(), n] against rows[r] (kernels/
+  // softmax_mass.h: the sum of MassUnits(x[r, j], best, inv_temperature), exact, so the same
+  // whatever the order), into out[r] in the backend's memory (`rows` is host memory): what
+  // top-p over the whole vocabulary weighs its candidates against, the row left where it is.
+  virtual void SoftmaxMasses(const float* x, int64_t n, int64_t ldx,
+                             std::span<const kernels::MassRow> rows, kernels::FixedMass* out) = 0;
 
   // ---- Hyper-connections (mHC) ---------------------------------------------------------------
   // From streams [rows, hc, dim] and their raw mixes [rows, (2+hc)*hc] (streams . fn^T), which

@@ -9,19 +9,16 @@ namespace pdspark::engine {
 
 namespace {
 
-// Sets the cut of every draw with top-k (kernels/sampling_cut.h) from its row's top-k logits:
-// each rank's highest-ranked logits of its slice (Ops::TopK ranks as the cut does: larger first,
-// the lower index among equal ones), gathered from every rank and merged. Every rank sets the
-// same cuts. Only the candidates cross to the host, never a row.
-Status SetSamplingCuts(const RankContext& ctx, const float* slice, int64_t rows,
-                       std::span<kernels::GumbelRow> draws) {
-  int64_t top_k = 0;
-  for (const kernels::GumbelRow& d : draws) {
-    if (d.inv_temperature != 0.0) top_k = std::max<int64_t>(top_k, d.top_k);
-  }
-  if (top_k == 0) return absl::OkStatus();
+// Every row's `want` highest-ranked logits of the whole row, in rank order (fewer where the
+// ranks hold fewer): each rank's best of its slice (Ops::TopK ranks as the cut does: larger
+// first, the lower index among equal ones), gathered from every rank and merged. Only the
+// candidates cross to the host, never a row.
+StatusOr<std::vector<std::vector<kernels::LogitCandidate>>> GatherCandidates(const RankContext& ctx,
+                                                                             const float* slice,
+                                                                             int64_t rows,
+                                                                             int64_t want) {
   const int world = ctx.distributed() ? ctx.comm->world_size() : 1;
-  const int64_t local = ctx.plan->vocab.size(), k = std::min(top_k, local);
+  const int64_t local = ctx.plan->vocab.size(), k = std::min(want, local);
   backend::Ops& ops = ctx.ops();
   std::vector<int64_t> offsets(rows + 1);
   for (int64_t r = 0; r <= rows; ++r) offsets[r] = r * local;
@@ -33,35 +30,89 @@ Status SetSamplingCuts(const RankContext& ctx, const float* slice, int64_t rows,
   backend::Buffer<float> values(*ctx.backend, rows * k);
   ops.GatherActivationRows(slice, 1, 1, at, values.data());
   const std::vector<float> value = values.ToHost();
-  // [rows, top_k] of this rank, padded with candidates that rank last; moved as pairs of floats.
+  // [rows, want] of this rank, padded with token -1; moved as pairs of floats, bit for bit.
   static_assert(sizeof(kernels::LogitCandidate) == 2 * sizeof(float));
-  std::vector<kernels::LogitCandidate> mine(rows * top_k);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < k; ++i) {
-      mine[r * top_k + i] = {value[r * k + i],
-                             static_cast<int32_t>(ctx.plan->vocab.begin + index[r * k + i])};
-    }
+  std::vector<kernels::LogitCandidate> mine(rows * want);
+  for (int64_t i = 0; i < rows * k; ++i) {
+    mine[(i / k) * want + i % k] = {value[i],
+                                    static_cast<int32_t>(ctx.plan->vocab.begin + index[i])};
   }
   std::vector<kernels::LogitCandidate> all = mine;
   if (world > 1) {
     backend::Buffer<kernels::LogitCandidate> sent(*ctx.backend,
                                                   std::span<const kernels::LogitCandidate>(mine));
-    backend::Buffer<kernels::LogitCandidate> gathered(*ctx.backend, world * rows * top_k);
+    backend::Buffer<kernels::LogitCandidate> gathered(*ctx.backend, world * rows * want);
     RETURN_IF_ERROR(ctx.comm->AllGather(reinterpret_cast<const float*>(sent.data()),
-                                        2 * rows * top_k,
+                                        2 * rows * want,
                                         reinterpret_cast<float*>(gathered.data())));
     all = gathered.ToHost();
   }
+  std::vector<std::vector<kernels::LogitCandidate>> ranked(rows);
   for (int64_t r = 0; r < rows; ++r) {
-    std::vector<kernels::LogitCandidate> row;
     for (int w = 0; w < world; ++w) {
-      const kernels::LogitCandidate* c = all.data() + (w * rows + r) * top_k;
-      for (int64_t i = 0; i < top_k; ++i) {
-        if (c[i].token >= 0) row.push_back(c[i]);
+      const kernels::LogitCandidate* c = all.data() + (w * rows + r) * want;
+      for (int64_t i = 0; i < want; ++i) {
+        if (c[i].token >= 0) ranked[r].push_back(c[i]);
       }
     }
-    std::sort(row.begin(), row.end(), kernels::RanksBefore);
-    kernels::SetSamplingCut(row, draws[r]);
+    std::sort(ranked[r].begin(), ranked[r].end(), kernels::RanksBefore);
+    if (static_cast<int64_t>(ranked[r].size()) > want) ranked[r].resize(want);
+  }
+  return ranked;
+}
+
+// Every row's softmax mass against its best logit (Ops::SoftmaxMasses on each rank's slice,
+// the ranks' masses added: an exact sum, the same bits at every tensor-parallel size).
+StatusOr<std::vector<kernels::FixedMass>> GatherMasses(const RankContext& ctx, const float* slice,
+                                                       std::span<const kernels::MassRow> rows) {
+  const int world = ctx.distributed() ? ctx.comm->world_size() : 1;
+  const int64_t count = static_cast<int64_t>(rows.size()), local = ctx.plan->vocab.size();
+  static_assert(sizeof(kernels::FixedMass) == 4 * sizeof(float));
+  backend::Buffer<kernels::FixedMass> mine(*ctx.backend, count);
+  ctx.ops().SoftmaxMasses(slice, local, local, rows, mine.data());
+  if (world == 1) return mine.ToHost();
+  backend::Buffer<kernels::FixedMass> all(*ctx.backend, world * count);
+  RETURN_IF_ERROR(ctx.comm->AllGather(reinterpret_cast<const float*>(mine.data()), 4 * count,
+                                      reinterpret_cast<float*>(all.data())));
+  const std::vector<kernels::FixedMass> parts = all.ToHost();
+  std::vector<kernels::FixedMass> sums(count);
+  for (int w = 0; w < world; ++w) {
+    for (int64_t r = 0; r < count; ++r) sums[r].Add(parts[w * count + r]);
+  }
+  return sums;
+}
+
+// Sets the cut of every draw with masks (kernels/sampling_cut.h) from its row's highest logits,
+// and without top-k the row's mass; when a row's cut lies past the candidates, from the whole
+// row ranked. Every rank sets the same cuts (and calls the same collectives).
+Status SetSamplingCuts(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
+                       std::span<kernels::GumbelRow> draws) {
+  int64_t want = 0;
+  bool masses = false;
+  for (const kernels::GumbelRow& d : draws) {
+    if (d.inv_temperature == 0.0 || !kernels::HasMasks(d)) continue;
+    want = std::max(want, kernels::CutCandidates(d, vocab));
+    masses = masses || d.top_k <= 0;
+  }
+  if (want == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto ranked, GatherCandidates(ctx, slice, rows, want));
+  std::vector<kernels::FixedMass> mass(rows);
+  if (masses) {
+    std::vector<kernels::MassRow> against(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (!ranked[r].empty()) against[r] = {ranked[r][0].logit, draws[r].inv_temperature};
+    }
+    ASSIGN_OR_RETURN(mass, GatherMasses(ctx, slice, against));
+  }
+  bool incomplete = false;
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool whole = static_cast<int64_t>(ranked[r].size()) == vocab;
+    incomplete |= !kernels::SetSamplingCut(ranked[r], mass[r], whole, draws[r]);
+  }
+  if (!incomplete) return absl::OkStatus();
+  ASSIGN_OR_RETURN(ranked, GatherCandidates(ctx, slice, rows, vocab));
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::SetSamplingCut(ranked[r], mass[r], /*whole_row=*/true, draws[r]);
   }
   return absl::OkStatus();
 }
@@ -123,7 +174,7 @@ Status GatherArgmax(const RankContext& ctx, int64_t vocab, const float* slice, i
     ctx.ops().ArgMax(slice, rows, local, local, mine.data());
   } else {
     std::vector<kernels::GumbelRow> cut(draws.begin(), draws.end());
-    RETURN_IF_ERROR(SetSamplingCuts(ctx, slice, rows, cut));
+    RETURN_IF_ERROR(SetSamplingCuts(ctx, vocab, slice, rows, cut));
     ctx.ops().GumbelArgMax(slice, local, local, ctx.plan->vocab.begin, cut, mine.data());
   }
   // A candidate is a float and an int32: the collective moves it as two floats, bit for bit.

@@ -54,32 +54,22 @@ int32_t Sampler::Greedy(std::span<const float> logits) { return Argmax(logits); 
 
 int32_t Sampler::SampleFromLogits(std::span<const float> logits, int64_t position) {
   if (greedy()) return Greedy(logits);
-  if (gumbel_drawn()) return GumbelArgmax(logits, GumbelDraw(position));
-  return Sample(ProcessLogits(logits));
-}
-
-bool Sampler::gumbel_drawn() const {
-  return !greedy() &&
-         (params_.top_k_enabled() || (!params_.top_p_enabled() && !params_.min_p_enabled()));
+  return GumbelArgmax(logits, GumbelDraw(position));
 }
 
 kernels::GumbelRow Sampler::GumbelDraw(int64_t position) const {
   if (greedy()) return {};
   kernels::GumbelRow draw{1.0 / static_cast<double>(params_.temperature), seed_,
                           static_cast<uint64_t>(position)};
-  if (params_.top_k_enabled()) {
-    draw.top_k = params_.top_k;
-    draw.top_p = params_.top_p;
-    draw.min_p = params_.min_p;
-  }
+  draw.top_k = params_.top_k_enabled() ? params_.top_k : 0;
+  draw.top_p = params_.top_p;
+  draw.min_p = params_.min_p;
   return draw;
 }
 
 int32_t Sampler::GumbelArgmax(std::span<const float> logits, kernels::GumbelRow draw) {
   const int64_t n = static_cast<int64_t>(logits.size());
-  if (draw.top_k > 0) {
-    kernels::SetSamplingCut(kernels::TopCandidates(logits.data(), n, draw.top_k), draw);
-  }
+  kernels::SetSamplingCutFromRow(logits.data(), n, draw);
   return kernels::GumbelArgmaxScan(logits.data(), 0, n, draw, 0).index;
 }
 

@@ -38,22 +38,18 @@ class Sampler {
   // Argmax over logits, lowest id on ties. Consumes no randomness.
   static int32_t Greedy(std::span<const float> logits);
 
-  // Plain (non-speculative) decoding of one position: Greedy for greedy params, the Gumbel-max
-  // draw (GumbelDraw) where it applies (gumbel_drawn), otherwise Sample(ProcessLogits(logits)).
-  // `position`: the sampled token's position in the sequence.
+  // Plain (non-speculative) decoding of one position: Greedy for greedy params, else the
+  // Gumbel-max draw (kernels/gumbel_sampling.h) of (seed, `position`) alone, over the tokens the
+  // request's top-k, top-p and min-p keep (kernels/sampling_cut.h): a sample of the softmax of
+  // logits / T renormalised over them. So a GPU can draw it where the logits are (Ops::
+  // GumbelArgMax after the cut) and the host the same token from a row it holds, whatever the
+  // step's batch. `position`: the sampled token's position in the sequence.
   int32_t SampleFromLogits(std::span<const float> logits, int64_t position);
 
-  // Whether this request's tokens are Gumbel-max draws (kernels/gumbel_sampling.h) from (seed,
-  // position) alone: plain temperature sampling, the softmax of the row itself, and top-k
-  // sampling (with top-p and min-p within the top k), the softmax renormalised over the tokens
-  // above a cut that the row's top-k logits give (kernels/sampling_cut.h). So a GPU can draw one
-  // where the logits are (Ops::GumbelArgMax) and the host the same token from a row it holds,
-  // whatever the step's batch. Top-p or min-p without top-k read the whole row on the host.
-  bool gumbel_drawn() const;
-  // The draw of the token at `position` (inv_temperature 0 when greedy), the cut not yet set.
+  // The draw of the token at `position` (inv_temperature 0 when greedy), its cut not yet set.
   kernels::GumbelRow GumbelDraw(int64_t position) const;
-  // The argmax of the row perturbed for `draw`, by the argmax rule (kernels/argmax_rule.h), its
-  // cut set from the row first where the draw has top-k.
+  // The argmax of the row perturbed for `draw` by the argmax rule (kernels/argmax_rule.h), the
+  // draw's cut set from the row first.
   static int32_t GumbelArgmax(std::span<const float> logits, kernels::GumbelRow draw);
 
   // Uniform double in [0, 1) from the request RNG, with 53 random bits. Built from raw engine

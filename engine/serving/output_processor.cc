@@ -55,8 +55,7 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
 
 bool OutputProcessor::ArgmaxSuffices(const ActiveRequest& request) const {
   const sampling::SamplingParams& params = request.spec.sampling;
-  const bool drawn =
-      request.sampler->greedy() || (request.sampler->gumbel_drawn() && request.draft.empty());
+  const bool drawn = request.sampler->greedy() || request.draft.empty();
   return drawn && params.logprobs < 0 && params.prompt_logprobs < 0 &&
          !sampling::HasLogitAdjustments(params) && !request.grammar &&
          request.generated >= params.min_tokens;  // no stop token suppressed (SuppressStopTokens)

@@ -113,16 +113,20 @@ TEST(Argmax, TheModelsArgmaxIdsAreItsLogitsArgmaxAtEveryTensorParallelSize) {
 // Rows perturbed for Gumbel-max draws before the argmax (StepOptions::sample): every rank
 // perturbs its vocabulary slice at its tokens' ids, so the merged winner is the host's draw from
 // the whole row (Sampler::GumbelArgmax) at every tensor-parallel size; greedy rows stay greedy.
-// Draws with top-k (and top-p or min-p within it) take the cut of the row's top-k logits that
-// the ranks' candidates give, as the host's from the whole row.
+// Draws with masks take the cut of the row's highest logits that the ranks' candidates give
+// (and without top-k the row's mass, an exact sum of the ranks'), as the host's from the whole
+// row; a flat row's top-p reaches past the candidates, and the whole row is ranked.
 TEST(Argmax, SampledIdsAreTheHostsGumbelDrawsAtEveryTensorParallelSize) {
   std::vector<kernels::GumbelRow> draws;
   for (uint64_t r = 0; r < 37; ++r) {
     kernels::GumbelRow draw =
-        r % 5 == 4 ? kernels::GumbelRow{} : kernels::GumbelRow{1.0 / 3.0, 3, r};
-    if (r % 5 == 1) draw.top_k = 3;
-    if (r % 5 == 2) draw.top_k = 50, draw.top_p = 0.6f;
-    if (r % 5 == 3) draw.top_k = 2000, draw.min_p = 0.02f;
+        r % 8 == 7 ? kernels::GumbelRow{} : kernels::GumbelRow{1.0 / 3.0, 3, r};
+    if (r % 8 == 1) draw.top_k = 3;
+    if (r % 8 == 2) draw.top_k = 50, draw.top_p = 0.6f;
+    if (r % 8 == 3) draw.top_k = 100, draw.min_p = 0.02f;
+    if (r % 8 == 4) draw.top_p = 0.5f, draw.inv_temperature = 0.05;  // flat: past the candidates
+    if (r % 8 == 5) draw.top_p = 0.3f, draw.inv_temperature = 2.0;
+    if (r % 8 == 6) draw.min_p = 0.2f;
     draws.push_back(draw);
   }
   std::vector<int32_t> first;
@@ -143,10 +147,11 @@ TEST(Argmax, SampledIdsAreTheHostsGumbelDrawsAtEveryTensorParallelSize) {
     if (first.empty()) first = ids.argmax;
     EXPECT_EQ(ids.argmax, first) << "tp " << tp;
     // One draw per logits row, or the step is refused.
+    const kernels::GumbelRow last = draws.back();
     draws.pop_back();
     EXPECT_EQ(TrySteps(*model, true, LogitsMode::kAllTokens, draws).status().code(),
               absl::StatusCode::kInvalidArgument);
-    draws.push_back({});
+    draws.push_back(last);
   }
 }
 

@@ -125,7 +125,7 @@ TEST(GumbelSamplingTest, ACutKeepsTheTokensTopKTopPAndMinPKeep) {
     draw.top_k = top_k;
     draw.top_p = top_p;
     draw.min_p = min_p;
-    SetSamplingCut(ranked, draw);
+    SetSamplingCut(ranked, {}, /*whole_row=*/true, draw);
     std::vector<int> out;
     for (int t = 0; t < 6; ++t) {
       if (GumbelKey(logits[t], draw, t) != -INFINITY) out.push_back(t);
@@ -149,17 +149,17 @@ TEST(GumbelSamplingTest, ACutKeepsTheTokensTopKTopPAndMinPKeep) {
     GumbelRow draw{1.0, 5, 0};
     draw.top_k = 3;
     draw.top_p = top_p;
-    SetSamplingCut(nan_ranked, draw);
+    SetSamplingCut(nan_ranked, {}, /*whole_row=*/true, draw);
     EXPECT_EQ(GumbelKey(NAN, draw, 1), -INFINITY);
     EXPECT_EQ(GumbelKey(0.5f, draw, 2) != -INFINITY, top_p == 1.0f);
   }
   // A greedy draw, or one without top-k, keeps every token.
   GumbelRow greedy;
   greedy.top_k = 1;
-  SetSamplingCut(ranked, greedy);
+  SetSamplingCut(ranked, {}, true, greedy);
   EXPECT_EQ(greedy.cut, -INFINITY);
   GumbelRow plain{1.0, 5, 0};
-  SetSamplingCut(ranked, plain);
+  SetSamplingCut(ranked, {}, true, plain);
   EXPECT_EQ(GumbelKey(-1.0f, plain, 5), GumbelKey(-1.0f, GumbelRow{1.0, 5, 0}, 5));
 }
 

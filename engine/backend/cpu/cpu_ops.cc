@@ -192,6 +192,26 @@ void CpuOps::GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_
   }
 }
 
+// Each row in chunks on the threads; the chunks' masses added (an exact sum: any order).
+void CpuOps::SoftmaxMasses(const float* x, int64_t n, int64_t ldx,
+                           std::span<const kernels::MassRow> rows, kernels::FixedMass* out) {
+  constexpr int64_t kChunk = 8192;
+  const int64_t count = static_cast<int64_t>(rows.size()), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<kernels::FixedMass> parts(count * chunks);
+  ForChunks(count * chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t r = t / chunks, j0 = (t % chunks) * kChunk, j1 = std::min(n, j0 + kChunk);
+      for (int64_t j = j0; j < j1; ++j) {
+        parts[t].Add(kernels::MassUnits(x[r * ldx + j], rows[r].best, rows[r].inv_temperature));
+      }
+    }
+  });
+  for (int64_t r = 0; r < count; ++r) {
+    out[r] = {};
+    for (int64_t c = 0; c < chunks; ++c) out[r].Add(parts[r * chunks + c]);
+  }
+}
+
 void CpuOps::Scale(float* x, int64_t n, float s) {
   ForChunks(n, 32768, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) x[i] *= s;

@@ -61,6 +61,8 @@ class CpuOps : public Ops {
   void GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_token,
                     std::span<const kernels::GumbelRow> draws,
                     kernels::ArgmaxCandidate* out) override;
+  void SoftmaxMasses(const float* x, int64_t n, int64_t ldx, std::span<const kernels::MassRow> rows,
+                     kernels::FixedMass* out) override;
 
   void HcPre(const HcShape& s, const float* streams, float* mixes, int64_t rows, const float* scale,
              const float* base, float* input, float* post, float* comb) override;

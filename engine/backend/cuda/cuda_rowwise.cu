@@ -188,6 +188,32 @@ __global__ void ArgMaxKernel(const float* x, int64_t n, int64_t ldx,
   if (threadIdx.x == 0) out[blockIdx.x] = {values[0], indices[0]};
 }
 
+// One block per row: each thread's mass over its values, then a tree of exact additions.
+__global__ void SoftmaxMassesKernel(const float* x, int64_t n, int64_t ldx,
+                                    const kernels::MassRow* rows, kernels::FixedMass* out) {
+  __shared__ uint64_t lo[kThreads];
+  __shared__ uint64_t hi[kThreads];
+  const float* row = x + blockIdx.x * ldx;
+  const kernels::MassRow against = rows[blockIdx.x];
+  kernels::FixedMass mine;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    mine.Add(kernels::MassUnits(row[j], against.best, against.inv_temperature));
+  }
+  lo[threadIdx.x] = mine.lo;
+  hi[threadIdx.x] = mine.hi;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) {
+      kernels::FixedMass sum{lo[threadIdx.x], hi[threadIdx.x]};
+      sum.Add(kernels::FixedMass{lo[threadIdx.x + stride], hi[threadIdx.x + stride]});
+      lo[threadIdx.x] = sum.lo;
+      hi[threadIdx.x] = sum.hi;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = kernels::FixedMass{lo[0], hi[0]};
+}
+
 __global__ void ScaleKernel(float* x, int64_t n, float s) { PDSPARK_GRID_LOOP(i, n) x[i] *= s; }
 
 __global__ void GatherActivationRowsKernel(const float* x, int64_t ldx, int64_t width,
@@ -326,6 +352,19 @@ void CudaOps::GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first
     ArgMaxKernel<<<static_cast<unsigned>(draws.size()), kThreads, 0, stream_>>>(
         x, n, ldx, device_draws, first_token, out);
     Check(cudaGetLastError(), "GumbelArgMax");
+  }
+  FreeScratch();
+}
+
+void CudaOps::SoftmaxMasses(const float* x, int64_t n, int64_t ldx,
+                            std::span<const kernels::MassRow> rows, kernels::FixedMass* out) {
+  const cuda::DeviceScope on_device(device_);
+  if (rows.empty()) return;
+  const kernels::MassRow* device_rows = Upload(rows.data(), rows.size());
+  if (ok()) {
+    SoftmaxMassesKernel<<<static_cast<unsigned>(rows.size()), kThreads, 0, stream_>>>(
+        x, n, ldx, device_rows, out);
+    Check(cudaGetLastError(), "SoftmaxMasses");
   }
   FreeScratch();
 }

@@ -111,7 +111,7 @@ TEST(SamplerTest, SampleFrequenciesMatchProbabilities) {
 
 // Plain temperature sampling draws by the Gumbel-max trick from (seed, position) alone: the
 // same token for a position whatever was drawn before, and what a device's perturbed argmax
-// gives (GumbelArgmax of GumbelDraw). With top-p alone the request's RNG stream draws instead.
+// gives (GumbelArgmax of GumbelDraw).
 TEST(SamplerTest, PlainSamplingIsAFunctionOfSeedAndPosition) {
   const std::vector<float> logits = {0.1f, 0.5f, -0.3f, 1.2f, 0.0f, 0.7f};
   SamplingParams params = Seeded(9);
@@ -119,7 +119,6 @@ TEST(SamplerTest, PlainSamplingIsAFunctionOfSeedAndPosition) {
   auto forward = Sampler::Create(params);
   auto backward = Sampler::Create(params);
   ASSERT_TRUE(forward.ok() && backward.ok());
-  EXPECT_TRUE(forward->gumbel_drawn());
   std::vector<int32_t> a(50), b(50);
   for (int i = 0; i < 50; ++i) a[i] = forward->SampleFromLogits(logits, i);
   for (int i = 49; i >= 0; --i) b[i] = backward->SampleFromLogits(logits, i);
@@ -131,21 +130,16 @@ TEST(SamplerTest, PlainSamplingIsAFunctionOfSeedAndPosition) {
   EXPECT_EQ(draw.counter, 17u);
   EXPECT_EQ(Sampler::GumbelArgmax(logits, draw), a[17]);
 
-  params.top_p = 0.9f;
-  auto truncated = Sampler::Create(params);
-  ASSERT_TRUE(truncated.ok());
-  EXPECT_FALSE(truncated->gumbel_drawn());
   params.temperature = 0.0f;
   auto greedy = Sampler::Create(params);
   ASSERT_TRUE(greedy.ok());
-  EXPECT_FALSE(greedy->gumbel_drawn());
   EXPECT_EQ(greedy->GumbelDraw(3).inv_temperature, 0.0);
 }
 
-// Top-k sampling, with top-p and min-p within the top k, is a Gumbel-max draw over the tokens
-// above the cut its top-k logits give (kernels/sampling_cut.h): a function of (seed, position),
-// keeping the tokens ProcessLogits keeps, each as often as ProcessLogits' probability says.
-TEST(SamplerTest, TopKDrawsKeepProcessLogitsTokensAtTheirProbabilities) {
+// Sampling with top-k, top-p and min-p is a Gumbel-max draw over the tokens above the cut the
+// row's highest logits give (kernels/sampling_cut.h): a function of (seed, position), keeping
+// the tokens ProcessLogits keeps, each as often as ProcessLogits' probability says.
+TEST(SamplerTest, MaskedDrawsKeepProcessLogitsTokensAtTheirProbabilities) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.5f);
   std::vector<float> logits(40);
@@ -164,7 +158,6 @@ TEST(SamplerTest, TopKDrawsKeepProcessLogitsTokensAtTheirProbabilities) {
     params.temperature = c.temperature;
     auto sampler = Sampler::Create(params);
     ASSERT_TRUE(sampler.ok());
-    EXPECT_TRUE(sampler->gumbel_drawn());
     const std::vector<float> probs = ProcessLogits(logits, params);
     constexpr int kDraws = 40000;
     std::vector<int> counts(logits.size());
@@ -178,7 +171,8 @@ TEST(SamplerTest, TopKDrawsKeepProcessLogitsTokensAtTheirProbabilities) {
       }
     }
     const kernels::GumbelRow draw = sampler->GumbelDraw(7);
-    EXPECT_EQ(draw.top_k, c.top_k);
+    EXPECT_EQ(draw.top_k, std::max(c.top_k, 0));
+    EXPECT_EQ(draw.top_p, c.top_p);
     auto again = Sampler::Create(params);
     EXPECT_EQ(again->SampleFromLogits(logits, 7), Sampler::GumbelArgmax(logits, draw));
   }

@@ -189,11 +189,11 @@ TEST_F(SpecDecodeTest, ArgmaxStepsGiveTheTokensOfTheLogits) {
   }
 }
 
-// Plain temperature sampling, and top-k sampling (with top-p or min-p within the top k), take
-// the argmax of rows perturbed for each request's Gumbel-max draw where the logits are (what
-// keeps a GPU's logits on the GPU when sampling): the tokens are those the host draws from the
-// logits, and a request's tokens do not depend on whether its batch took the logits (a top-p
-// request without top-k in every step) or the argmax.
+// Sampling, plain or with top-k, top-p or min-p, takes the argmax of rows perturbed for each
+// request's Gumbel-max draw where the logits are, after the cut of its masks (what keeps a
+// GPU's logits on the GPU when sampling): the tokens are those the host draws from the logits,
+// and a request's tokens do not depend on whether its batch took the logits (a request with a
+// repetition penalty in every step) or the argmax.
 TEST_F(SpecDecodeTest, SampledStepsTakeTheArgmaxOfPerturbedRows) {
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 4; ++i) {
@@ -202,7 +202,7 @@ TEST_F(SpecDecodeTest, SampledStepsTakeTheArgmaxOfPerturbedRows) {
   specs[1].sampling.top_k = 20;
   specs[2].sampling.top_k = 40;
   specs[2].sampling.top_p = 0.9f;
-  specs[3].sampling.top_k = 100;
+  specs[3].sampling.top_p = 0.7f;
   specs[3].sampling.min_p = 0.05f;
   specs.push_back(Spec("greedy", Prompt(20, 9), 14, 0.f));
   auto logits_engine = Engine(0, 512, dir_, SpecCostModel::Unprofiled(), 64, false);
@@ -220,10 +220,10 @@ TEST_F(SpecDecodeTest, SampledStepsTakeTheArgmaxOfPerturbedRows) {
   for (size_t i = 0; i < specs.size(); ++i) differ += got[i].first != argmax[i].first;
   EXPECT_GE(differ, 3);
 
-  // A request that truncates its distribution reads the logits in every step it shares: it is
-  // submitted first and outlives the others, so it is in every step.
-  std::vector<RequestSpec> mixed = {Spec("top_p", Prompt(30, 5), 20, 1.0f, 7)};
-  mixed[0].sampling.top_p = 0.8f;
+  // A request that adjusts its logits reads them in every step it shares: it is submitted first
+  // and outlives the others, so it is in every step.
+  std::vector<RequestSpec> mixed = {Spec("penalty", Prompt(30, 5), 20, 1.0f, 7)};
+  mixed[0].sampling.repetition_penalty = 1.2f;
   mixed.insert(mixed.end(), specs.begin(), specs.end());
   auto mixed_engine = Engine(0);
   const auto mixed_got = RunAll(*mixed_engine, mixed);

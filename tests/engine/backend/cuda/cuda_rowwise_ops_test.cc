@@ -244,7 +244,8 @@ TEST_F(CudaOpsTest, GumbelArgMaxGivesTheCpusDraws) {
   for (int64_t j = 0; j < n; ++j) x[4 * ldx + j] *= 100.0f;  // a peaked row: most skipped
   // A top-k draw: only the row's 30 best tokens compete (kernels/sampling_cut.h).
   draws[5].top_k = 30;
-  kernels::SetSamplingCut(kernels::TopCandidates(x.data() + 5 * ldx, n, 30, first_token), draws[5]);
+  kernels::SetSamplingCut(kernels::TopCandidates(x.data() + 5 * ldx, n, 30, first_token), {},
+                          /*whole_row=*/false, draws[5]);
   std::vector<kernels::ArgmaxCandidate> want(draws.size()), plain(draws.size());
   cpu().GumbelArgMax(x.data(), n, ldx, first_token, draws, want.data());
   cpu().ArgMax(x.data(), draws.size(), n, ldx, plain.data());
@@ -259,6 +260,28 @@ TEST_F(CudaOpsTest, GumbelArgMaxGivesTheCpusDraws) {
   EXPECT_EQ(want[1].index, plain[1].index);
   EXPECT_GE(x[5 * ldx + want[5].index], draws[5].cut);
   EXPECT_EQ(dx.ToHost(), x);
+}
+
+// A row's softmax mass (kernels/softmax_mass.h): an exact sum of weights in units of 2^-60, so
+// the device's tree gives the CPU's in-order sum, up to the ulp by which the device's exp may
+// differ from glibc's in a weight (each at most one unit).
+TEST_F(CudaOpsTest, SoftmaxMassesAreTheCpus) {
+  const int64_t n = 30000, ldx = n + 16;
+  const std::vector<kernels::MassRow> rows = {{2.0f, 1.0}, {1.5f, 0.5}, {0.0f, 3.0}};
+  std::vector<float> x = Random(rows.size() * ldx);
+  x[7] = -std::numeric_limits<float>::infinity();
+  std::vector<kernels::FixedMass> want(rows.size());
+  cpu().SoftmaxMasses(x.data(), n, ldx, rows, want.data());
+  DeviceBuffer<float> dx(x);
+  DeviceBuffer<kernels::FixedMass> dout(rows.size());
+  gpu().SoftmaxMasses(dx.get(), n, ldx, rows, dout.get());
+  const std::vector<kernels::FixedMass> got = dout.ToHost();
+  for (size_t r = 0; r < rows.size(); ++r) {
+    EXPECT_NEAR(static_cast<double>(got[r].Weight()), static_cast<double>(want[r].Weight()),
+                n * 0x1p-60 + 1e-15 * static_cast<double>(want[r].Weight()))
+        << "row " << r;
+    EXPECT_GT(want[r].Weight(), 1.0L);
+  }
 }
 
 }  // namespace
