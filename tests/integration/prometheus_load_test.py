@@ -255,7 +255,16 @@ class PrometheusLoadTest(unittest.TestCase):
         peak = self.prom.scalar("max_over_time(pdspark:output_tokens:rate1m[2m])")
         all_tokens = after["router_tokens"] - start["router_tokens"]
         self.assertGreaterEqual(peak, 0.9 * delta["router_tokens"] / 60)
-        self.assertLessEqual(peak, 1.15 * all_tokens / 60)
+        # rate() extrapolates a window's increase by up to 1.1 average scrape intervals at each
+        # end. The 15 % margin holds for 1 s scrapes; scrapes that time out on a loaded machine
+        # widen the intervals (a CI run saw 1.22x), so the bound grows with the sparsest
+        # window's average interval.
+        fewest = self.prom.scalar(
+            'min(min_over_time(count_over_time('
+            'pdspark_generation_tokens_total{role="router"}[1m])[2m:1s]))')
+        interval = 60.0 / max(fewest - 1, 1)
+        sparse = (60.0 - 2.2) / max(60.0 - 2.2 * interval, 30.0)
+        self.assertLessEqual(peak, 1.15 * max(sparse, 1.0) * all_tokens / 60)
         # The dashboard's per-group cache panel has series for the decode worker's groups.
         groups = {m["group"] for m, _ in self.prom.query(
             'pdspark_cache_usage_ratio{component="decode"}')}
