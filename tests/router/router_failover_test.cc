@@ -208,8 +208,15 @@ TEST_F(RouterFailoverTest, DeadlineEndsARequestWhoseWorkerStalls) {
       worker->WaitFor([](ScriptedDecodeWorker& w) { return w.seen_locked()[0].cancelled; }));
 }
 
+// The prefill tests pick their first prefill worker by round robin: least_loaded breaks the tie
+// between two idle workers on the cache their heartbeats report, which made the stalled or
+// failing worker's turn a race (about 1 run in 20 skipped it).
+void FirstPrefillByRegistration(RouterOptions& o) {
+  o.prefill_policy = SchedulingPolicy::kRoundRobin;
+}
+
 TEST_F(RouterFailoverTest, FailedPrefillIsRetriedOnAnotherPrefillWorker) {
-  StartFailoverRouter();
+  StartFailoverRouter(FirstPrefillByRegistration);
   ScriptedDecodeWorker* decode = AddWorker();
   ScriptedPrefillWorker* bad = AddPrefillWorker(/*fail=*/true);
   ScriptedPrefillWorker* good = AddPrefillWorker(/*fail=*/false);
@@ -228,7 +235,10 @@ TEST_F(RouterFailoverTest, FailedPrefillIsRetriedOnAnotherPrefillWorker) {
 }
 
 TEST_F(RouterFailoverTest, StalledPrefillIsCancelledAndRetriedElsewhere) {
-  StartFailoverRouter([](RouterOptions& o) { o.prefill_attempt_timeout = milliseconds(300); });
+  StartFailoverRouter([](RouterOptions& o) {
+    FirstPrefillByRegistration(o);
+    o.prefill_attempt_timeout = milliseconds(300);
+  });
   ScriptedDecodeWorker* decode = AddWorker();
   ScriptedPrefillWorker* stuck = AddPrefillWorker(/*fail=*/false, /*stall=*/true);
   ScriptedPrefillWorker* good = AddPrefillWorker(/*fail=*/false);
