@@ -11,10 +11,11 @@ namespace pdspark::parallel {
 namespace {
 
 // Each rank's verdict on a buffer equal to rank 0's except, on `odd_rank`, one element one ulp
-// away.
+// away. The rank threads write their verdicts as chars: std::vector<bool> packs its elements
+// into shared words, and two threads setting two of them race (a CI run lost rank 1's `true`).
 std::vector<bool> Verdicts(int world, int odd_rank) {
   auto group = InProcessGroup::Create(world).value();
-  std::vector<bool> same(world);
+  std::vector<char> same(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
@@ -27,7 +28,7 @@ std::vector<bool> Verdicts(int world, int odd_rank) {
     });
   }
   for (std::thread& t : threads) t.join();
-  return same;
+  return std::vector<bool>(same.begin(), same.end());
 }
 
 TEST(SameAsRankZeroTest, FindsAOneUlpDifferenceOnTheRankThatHasIt) {
