@@ -44,6 +44,7 @@ struct Workload {
   std::vector<std::vector<int32_t>> prompts;
   int tokens = 64;
   float temperature = 0;
+  bool coupled = false;  // sampled drafts judged by coupled acceptance, not rejection sampling
 };
 
 struct Result {
@@ -83,6 +84,7 @@ Result RunOnce(const Workload& w, int64_t spec, int concurrency) {
     options.drafter = dspark::Drafter::Load(w.model, model->config()).value();
     options.spec_tokens = spec > 0 ? spec : 0;
     options.spec_auto = spec < 0;
+    if (w.coupled) options.spec_acceptance = sampling::SpecAcceptance::kCoupled;
   }
   serving::ServingEngine engine(std::move(model), options);
   std::mutex mu;
@@ -316,6 +318,9 @@ int main(int argc, char** argv) {
   app.add_option("--modes", modes)->delimiter(',');
   app.add_option("--tokens", w.tokens, "output tokens per request")->capture_default_str();
   app.add_option("--temperature", w.temperature, "0 = greedy")->capture_default_str();
+  app.add_flag("--coupled", w.coupled,
+               "judge sampled drafts by coupled acceptance (the GPU default) instead of "
+               "rejection sampling");
   app.add_option("--repeats", repeats,
                  "rounds of every mode: best tok/s, median paired ratio to off are reported");
   app.add_flag("--profile", profile,
@@ -349,11 +354,12 @@ int main(int argc, char** argv) {
                                          "--num-prompts", std::to_string(num_prompts),
                                          "--tokens",      std::to_string(w.tokens),
                                          "--temperature", std::to_string(w.temperature)};
+  if (w.coupled) workload_args.push_back("--coupled");
   if (!prompts_file.empty()) workload_args.insert(workload_args.end(), {"--prompts", prompts_file});
   std::printf(
-      "%zu prompts, %d tokens each, temperature %.2f, %d rounds, every run in a fresh process: "
-      "tok/s best run, vs off the median of per-round ratios\n\n",
-      w.prompts.size(), w.tokens, w.temperature, repeats);
+      "%zu prompts, %d tokens each, temperature %.2f (%s acceptance), %d rounds, every run in a "
+      "fresh process: tok/s best run, vs off the median of per-round ratios\n\n",
+      w.prompts.size(), w.tokens, w.temperature, w.coupled ? "coupled" : "rejection", repeats);
   std::fflush(stdout);
   std::printf(
       "| spec | conc | out tok/s | vs off | out tok/CPU-s | vs off | tau | accept rate | "

@@ -119,4 +119,12 @@ inline void SetSamplingCutFromRow(const float* row, int64_t n, GumbelRow& draw) 
   }
 }
 
+// The token `draw` takes from a whole row the host holds (values [0, n) are tokens 0..n-1): the
+// argmax of the row perturbed for it (kernels/argmax_rule.h), its cut set from the row first.
+// What a device finds where the row's slices are (Ops::GumbelArgMax after the ranks' cut).
+inline int32_t GumbelArgmaxOfRow(const float* row, int64_t n, GumbelRow draw) {
+  SetSamplingCutFromRow(row, n, draw);
+  return GumbelArgmaxScan(row, 0, n, draw, 0).index;
+}
+
 }  // namespace pdspark::kernels

@@ -11,6 +11,7 @@
 #include "engine/model/linear.h"
 #include "engine/model/vocab_parallel.h"
 #include "engine/model/weight_placement.h"
+#include "kernels/sampling_cut.h"
 
 namespace pdspark::dspark {
 
@@ -253,10 +254,20 @@ Status Drafter::RankDraft(const engine::RankContext& rank_ctx, std::span<const D
   return ctx.backend->Synchronize();
 }
 
+namespace {
+
+// The draw of an input's slot k when it has no `choose` (DraftInput::draws).
+kernels::GumbelRow SlotDraw(const DraftInput& in, int64_t k) {
+  return k < static_cast<int64_t>(in.draws.size()) ? in.draws[k] : kernels::GumbelRow{};
+}
+
+}  // namespace
+
 // The sequential stage, slot by slot over all requests: slot k's Markov bias of every request
 // still drafting is one rank-r product (w2 . w1[prev]) per vocabulary chunk of this rank, added
-// onto its base logits; the slices are gathered on rank 0, which chooses the tokens and
-// broadcasts them (the next slot's prev) to the other ranks.
+// onto its base logits. Then each rank finds its slice's perturbed argmax and every rank merges
+// the ranks' winners into the tokens (the next slot's prev); or, when an input chooses on the
+// host, the slices are gathered on rank 0, which chooses the tokens and broadcasts them.
 Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const DraftInput> inputs,
                            const Batch& batch, const engine::Floats& base, const engine::Floats& y,
                            std::vector<DraftOutput>* out) const {
@@ -276,18 +287,28 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
     prev[i] = inputs[i].anchor_token;
     max_gamma = std::max(max_gamma, inputs[i].gamma);
   }
+  // Drawn where the logits are unless an input chooses on the host.
+  const bool on_device = std::none_of(inputs.begin(), inputs.end(),
+                                      [](const DraftInput& in) { return bool(in.choose); });
   std::vector<int64_t> active;
   engine::Floats e = ctx.Floats(n * markov_rank_), logits = ctx.Floats(n * local);
   std::vector<float> full, chosen(n);
+  std::vector<int32_t> drawn;
   for (int64_t k = 0; k < max_gamma; ++k) {
     active.clear();
     std::vector<int32_t> active_prev;
+    std::vector<kernels::GumbelRow> draws;
     for (int64_t i = 0; i < n; ++i) {
       if (inputs[i].gamma > k) {
         active.push_back(i);
         active_prev.push_back(prev[i]);
+        draws.push_back(SlotDraw(inputs[i], k));
       }
     }
+    const bool sampled = std::any_of(draws.begin(), draws.end(), [](const kernels::GumbelRow& d) {
+      return d.inv_temperature != 0.0;
+    });
+    if (!sampled) draws.clear();  // greedy: the plain argmax
     const int64_t m = static_cast<int64_t>(active.size());
     ctx.ops().GatherRows(w.markov_w1, active_prev, 1, e.data());
     const engine::Floats bias = engine::VocabSliceLogits(ctx, e.data(), m, w.markov_w2);
@@ -295,7 +316,12 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
       ctx.ops().Add(base.data() + (batch.row_begin[active[a]] + k) * local, bias.data() + a * local,
                     local, logits.data() + a * local);
     }
-    RETURN_IF_ERROR(engine::GatherVocab(ctx, vocab, logits.data(), m, out ? &full : nullptr));
+    if (on_device) {  // every rank gets the ids: nothing to broadcast
+      RETURN_IF_ERROR(engine::GatherArgmax(ctx, vocab, logits.data(), m, &drawn, draws));
+      for (int64_t a = 0; a < m; ++a) prev[active[a]] = drawn[a];
+    } else {
+      RETURN_IF_ERROR(engine::GatherVocab(ctx, vocab, logits.data(), m, out ? &full : nullptr));
+    }
     if (out) {
       const float* conf_e = w.confidence.host().data() + dims_.dim;
       const std::vector<float> e_host = e.ToHost();
@@ -304,12 +330,17 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
         float z = z_y[batch.row_begin[i] + k];
         for (int64_t c = 0; c < markov_rank_; ++c) z += conf_e[c] * e_host[a * markov_rank_ + c];
         (*out)[i].confidence_logits.push_back(z);
-        prev[i] = inputs[i].choose(k, std::span<float>(full.data() + a * vocab, vocab));
+        if (!on_device) {
+          const std::span<float> row(full.data() + a * vocab, vocab);
+          prev[i] = inputs[i].choose
+                        ? inputs[i].choose(k, row)
+                        : kernels::GumbelArgmaxOfRow(row.data(), vocab, SlotDraw(inputs[i], k));
+        }
         (*out)[i].tokens.push_back(prev[i]);
         chosen[a] = static_cast<float>(prev[i]);  // exact: token ids are below 2^24
       }
     }
-    if (ctx.distributed()) {  // through the ranks' memory, where the collectives run
+    if (!on_device && ctx.distributed()) {  // through the ranks' memory, where the collectives run
       engine::Floats shared(*ctx.backend, std::span<const float>(chosen.data(), m));
       RETURN_IF_ERROR(ctx.comm->Broadcast(shared.data(), m, 0));
       ctx.ops().CopyToHost(chosen.data(), shared.data(), m * sizeof(float));

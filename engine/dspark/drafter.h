@@ -35,18 +35,25 @@
 #include "engine/model/rank_context.h"
 #include "engine/parallel/rank_runner.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/gumbel_sampling.h"
 
 namespace pdspark::dspark {
 
 // Picks slot k's draft token from its logits (the caller applies its logits processing and
-// greedy/sampled choice, and keeps q); `logits` may be modified.
+// greedy/sampled choice); `logits` may be modified.
 using ChooseToken = std::function<int32_t(int64_t slot, std::span<float> logits)>;
 
 struct DraftInput {
   const DrafterState* state = nullptr;  // context of positions < state->num_positions()
   int32_t anchor_token = 0;             // the last committed token, at state->num_positions()
   int64_t gamma = 0;                    // slots to draft, 1..block_size
+  // How slot k's token is chosen: by `choose`, from the slot's whole row of logits on the host;
+  // without it, as the argmax of the row perturbed for draws[k] (kernels/gumbel_sampling.h,
+  // its cut included; no draws: greedy). When no input of a Draft call has a `choose`, those
+  // argmaxes are found where the logits are (engine::GatherArgmax) and only the ids leave the
+  // ranks: no row of logits is gathered.
   ChooseToken choose;
+  std::vector<kernels::GumbelRow> draws;
 };
 
 struct DraftOutput {

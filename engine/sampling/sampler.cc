@@ -68,9 +68,7 @@ kernels::GumbelRow Sampler::GumbelDraw(int64_t position) const {
 }
 
 int32_t Sampler::GumbelArgmax(std::span<const float> logits, kernels::GumbelRow draw) {
-  const int64_t n = static_cast<int64_t>(logits.size());
-  kernels::SetSamplingCutFromRow(logits.data(), n, draw);
-  return kernels::GumbelArgmaxScan(logits.data(), 0, n, draw, 0).index;
+  return kernels::GumbelArgmaxOfRow(logits.data(), static_cast<int64_t>(logits.size()), draw);
 }
 
 double Sampler::Uniform() {

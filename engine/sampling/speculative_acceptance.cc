@@ -68,16 +68,16 @@ StatusOr<AcceptanceResult> AcceptGreedy(const DraftVerification& input) {
   for (size_t k = 0; k < target.size(); ++k) {
     target[k] = Argmax(Row(input.target_probs, input.vocab_size, k));
   }
-  return AcceptGreedyArgmax(input.draft_tokens, target);
+  return AcceptCoupled(input.draft_tokens, target);
 }
 
-AcceptanceResult AcceptGreedyArgmax(std::span<const int32_t> draft_tokens,
-                                    std::span<const int32_t> target_argmax) {
+AcceptanceResult AcceptCoupled(std::span<const int32_t> draft_tokens,
+                               std::span<const int32_t> target_tokens) {
   AcceptanceResult result;
   const size_t num_drafts = draft_tokens.size();
-  for (size_t k = 0; k <= num_drafts && k < target_argmax.size(); ++k) {
-    result.tokens.push_back(target_argmax[k]);
-    if (k == num_drafts || draft_tokens[k] != target_argmax[k]) break;
+  for (size_t k = 0; k <= num_drafts && k < target_tokens.size(); ++k) {
+    result.tokens.push_back(target_tokens[k]);
+    if (k == num_drafts || draft_tokens[k] != target_tokens[k]) break;
     ++result.num_accepted;
   }
   return result;
@@ -102,11 +102,6 @@ StatusOr<AcceptanceResult> AcceptRejectionSampling(const DraftVerification& inpu
   }
   result.tokens.push_back(sampler.Sample(Row(input.target_probs, input.vocab_size, num_drafts)));
   return result;
-}
-
-StatusOr<AcceptanceResult> AcceptDraftTokens(const DraftVerification& input, Sampler& sampler) {
-  if (sampler.greedy()) return AcceptGreedy(input);
-  return AcceptRejectionSampling(input, sampler);
 }
 
 }  // namespace pdspark::sampling

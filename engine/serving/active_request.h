@@ -37,7 +37,7 @@ struct ActiveRequest {
   // Prompt logprobs computed so far (sampling.prompt_logprobs), sent with the first token.
   std::vector<sampling::TokenLogprob> prompt_logprobs;
   // DSpark: the drafter context of the first drafter_state->num_positions() tokens, and this
-  // round's drafts with the distributions they were drawn from (empty rows when greedy).
+  // round's drafts with, under rejection sampling, the distributions they were drawn from.
   std::unique_ptr<dspark::DrafterState> drafter_state;
   // Target features of the positions after the ring's, not appended yet (see
   // SpecPolicy::CatchUpRing); set whenever drafter_state is.

@@ -79,24 +79,28 @@ void ModelRunner::ReleaseCachedMemory() const {
 
 StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned, bool argmax_only,
                                       std::span<engine::StepInput> inputs,
-                                      std::span<const kernels::GumbelRow> draws) {
+                                      std::span<const std::vector<kernels::GumbelRow>> draws) {
   StepResult result;
   // Only the requests that verify drafts or want prompt logprobs pay for every row's head.
   for (size_t i = 0; i < planned.size(); ++i) inputs[i].all_logits = WantsAllLogits(*planned[i]);
   engine::StepOptions options;
   options.logits = engine::LogitsMode::kLastTokenPerSequence;
   options.argmax_only = argmax_only;
-  const bool sampled = std::any_of(draws.begin(), draws.end(), [](const kernels::GumbelRow& d) {
-    return d.inv_temperature != 0.0;
-  });
+  const bool sampled =
+      std::any_of(draws.begin(), draws.end(), [](const std::vector<kernels::GumbelRow>& request) {
+        return std::any_of(request.begin(), request.end(),
+                           [](const kernels::GumbelRow& d) { return d.inv_temperature != 0.0; });
+      });
   if (argmax_only && sampled) {
-    // One draw per logits row: a request's last row is its draw.
+    // One draw per logits row: a request's draws are its last rows' (any rows before: greedy).
     for (size_t i = 0; i < planned.size(); ++i) {
       const int64_t rows =
           engine::BatchLayout::LogitRows({.count = static_cast<int64_t>(inputs[i].tokens.size()),
                                           .all_logits = inputs[i].all_logits});
+      const int64_t drawn = static_cast<int64_t>(draws[i].size());
       for (int64_t k = 0; k < rows; ++k) {
-        options.sample.push_back(k + 1 == rows ? draws[i] : kernels::GumbelRow{});
+        const int64_t d = k - (rows - drawn);
+        options.sample.push_back(d >= 0 ? draws[i][d] : kernels::GumbelRow{});
       }
     }
   }

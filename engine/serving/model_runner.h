@@ -61,11 +61,11 @@ class ModelRunner {
 
   // Asks for every row of the inputs whose request WantsAllLogits, and runs the step.
   // With `argmax_only` every request's rows come back as argmax ids (OutputProcessor::
-  // ArgmaxSuffices must hold for all of them), its last row perturbed first for draws[i]
-  // (OutputProcessor::ArgmaxDraw; empty: every request greedy).
+  // ArgmaxSuffices must hold for all of them), its last draws[i].size() rows perturbed first
+  // for draws[i] (OutputProcessor::ArgmaxDraws; empty: every request greedy).
   StatusOr<StepResult> Run(const std::vector<ActiveRequest*>& planned, bool argmax_only,
                            std::span<engine::StepInput> inputs,
-                           std::span<const kernels::GumbelRow> draws = {});
+                           std::span<const std::vector<kernels::GumbelRow>> draws = {});
 
   // Hands back what the model's backends keep of freed memory for reuse (engine idle).
   void ReleaseCachedMemory() const;

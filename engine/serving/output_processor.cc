@@ -41,29 +41,47 @@ StatusOr<Emission> OutputProcessor::Verify(ActiveRequest& r, const float* logits
       vocabulary_->Mask(*grammar, eos_ids_, row);
       if (k < gamma && !vocabulary_->Accept(*grammar, r.draft[k], eos_ids_)) grammar.reset();
     }
-    if (!r.sampler->greedy())
-      r.sampler->ProcessLogits(std::vector<float>(row.begin(), row.end()), row);
+  }
+  if (sampling::DrawsCoupled(*r.sampler, acceptance_)) {
+    // Row k draws the token at position anchor + 1 + k as plain decoding would, with the noise
+    // the drafter drew d_{k+1} with.
+    const int64_t first_position = static_cast<int64_t>(r.tokens.size());
+    std::vector<int32_t> drawn(gamma + 1);
+    for (int64_t k = 0; k <= gamma; ++k) {
+      drawn[k] = r.sampler->SampleFromLogits(
+          std::span<const float>(target.data() + k * vocab_, vocab_), first_position + k);
+    }
+    return CommitRound(r, sampling::AcceptCoupled(r.draft, drawn), logits);
+  }
+  for (int64_t k = 0; k <= gamma; ++k) {
+    std::span<float> row(target.data() + k * vocab_, vocab_);
+    r.sampler->ProcessLogits(std::vector<float>(row.begin(), row.end()), row);
   }
   sampling::DraftVerification v;
   v.draft_tokens = r.draft;
   v.draft_probs = r.draft_probs;
   v.target_probs = target;
   v.vocab_size = vocab_;
-  ASSIGN_OR_RETURN(auto result, sampling::AcceptDraftTokens(v, *r.sampler));
+  ASSIGN_OR_RETURN(auto result, sampling::AcceptRejectionSampling(v, *r.sampler));
   return CommitRound(r, std::move(result), logits);
 }
 
 bool OutputProcessor::ArgmaxSuffices(const ActiveRequest& request) const {
   const sampling::SamplingParams& params = request.spec.sampling;
-  const bool drawn = request.sampler->greedy() || request.draft.empty();
+  const bool drawn = request.draft.empty() || sampling::DrawsCoupled(*request.sampler, acceptance_);
   return drawn && params.logprobs < 0 && params.prompt_logprobs < 0 &&
          !sampling::HasLogitAdjustments(params) && !request.grammar &&
          request.generated >= params.min_tokens;  // no stop token suppressed (SuppressStopTokens)
 }
 
-kernels::GumbelRow OutputProcessor::ArgmaxDraw(const ActiveRequest& request) const {
-  // The position of the token it samples next, as Sample passes it.
-  return request.sampler->GumbelDraw(static_cast<int64_t>(request.tokens.size()));
+std::vector<kernels::GumbelRow> OutputProcessor::ArgmaxDraws(const ActiveRequest& request) const {
+  // The positions of the tokens its rows sample, as Sample and Verify pass them.
+  const int64_t first_position = static_cast<int64_t>(request.tokens.size());
+  std::vector<kernels::GumbelRow> draws;
+  for (size_t k = 0; k <= request.draft.size(); ++k) {
+    draws.push_back(request.sampler->GumbelDraw(first_position + static_cast<int64_t>(k)));
+  }
+  return draws;
 }
 
 Emission OutputProcessor::SampleArgmax(ActiveRequest& request, int32_t argmax) const {
@@ -76,8 +94,7 @@ Emission OutputProcessor::SampleArgmax(ActiveRequest& request, int32_t argmax) c
 
 StatusOr<Emission> OutputProcessor::VerifyArgmax(ActiveRequest& r, const int32_t* argmax) const {
   return CommitRound(
-      r,
-      sampling::AcceptGreedyArgmax(r.draft, std::span<const int32_t>(argmax, r.draft.size() + 1)),
+      r, sampling::AcceptCoupled(r.draft, std::span<const int32_t>(argmax, r.draft.size() + 1)),
       nullptr);
 }
 

@@ -30,8 +30,12 @@ struct Emission {
 class OutputProcessor {
  public:
   OutputProcessor(int64_t vocab, std::vector<int32_t> eos_ids, SpecPolicy* spec,
-                  const sampling::TokenVocabulary* vocabulary)
-      : vocab_(vocab), eos_ids_(std::move(eos_ids)), spec_(spec), vocabulary_(vocabulary) {}
+                  const sampling::TokenVocabulary* vocabulary, sampling::SpecAcceptance acceptance)
+      : vocab_(vocab),
+        eos_ids_(std::move(eos_ids)),
+        spec_(spec),
+        vocabulary_(vocabulary),
+        acceptance_(acceptance) {}
 
   // Structured output: refused without a vocabulary to mask with; a started request's matcher
   // is moved past the tokens it already has (a disaggregated first token, a failover's).
@@ -44,13 +48,13 @@ class OutputProcessor {
   // request's SpecStats and clears its drafts.
   StatusOr<Emission> Verify(ActiveRequest& request, const float* logits) const;
   // Whether the request's next tokens are its rows' argmax, with nothing else read from the
-  // logits: greedy, or plain temperature sampling (Sampler::plain) without drafts to verify, its
-  // row perturbed first for ArgmaxDraw; no logprobs, no logit adjustments, no grammar, past
-  // min_tokens. Then SampleArgmax and VerifyArgmax give what Sample and Verify would, from the
-  // argmax ids alone.
+  // logits: greedy, or sampled with each row perturbed first for its ArgmaxDraws (drafts only
+  // under coupled acceptance); no logprobs, no logit adjustments, no grammar, past min_tokens. Then
+  // SampleArgmax and VerifyArgmax give what Sample and Verify would, from the argmax ids alone.
   bool ArgmaxSuffices(const ActiveRequest& request) const;
-  // The Gumbel-max draw of the request's next token (inv_temperature 0: greedy).
-  kernels::GumbelRow ArgmaxDraw(const ActiveRequest& request) const;
+  // The Gumbel-max draws of the tokens the request's rows sample (inv_temperature 0: greedy):
+  // its next token's, or in a verify round one per row p_0..p_gamma.
+  std::vector<kernels::GumbelRow> ArgmaxDraws(const ActiveRequest& request) const;
   Emission SampleArgmax(ActiveRequest& request, int32_t argmax) const;
   // `argmax`: the ids of rows p_0..p_gamma.
   StatusOr<Emission> VerifyArgmax(ActiveRequest& request, const int32_t* argmax) const;
@@ -77,6 +81,7 @@ class OutputProcessor {
   const std::vector<int32_t> eos_ids_;
   SpecPolicy* spec_;
   const sampling::TokenVocabulary* vocabulary_;
+  const sampling::SpecAcceptance acceptance_;
 };
 
 }  // namespace pdspark::serving

@@ -31,7 +31,8 @@ ServingEngine::ServingEngine(std::unique_ptr<engine::Model> model, const Serving
       runner_(*model_, spec_.enabled() ? options.drafter.get() : nullptr),
       scheduler_(options_, *model_, max_model_len_, spec_.enabled(),
                  spec_.enabled() ? options.drafter->StatePoolBytes(model_->kv_pool()) : 0),
-      output_(model_->config().vocab_size, eos_ids_, &spec_, options.vocabulary.get()),
+      output_(model_->config().vocab_size, eos_ids_, &spec_, options.vocabulary.get(),
+              options.spec_acceptance),
       step_timer_(model_->backend(0).NewTimer()) {
   if (options.enable_prefix_caching) {
     prefix_cache_ = std::make_unique<PrefixCache>(
@@ -322,9 +323,9 @@ void ServingEngine::RunStep() {
   }
   bool argmax_only = options_.argmax_on_device;
   for (const ActiveRequest* r : planned) argmax_only = argmax_only && output_.ArgmaxSuffices(*r);
-  std::vector<kernels::GumbelRow> draws;
+  std::vector<std::vector<kernels::GumbelRow>> draws;
   if (argmax_only) {
-    for (const ActiveRequest* r : planned) draws.push_back(output_.ArgmaxDraw(*r));
+    for (const ActiveRequest* r : planned) draws.push_back(output_.ArgmaxDraws(*r));
   }
   auto step = runner_.Run(planned, argmax_only, inputs, draws);
   if (!step.ok()) {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "engine/dspark/drafter.h"
+#include "engine/sampling/speculative_acceptance.h"
 #include "engine/sampling/token_vocabulary.h"
 #include "engine/serving/speculation/spec_cost_model.h"
 
@@ -38,6 +39,11 @@ struct ServingOptions {
   // SpecCostModel::Unprofiled(): every step costs the same and drafting is free, so every
   // candidate drafts and verifies whatever clears the survival floor.
   std::optional<SpecCostModel> spec_auto_costs;
+  // How sampled requests' drafts are judged (sampling::SpecAcceptance): rejection sampling
+  // accepts the most drafts; coupled keeps the drafter's and the verify rows' logits where they
+  // are computed (OutputProcessor::ArgmaxSuffices), what a GPU wants. ApplySpecSettings picks
+  // coupled for a model on GPUs.
+  sampling::SpecAcceptance spec_acceptance = sampling::SpecAcceptance::kRejection;
   // Automatic prefix caching (engine/serving/prefix_cache.h): requests reuse the state of
   // prompts (and finished requests) computed before. Off in the library, on in the workers
   // (--enable-prefix-caching, as vLLM). Branch points fall on multiples of
@@ -48,7 +54,7 @@ struct ServingOptions {
   // The tokens' bytes, for structured output (TokenVocabulary::FromModelDir); unset: requests
   // with a grammar are refused.
   std::shared_ptr<const sampling::TokenVocabulary> vocabulary;
-  // Steps whose every request decodes greedily or samples at a plain temperature and reads
+  // Steps whose every request decodes greedily or samples by a Gumbel-max draw and reads
   // nothing else of the logits (OutputProcessor::ArgmaxSuffices) take only the rows' argmax ids
   // from the model, found where the logits are (engine::StepOptions::argmax_only; a sampled
   // row is perturbed for its Gumbel-max draw first): on a GPU, a few bytes per row cross to the

@@ -77,8 +77,12 @@ int64_t SpecPolicy::DraftLength(const ActiveRequest& r) const {
 
 // One batched drafter forward for every request that speculates this step (auto: the ones
 // ChooseDrafting picks). Drafts use the request's own logits processing (stop-token
-// suppression, temperature, top-k/p) so that q is the distribution the acceptance rule divides
-// by, and the request's sampler (seeded runs stay reproducible).
+// suppression, the grammar, temperature, top-k/p/min-p). Under coupled acceptance (and when
+// greedy) a draft is drawn as plain decoding draws the token at its position, with the Gumbel
+// noise of (seed, position) (Sampler::SampleFromLogits), where the logits are unless something
+// must be masked: the verify round accepts it when the target draws the same token there. Under
+// rejection sampling it is drawn from q by the request's sampler, q kept for the acceptance
+// rule to divide by.
 bool SpecPolicy::DraftAll(const RunningRequests& running) {
   std::vector<ActiveRequest*> candidates;
   std::vector<int64_t> caps;
@@ -111,15 +115,25 @@ bool SpecPolicy::DraftAll(const RunningRequests& running) {
     in.state = req->drafter_state.get();
     in.anchor_token = req->tokens.back();
     in.gamma = gammas[i];
+    const int64_t first_position = static_cast<int64_t>(req->tokens.size());
+    const bool coupled = sampling::DrawsCoupled(*req->sampler, options_.spec_acceptance);
+    if (coupled && !req->grammar && req->generated >= req->spec.sampling.min_tokens) {
+      // Nothing to mask: drawn where the logits are.
+      for (int64_t k = 0; k < in.gamma; ++k) {
+        in.draws.push_back(req->sampler->GumbelDraw(first_position + k));
+      }
+      inputs.push_back(std::move(in));
+      continue;
+    }
     // Structured output: each slot masked by the grammar after the slots before it.
-    in.choose = [this, req, vocab, grammar = req->grammar](int64_t slot,
-                                                           std::span<float> logits) mutable {
+    in.choose = [this, req, first_position, coupled, vocab, grammar = req->grammar](
+                    int64_t slot, std::span<float> logits) mutable {
       sampling::SuppressStopTokens(req->spec.sampling, eos_ids_,
                                    static_cast<int32_t>(req->generated + slot), logits);
       if (grammar) options_.vocabulary->Mask(*grammar, eos_ids_, logits);
       int32_t token = 0;
-      if (req->sampler->greedy()) {
-        token = sampling::Sampler::Greedy(logits);
+      if (coupled) {
+        token = req->sampler->SampleFromLogits(logits, first_position + slot);
       } else {
         const size_t at = req->draft_probs.size();
         req->draft_probs.resize(at + vocab);
@@ -221,11 +235,11 @@ void SpecPolicy::ChooseDrafting(const RunningRequests& running,
 // predictions for the next steps), then Algorithm 1 picks each verify prefix with the drafter's
 // cost already paid. Lossless: c_k comes from y_k and the embedding of the *previous* token, so
 // the decision to verify d_k never looks at d_k itself (the paper's Appendix A counterexample
-// does), and every verified draft stays an exact sample of its q.
+// does), and every verified draft stays an exact sample of its q. (Under coupled acceptance the
+// emitted tokens are plain decoding's whatever is verified.)
 void SpecPolicy::ScheduleVerifyLengths(const RunningRequests& running,
                                        const std::vector<ActiveRequest*>& drafting,
                                        const std::vector<dspark::DraftOutput>& drafts) {
-  const int64_t vocab = model_.config().vocab_size;
   std::vector<std::vector<double>> survival;
   for (size_t i = 0; i < drafting.size(); ++i) {
     ActiveRequest& r = *drafting[i];
@@ -243,6 +257,7 @@ void SpecPolicy::ScheduleVerifyLengths(const RunningRequests& running,
       survival, BaseOfStep(running),
       [this](int64_t s, int64_t rows) { return costs_.TargetSeconds(s, rows); },
       options_.spec_auto_min_survival);
+  const int64_t vocab = model_.config().vocab_size;
   for (size_t i = 0; i < drafting.size(); ++i) {
     drafting[i]->draft.resize(lengths[i]);
     if (!drafting[i]->draft_probs.empty()) drafting[i]->draft_probs.resize(lengths[i] * vocab);

@@ -42,6 +42,11 @@ Status ApplySpecSettings(const std::string& method, const std::string& tokens,
   options.drafter = std::shared_ptr<const dspark::Drafter>(std::move(drafter));
   options.spec_tokens = n;
   options.spec_auto = automatic;
+  // On a CPU the rows are where the host reads them anyway: accept the most drafts. On GPUs keep
+  // the logits there.
+  options.spec_acceptance = model.backend(0).device() == engine::backend::Device::kCuda
+                                ? sampling::SpecAcceptance::kCoupled
+                                : sampling::SpecAcceptance::kRejection;
   return absl::OkStatus();
 }
 

@@ -12,8 +12,9 @@
 namespace pdspark::serving {
 
 // Loads the checkpoint's DSpark drafter when speculation is on and fills the spec fields of
-// `options`; leaves them off for "none", and for "auto" on a checkpoint without a drafter (a
-// broken drafter is still an error). InvalidArgument names the bad flag value.
+// `options` (coupled acceptance for a model on GPUs, rejection sampling on CPUs); leaves them
+// off for "none", and for "auto" on a checkpoint without a drafter (a broken drafter is still an
+// error). InvalidArgument names the bad flag value.
 Status ApplySpecSettings(const std::string& method, const std::string& tokens,
                          const std::string& model_dir, const engine::Model& model,
                          ServingOptions& options);

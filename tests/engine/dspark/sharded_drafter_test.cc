@@ -12,6 +12,7 @@
 #include "engine/dspark/drafter.h"
 #include "engine/model/model.h"
 #include "gtest/gtest.h"
+#include "kernels/sampling_cut.h"
 #include "tests/engine/dspark/random_drafter.h"
 #include "tests/engine/parallel/block_slices.h"
 
@@ -30,6 +31,27 @@ struct Recorded {
   std::vector<std::vector<float>> choices;  // the logits handed to `choose`, in call order
   bool chosen_on_caller = true;
 };
+
+// How Run picks the drafts: the argmax of each slot's logits chosen on the host (kArgmax), or
+// each request's Gumbel-max draws of its slots (Draws: the first request's plain at T 2, the
+// second's with top-k 6 and top-p 0.9, the third's greedy), taken on the host from the rows
+// (kDrawsOnHost: by the others' `choose`, and by the drafter for the second request, which has
+// none) or where the logits are (kDrawsOnDevice: no `choose`).
+enum class Pick { kArgmax, kDrawsOnHost, kDrawsOnDevice };
+
+std::vector<kernels::GumbelRow> Draws(size_t request, int round, int64_t gamma) {
+  std::vector<kernels::GumbelRow> draws;
+  if (request == 2) return draws;
+  for (int64_t k = 0; k < gamma; ++k) {
+    kernels::GumbelRow draw{0.5, 40 + request, static_cast<uint64_t>(10 * round + k)};
+    if (request == 1) {
+      draw.top_k = 6;
+      draw.top_p = 0.9f;
+    }
+    draws.push_back(draw);
+  }
+  return draws;
+}
 
 // Three prompts prefilled once by the target (TP=1: its features are TP-invariant anyway), then
 // `rounds` rounds: every ring takes 3 more committed positions, and one batched Draft runs with
@@ -55,7 +77,7 @@ class DraftRounds {
 
   const config::ModelConfig& config() const { return model_->config(); }
 
-  Recorded Run(const Drafter& drafter, int rounds = 4) const {
+  Recorded Run(const Drafter& drafter, int rounds = 4, Pick pick = Pick::kArgmax) const {
     Recorded rec;
     const int64_t width = drafter.num_feature_layers() * config().hidden_size;
     std::vector<std::unique_ptr<DrafterState>> states;
@@ -75,9 +97,19 @@ class DraftRounds {
         in.state = &state;
         in.anchor_token = prompts_[i][state.num_positions()];
         in.gamma = std::max<int64_t>(1, block - 2 * static_cast<int64_t>(i));
-        in.choose = [&](int64_t, std::span<float> logits) {
+        const std::vector<kernels::GumbelRow> draws = Draws(i, round, in.gamma);
+        if (pick == Pick::kDrawsOnDevice || (pick == Pick::kDrawsOnHost && i == 1)) {
+          in.draws = draws;
+          inputs.push_back(std::move(in));
+          continue;
+        }
+        in.choose = [&, draws, pick](int64_t slot, std::span<float> logits) {
           rec.chosen_on_caller &= std::this_thread::get_id() == caller;
           rec.choices.emplace_back(logits.begin(), logits.end());
+          if (pick == Pick::kDrawsOnHost && !draws.empty()) {
+            return kernels::GumbelArgmaxOfRow(logits.data(), static_cast<int64_t>(logits.size()),
+                                              draws[slot]);
+          }
           return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
                                       logits.begin());
         };
@@ -126,6 +158,37 @@ void ExpectShardedDraftsBitwiseLikeWhole(const std::string& dir) {
       ASSERT_TRUE(got.choices[c] == want.choices[c]) << where << " choice " << c;
     }
   }
+}
+
+// Drafts drawn where the logits are (no `choose`: each rank's perturbed argmax, the winners
+// merged; no row of logits gathered) are the tokens the host draws from the whole rows with the
+// same draws, at TP 1, 2 and 4, with the same confidences; and they are draws: not all argmax.
+TEST(ShardedDrafterTest, DraftsDrawnWhereTheLogitsAreAreTheHostsDraws) {
+  const std::string dir = testing::WriteRandomDrafterCheckpoint(5, 5, 0.0f);
+  const DraftRounds rounds(dir);
+  const auto whole = Drafter::Load(dir, rounds.config()).value();
+  const Recorded want = rounds.Run(*whole, 4, Pick::kDrawsOnHost);
+  const Recorded argmax = rounds.Run(*whole, 4, Pick::kArgmax);
+  ASSERT_EQ(want.drafts.size(), 12u);
+  int differ = 0;
+  for (size_t i = 0; i < want.drafts.size(); ++i) {
+    differ += want.drafts[i].tokens != argmax.drafts[i].tokens;
+  }
+  EXPECT_GE(differ, 4);
+  for (int tp : {1, 2, 4}) {
+    const auto drafter = tp == 1 ? Drafter::Load(dir, rounds.config()).value()
+                                 : Drafter::Load(dir, rounds.config(), Ranks(tp)).value();
+    const Recorded got = rounds.Run(*drafter, 4, Pick::kDrawsOnDevice);
+    const std::string where = "TP=" + std::to_string(tp);
+    EXPECT_TRUE(got.choices.empty()) << where;
+    ASSERT_EQ(got.drafts.size(), want.drafts.size()) << where;
+    for (size_t i = 0; i < want.drafts.size(); ++i) {
+      EXPECT_EQ(got.drafts[i].tokens, want.drafts[i].tokens) << where << " draft " << i;
+      EXPECT_EQ(got.drafts[i].confidence_logits, want.drafts[i].confidence_logits)
+          << where << " draft " << i;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ShardedDrafterTest, TinyModelDraftsBitwiseLikeTheWholeDrafter) {

@@ -246,17 +246,19 @@ TEST(TensorParallelTest, RanksLoadTheirSliceOfEveryShardedTensor) {
 }
 
 // DSpark with a TP target: the drafter is sharded on the target's ranks (as ApplySpecSettings
-// loads it); greedy output at every TP size equals plain greedy decoding at TP=1.
-std::vector<std::vector<int32_t>> ServeGreedy(std::unique_ptr<Model> model,
-                                              const std::string& drafter_dir,
-                                              const std::vector<std::vector<int32_t>>& prompts,
-                                              int max_tokens) {
+// loads it); greedy output at every TP size equals plain greedy decoding at TP=1, and so does
+// seeded sampling (temperature > 0) under coupled acceptance.
+std::vector<std::vector<int32_t>> Serve(std::unique_ptr<Model> model,
+                                        const std::string& drafter_dir,
+                                        const std::vector<std::vector<int32_t>>& prompts,
+                                        int max_tokens, float temperature = 0) {
   serving::ServingOptions options;
   if (!drafter_dir.empty()) {
     auto drafter = dspark::Drafter::Load(drafter_dir, model->config(), model->rank_runner());
     EXPECT_TRUE(drafter.ok()) << drafter.status();
     options.drafter = std::move(drafter).value();
     options.spec_tokens = 4;
+    options.spec_acceptance = sampling::SpecAcceptance::kCoupled;
   }
   serving::ServingEngine engine(std::move(model), options);
   // One request at a time: the step batches are then the same in every run (when requests join
@@ -266,7 +268,9 @@ std::vector<std::vector<int32_t>> ServeGreedy(std::unique_ptr<Model> model,
     serving::RequestSpec spec;
     spec.id = "r" + std::to_string(i);
     spec.prompt = prompts[i];
-    spec.sampling.temperature = 0;
+    spec.sampling.temperature = temperature;
+    spec.sampling.top_k = i % 2 ? 8 : -1;
+    spec.sampling.seed = 300 + i;
     spec.sampling.max_tokens = max_tokens;
     spec.sampling.ignore_eos = true;
     serving::RequestCollector collector;
@@ -281,17 +285,23 @@ void ExpectDSparkAtEveryTpMatchesPlainTp1(const std::string& model_dir,
                                           const std::string& drafter_dir) {
   const auto prompts =
       Prompts(static_cast<int32_t>(config::LoadModelConfig(model_dir)->vocab_size));
-  const auto plain = ServeGreedy(Load(model_dir, 1), "", prompts, 16);
+  const auto plain = Serve(Load(model_dir, 1), "", prompts, 16);
   for (int tp : {1, 2, 4, 8}) {
-    EXPECT_EQ(ServeGreedy(Load(model_dir, tp), drafter_dir, prompts, 16), plain) << "TP=" << tp;
+    EXPECT_EQ(Serve(Load(model_dir, tp), drafter_dir, prompts, 16), plain) << "TP=" << tp;
+  }
+  const auto sampled = Serve(Load(model_dir, 1), "", prompts, 16, 0.9f);
+  EXPECT_NE(sampled, plain);
+  for (int tp : {1, 2, 4}) {
+    EXPECT_EQ(Serve(Load(model_dir, tp), drafter_dir, prompts, 16, 0.9f), sampled)
+        << "sampled, TP=" << tp;
   }
 }
 
-TEST(TensorParallelTest, DSparkOnTheTinyModelGivesPlainTp1Greedy) {
+TEST(TensorParallelTest, DSparkOnTheTinyModelGivesPlainTp1Tokens) {
   ExpectDSparkAtEveryTpMatchesPlainTp1(kTinyDir, kTinyDir);
 }
 
-TEST(TensorParallelTest, DSparkOnTheGoldenTargetGivesPlainTp1Greedy) {
+TEST(TensorParallelTest, DSparkOnTheGoldenTargetGivesPlainTp1Tokens) {
   // A random drafter next to the golden target's shards (repeats the previous token often, so
   // drafts get accepted).
   const std::string dir = dspark::testing::WriteRandomDrafterCheckpoint(21);

@@ -1,10 +1,12 @@
 #include "engine/sampling/speculative_acceptance.h"
 
+#include <cmath>
 #include <random>
 
 #include "engine/sampling/logits_processor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/sampling_cut.h"
 
 namespace pdspark::sampling {
 namespace {
@@ -319,26 +321,52 @@ TEST(GreedyAcceptanceTest, NoDraftsIsArgmax) {
   EXPECT_THAT(result->tokens, ElementsAre(2));
 }
 
-TEST(AcceptDraftTokensTest, DispatchesOnSamplerMode) {
-  // Draft 1 has p = 0.3 under the target: greedy rejects it (argmax is 0), while sampling
-  // accepts it about 30% of the time with a deterministic draft.
-  const Row target = {0.7f, 0.3f, /*bonus*/ 0.0f, 1.0f};
-  const int32_t draft = 1;
-  const DraftVerification input = {
-      .draft_tokens = std::span(&draft, 1), .target_probs = target, .vocab_size = 2};
-  Sampler greedy = MakeSampler(1, 0.0f);
-  Sampler sampled = MakeSampler(1, 1.0f);
-  int accepted = 0;
-  for (int t = 0; t < 1000; ++t) {
-    auto g = AcceptDraftTokens(input, greedy);
-    ASSERT_TRUE(g.ok());
-    EXPECT_THAT(g->tokens, ElementsAre(0));
-    auto s = AcceptDraftTokens(input, sampled);
-    ASSERT_TRUE(s.ok());
-    accepted += s->num_accepted;
+// Coupled acceptance of one draft: the drafter draws d from q and the target t from p by
+// Gumbel-max with the same noise (the same seed and position); d is accepted when d == t, and t
+// is emitted either way. Over many positions, for random p and q: the emitted tokens follow p
+// (chi-square), and the acceptance rate lies between the bound (1 - TV) / (1 + TV) and rejection
+// sampling's 1 - TV (no coupling does better).
+TEST(CoupledAcceptanceTest, EmitsTheTargetsDrawAndAcceptsWithinTheCouplingBounds) {
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 4; ++trial) {
+    const Row p = RandomDistribution(rng), q = RandomDistribution(rng);
+    Row log_p(kVocab), log_q(kVocab);
+    double tv = 0.0;
+    for (int64_t i = 0; i < kVocab; ++i) {
+      log_p[i] = std::log(p[i]);  // -inf where a mask removed the token
+      log_q[i] = std::log(q[i]);
+      tv += 0.5 * std::abs(static_cast<double>(p[i]) - q[i]);
+    }
+    if (tv > 0.95) continue;  // a drafter that can never be right says nothing
+    std::vector<int> emitted(kVocab, 0);
+    int accepted = 0;
+    const int n = kTrials / 4;
+    for (int t = 0; t < n; ++t) {
+      const kernels::GumbelRow draw{1.0, 99 + static_cast<uint64_t>(trial),
+                                    static_cast<uint64_t>(t)};
+      const int32_t d = kernels::GumbelArgmaxOfRow(log_q.data(), kVocab, draw);
+      const int32_t target = kernels::GumbelArgmaxOfRow(log_p.data(), kVocab, draw);
+      const AcceptanceResult result = AcceptCoupled(std::span(&d, 1), std::span(&target, 1));
+      ASSERT_EQ(result.tokens.front(), target);
+      ASSERT_EQ(result.num_accepted, d == target ? 1 : 0);
+      accepted += result.num_accepted;
+      ++emitted[target];
+    }
+    double chi2 = 0.0;
+    for (int64_t i = 0; i < kVocab; ++i) {
+      const double expected = n * static_cast<double>(p[i]);
+      if (expected == 0.0) {
+        EXPECT_EQ(emitted[i], 0) << "trial " << trial << " token " << i;
+        continue;
+      }
+      chi2 += (emitted[i] - expected) * (emitted[i] - expected) / expected;
+    }
+    EXPECT_LT(chi2, kChiSquare7) << "trial " << trial;
+    const double rate = static_cast<double>(accepted) / n;
+    const double slack = 5.0 * std::sqrt(0.25 / n);
+    EXPECT_GE(rate, (1.0 - tv) / (1.0 + tv) - slack) << "trial " << trial << " tv " << tv;
+    EXPECT_LE(rate, 1.0 - tv + slack) << "trial " << trial << " tv " << tv;
   }
-  EXPECT_GT(accepted, 200);
-  EXPECT_LT(accepted, 400);
 }
 
 TEST(ValidateDraftVerificationTest, RejectsBadShapes) {
@@ -368,7 +396,7 @@ TEST(ValidateDraftVerificationTest, RejectsBadShapes) {
                   .message(),
               ::testing::HasSubstr("draft_tokens"));
   Sampler sampler = MakeSampler(1);
-  EXPECT_FALSE(AcceptDraftTokens(
+  EXPECT_FALSE(AcceptRejectionSampling(
                    {.draft_tokens = out_of_range, .target_probs = target, .vocab_size = 4}, sampler)
                    .ok());
 }

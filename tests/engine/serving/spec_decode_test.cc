@@ -38,7 +38,8 @@ class SpecDecodeTest : public ::testing::Test {
   static std::unique_ptr<ServingEngine> Engine(
       int64_t spec_tokens, int64_t max_batch_tokens = 512, const std::string* dir = dir_,
       SpecCostModel auto_costs = SpecCostModel::Unprofiled(), int64_t max_num_seqs = 64,
-      bool argmax_on_device = true) {
+      bool argmax_on_device = true,
+      sampling::SpecAcceptance acceptance = sampling::SpecAcceptance::kRejection) {
     engine::ModelOptions mo;
     mo.show_progress = false;
     auto model = engine::Model::Load(*dir, mo).value();
@@ -46,6 +47,7 @@ class SpecDecodeTest : public ::testing::Test {
     options.max_batch_tokens = max_batch_tokens;
     options.max_num_seqs = max_num_seqs;
     options.argmax_on_device = argmax_on_device;
+    options.spec_acceptance = acceptance;
     if (spec_tokens != 0) {
       options.drafter = dspark::Drafter::Load(*dir, model->config()).value();
       options.spec_tokens = std::max<int64_t>(spec_tokens, 0);
@@ -229,6 +231,52 @@ TEST_F(SpecDecodeTest, SampledStepsTakeTheArgmaxOfPerturbedRows) {
   const auto mixed_got = RunAll(*mixed_engine, mixed);
   for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(mixed_got[i + 1].first, got[i].first) << i;
   EXPECT_EQ(mixed_engine->Stats().argmax_steps, 0);
+}
+
+// Coupled acceptance: the drafter draws each draft with the Gumbel noise of its position, the
+// target's rows draw with the same noise, and a draft is accepted when both draw the same
+// token. So a seeded sampled request gets plain decoding's tokens at every gamma, masks
+// included, whether its rows' draws are taken where the logits are (the drafter's and the
+// target's: every step takes the argmax path) or on the host (logits to the host); and drafts
+// are still accepted. Under rejection sampling the same requests take the logits in every
+// verify round and their tokens differ from plain decoding's.
+TEST_F(SpecDecodeTest, CoupledSamplingGivesPlainDecodingsTokens) {
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 5; ++i) {
+    specs.push_back(Spec("c" + std::to_string(i), Prompt(5 + 8 * i, i), 18, 1.0f, 70 + i));
+  }
+  specs[1].sampling.top_k = 12;
+  specs[2].sampling.top_p = 0.8f;
+  specs[3].sampling.min_p = 0.1f;
+  specs[3].sampling.temperature = 0.6f;
+  specs.push_back(Spec("greedy", Prompt(17, 3), 18, 0.f));
+  auto plain_engine = Engine(0, 512, broad_dir_);
+  const auto plain = RunAll(*plain_engine, specs);
+  const auto coupled = sampling::SpecAcceptance::kCoupled;
+  for (int64_t gamma : {int64_t{1}, int64_t{3}, kAuto}) {
+    for (bool on_device : {true, false}) {
+      auto engine =
+          Engine(gamma, 512, broad_dir_, SpecCostModel::Unprofiled(), 64, on_device, coupled);
+      const auto got = RunAll(*engine, specs);
+      int64_t accepted = 0;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        EXPECT_EQ(got[i].first, plain[i].first)
+            << "gamma " << gamma << " on_device " << on_device << " request " << i;
+        ExpectConsistentCounters(got[i].second.spec);
+        accepted += got[i].second.spec.accepted_tokens;
+      }
+      // Rounds that accept drafts commit several tokens at once: those must be plain's too.
+      EXPECT_GT(accepted, 0) << "gamma " << gamma << ": no draft accepted, the test is weak";
+      EXPECT_EQ(engine->Stats().argmax_steps, on_device ? engine->Stats().steps : 0);
+      ExpectNoCacheLeft(*engine);
+    }
+  }
+  auto rejection = Engine(3, 512, broad_dir_);
+  const auto got = RunAll(*rejection, specs);
+  int differ = 0;
+  for (size_t i = 0; i + 1 < specs.size(); ++i) differ += got[i].first != plain[i].first;
+  EXPECT_GE(differ, 3);
+  EXPECT_LT(rejection->Stats().argmax_steps, rejection->Stats().steps);
 }
 
 TEST_F(SpecDecodeTest, SeededSamplingIsReproducible) {
