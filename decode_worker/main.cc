@@ -27,6 +27,7 @@ struct DecodeFlags {
   worker::WorkerFlags common;
   std::string spec_method = "auto";
   std::string spec_tokens = "auto";
+  std::string spec_acceptance = "auto";
   int kv_staging_mb = 256;
 };
 
@@ -38,6 +39,11 @@ void AddFlags(CLI::App& app, DecodeFlags& f) {
       ->check(CLI::IsMember({"auto", "dspark", "none"}))
       ->capture_default_str();
   app.add_option("--spec-tokens", f.spec_tokens, "draft tokens per round: N or auto")
+      ->capture_default_str();
+  app.add_option("--spec-acceptance", f.spec_acceptance,
+                 "how sampled drafts are judged: rejection (most accepted), coupled (logits stay "
+                 "on the GPU, tokens equal plain sampling's) or auto (coupled on GPUs)")
+      ->check(CLI::IsMember({"auto", "rejection", "coupled"}))
       ->capture_default_str();
   app.add_option("--kv-staging-mb", f.kv_staging_mb,
                  "host memory registered for the completion records of incoming KV transfers "
@@ -75,7 +81,7 @@ int Run(const DecodeFlags& f, const sigset_t& signals) {
   options.vocabulary =
       sampling::TokenVocabulary::ForWorker(f.common.model, (*model)->config().vocab_size);
   if (Status st = serving::ApplySpecSettings(f.spec_method, f.spec_tokens, f.common.model, **model,
-                                             options);
+                                             options, f.spec_acceptance);
       !st.ok()) {
     LOG_ERROR("cannot start DSpark: {}", st.ToString());
     return 2;

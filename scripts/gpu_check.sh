@@ -75,7 +75,8 @@ bundled() {
 
 # The model on $DEVICE: golden-check of the golden set with both KV-cache dtypes, and greedy
 # generation on the bundled model on the CPU and on $DEVICE, with and without DSpark: all four
-# must give the same tokens. Output to $1.
+# must give the same tokens; seeded sampling on $DEVICE with and without DSpark: the same
+# tokens too. Output to $1.
 model_checks() {
   local out=$1 pdspark="$BUNDLE/tools/pdspark" failed=0 first=""
   for dtype in auto fp8; do
@@ -102,6 +103,21 @@ model_checks() {
       fi
     done
   done
+  # Seeded sampling with DSpark under coupled acceptance (the GPU default, docs/dspark.md): its
+  # text must be plain sampling's.
+  for spec in none dspark; do
+    local name="sampled_${DEVICE}_$spec"
+    if ! bundled "$pdspark" generate --model models/tiny-dsv4-dspark --max-tokens 48 \
+      --prompt "Once upon a time, in a small village," --ignore-eos --device "$DEVICE" \
+      --temperature 0.8 --seed 7 --spec-method "$spec" --spec-acceptance coupled \
+      >"$out/$name.txt" 2>"$out/$name.log"; then
+      log "FAILED: $name: $(tail -n 2 "$out/$name.log")"; failed=1
+    fi
+    log "$name: $(tail -n 1 "$out/$name.log")"
+  done
+  if ! cmp -s "$out/sampled_${DEVICE}_none.txt" "$out/sampled_${DEVICE}_dspark.txt"; then
+    log "FAILED: seeded sampling with DSpark on $DEVICE differs from plain sampling"; failed=1
+  fi
   return $failed
 }
 

@@ -46,7 +46,8 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   result.prompt_tokens = static_cast<int64_t>(result.prompt_ids.size());
   serving::ServingOptions serving_options;
   RETURN_IF_ERROR(serving::ApplySpecSettings(options.spec_method, options.spec_tokens,
-                                             options.model_dir, *model, serving_options));
+                                             options.model_dir, *model, serving_options,
+                                             options.spec_acceptance));
   if (!options.json_schema.empty() || options.json_object) {
     ASSIGN_OR_RETURN(
         serving_options.vocabulary,

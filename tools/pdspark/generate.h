@@ -24,14 +24,15 @@ struct GenerateOptions {
   // Leave special tokens (BOS, EOS, chat markers) out of `text`, as the HTTP API does by default
   // (vLLM's skip_special_tokens); token_ids keep them.
   bool skip_special_tokens = true;
-  std::string spec_method = "auto";     // auto | dspark | none
-  std::string spec_tokens = "auto";     // N | auto
-  int tensor_parallel_size = 1;         // ranks of the target model (threads of this process)
-  int threads = 0;                      // compute threads of the model; 0 = every core allowed
-  std::string weights = "native";       // native | fp32
-  std::string device = "cpu";           // cpu | cuda
-  std::string kernels = "exact";        // exact | fast (ModelOptions::fast_kernels)
-  std::string kv_cache_dtype = "auto";  // auto | fp8
+  std::string spec_method = "auto";      // auto | dspark | none
+  std::string spec_tokens = "auto";      // N | auto
+  std::string spec_acceptance = "auto";  // auto | rejection | coupled
+  int tensor_parallel_size = 1;          // ranks of the target model (threads of this process)
+  int threads = 0;                       // compute threads of the model; 0 = every core allowed
+  std::string weights = "native";        // native | fp32
+  std::string device = "cpu";            // cpu | cuda
+  std::string kernels = "exact";         // exact | fast (ModelOptions::fast_kernels)
+  std::string kv_cache_dtype = "auto";   // auto | fp8
   // -1: none; n: each generated (prompt) token's logprob and the n most likely tokens'.
   int logprobs = -1;
   int prompt_logprobs = -1;

@@ -167,6 +167,11 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--spec-tokens", gen.spec_tokens, "draft tokens per round: N | auto")
       ->capture_default_str();
   gen_cmd
+      ->add_option("--spec-acceptance", gen.spec_acceptance,
+                   "how sampled drafts are judged: rejection | coupled | auto (coupled on GPUs)")
+      ->check(CLI::IsMember({"auto", "rejection", "coupled"}))
+      ->capture_default_str();
+  gen_cmd
       ->add_option("--tensor-parallel-size", gen.tensor_parallel_size,
                    "tensor-parallel ranks (threads of this process), 1..8")
       ->check(CLI::Range(1, 8))

@@ -9,13 +9,17 @@ namespace pdspark::serving {
 
 Status ApplySpecSettings(const std::string& method, const std::string& tokens,
                          const std::string& model_dir, const engine::Model& model,
-                         ServingOptions& options) {
+                         ServingOptions& options, const std::string& acceptance) {
+  if (acceptance != "auto" && acceptance != "rejection" && acceptance != "coupled") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spec-acceptance ", acceptance, ": expected auto, rejection or coupled"));
+  }
   options.drafter = nullptr;
   options.spec_tokens = 0;
   options.spec_auto = false;
   if (method == "none") return absl::OkStatus();
   if (method == "auto") {
-    const Status st = ApplySpecSettings("dspark", tokens, model_dir, model, options);
+    const Status st = ApplySpecSettings("dspark", tokens, model_dir, model, options, acceptance);
     if (absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) {
       LOG_INFO("no DSpark drafter in the checkpoint ({}): speculation off", st.ToString());
       return ApplySpecSettings("none", tokens, model_dir, model, options);
@@ -42,11 +46,13 @@ Status ApplySpecSettings(const std::string& method, const std::string& tokens,
   options.drafter = std::shared_ptr<const dspark::Drafter>(std::move(drafter));
   options.spec_tokens = n;
   options.spec_auto = automatic;
-  // On a CPU the rows are where the host reads them anyway: accept the most drafts. On GPUs keep
-  // the logits there.
-  options.spec_acceptance = model.backend(0).device() == engine::backend::Device::kCuda
-                                ? sampling::SpecAcceptance::kCoupled
-                                : sampling::SpecAcceptance::kRejection;
+  // auto: on a CPU the rows are where the host reads them anyway, so accept the most drafts; on
+  // GPUs keep the logits there.
+  const bool coupled =
+      acceptance == "coupled" ||
+      (acceptance == "auto" && model.backend(0).device() == engine::backend::Device::kCuda);
+  options.spec_acceptance =
+      coupled ? sampling::SpecAcceptance::kCoupled : sampling::SpecAcceptance::kRejection;
   return absl::OkStatus();
 }
 

@@ -1,4 +1,5 @@
-// `--spec-method auto|dspark|none --spec-tokens N|auto` -> ServingOptions, shared by the
+// `--spec-method auto|dspark|none --spec-tokens N|auto --spec-acceptance auto|rejection|coupled`
+// -> ServingOptions, shared by the
 // workers and `pdspark generate` so all accept and refuse exactly the same settings. auto (the
 // default) is dspark when the checkpoint carries a DSpark drafter and none when it has none.
 #pragma once
@@ -12,11 +13,11 @@
 namespace pdspark::serving {
 
 // Loads the checkpoint's DSpark drafter when speculation is on and fills the spec fields of
-// `options` (coupled acceptance for a model on GPUs, rejection sampling on CPUs); leaves them
-// off for "none", and for "auto" on a checkpoint without a drafter (a broken drafter is still an
-// error). InvalidArgument names the bad flag value.
+// `options` (acceptance auto: coupled for a model on GPUs, rejection sampling on CPUs); leaves
+// them off for "none", and for "auto" on a checkpoint without a drafter (a broken drafter is
+// still an error). InvalidArgument names the bad flag value.
 Status ApplySpecSettings(const std::string& method, const std::string& tokens,
                          const std::string& model_dir, const engine::Model& model,
-                         ServingOptions& options);
+                         ServingOptions& options, const std::string& acceptance = "auto");
 
 }  // namespace pdspark::serving
