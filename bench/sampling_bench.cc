@@ -1,5 +1,5 @@
-// Per-token CPU cost of the sampler on a DeepSeek-V4-sized vocabulary (129280), for each mask
-// and for verifying a gamma = 5 DSpark round.
+// Per-token CPU cost of the sampler on a DeepSeek-V4-sized vocabulary (129280), for each mask,
+// for a Gumbel-max draw, and for verifying a gamma = 5 DSpark round.
 #include <random>
 #include <vector>
 
@@ -46,6 +46,20 @@ BENCHMARK_CAPTURE(BM_ProcessLogits, top_p_0_95, Params(0.7f, -1, 0.95f, 0.0f));
 BENCHMARK_CAPTURE(BM_ProcessLogits, top_p_0_95_flat, Params(5.0f, -1, 0.95f, 0.0f));
 BENCHMARK_CAPTURE(BM_ProcessLogits, min_p_0_05, Params(0.7f, -1, 1.0f, 0.05f));
 BENCHMARK_CAPTURE(BM_ProcessLogits, all, Params(0.7f, 50, 0.95f, 0.05f));
+
+// A plain sampled row as the engine draws it (Sampler::SampleFromLogits: Gumbel-max with the
+// noise of (seed, position) after the masks' cut), a new position each iteration.
+void BM_GumbelDraw(benchmark::State& state, SamplingParams params) {
+  const std::vector<float> logits = RandomLogits(kVocab, 1);
+  auto sampler = *Sampler::Create(params);
+  int64_t position = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(sampler.SampleFromLogits(logits, ++position));
+}
+BENCHMARK_CAPTURE(BM_GumbelDraw, t_1_0, Params(1.0f, -1, 1.0f, 0.0f));
+BENCHMARK_CAPTURE(BM_GumbelDraw, t_0_7, Params(0.7f, -1, 1.0f, 0.0f));
+BENCHMARK_CAPTURE(BM_GumbelDraw, t_0_2, Params(0.2f, -1, 1.0f, 0.0f));
+BENCHMARK_CAPTURE(BM_GumbelDraw, top_k_50, Params(0.7f, 50, 1.0f, 0.0f));
+BENCHMARK_CAPTURE(BM_GumbelDraw, top_p_0_95, Params(0.7f, -1, 0.95f, 0.0f));
 
 void BM_VerifyRound(benchmark::State& state) {
   constexpr int kGamma = 5;

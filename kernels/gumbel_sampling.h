@@ -78,14 +78,33 @@ PDSPARK_HOST_DEVICE inline double GumbelOfBits(uint64_t bits) {
 // found cannot win.
 inline constexpr double kMaxGumbelNoise = 36.75;
 
-// Token `token`'s noise for draw (seed, counter): 52 bits of Philox (counter words: token,
+// Token `token`'s 52 random bits for draw (seed, counter), from Philox (counter words: token,
 // counter; key: seed).
-PDSPARK_HOST_DEVICE inline double GumbelNoise(uint64_t seed, uint64_t counter, int64_t token) {
+PDSPARK_HOST_DEVICE inline uint64_t GumbelBits(uint64_t seed, uint64_t counter, int64_t token) {
   const uint64_t t = static_cast<uint64_t>(token);
   uint32_t c[4] = {static_cast<uint32_t>(t), static_cast<uint32_t>(t >> 32),
                    static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32)};
   Philox4x32_10(c, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  return GumbelOfBits((static_cast<uint64_t>(c[1]) << 32 | c[0]) >> 12);
+  return (static_cast<uint64_t>(c[1]) << 32 | c[0]) >> 12;
+}
+
+// Token `token`'s noise for draw (seed, counter).
+PDSPARK_HOST_DEVICE inline double GumbelNoise(uint64_t seed, uint64_t counter, int64_t token) {
+  return GumbelOfBits(GumbelBits(seed, counter, token));
+}
+
+// An upper bound of GumbelOfBits(bits) without a logarithm, within 0.06 of -log(1 - u): as
+// -log u >= 1 - u, the noise -log(-log u) is at most -log(w) for w = 1 - u (exact in double),
+// and for w = m 2^e with m in [1, 2), -log w = -(e + log2 m) ln 2 <= -(e + m - 1) ln 2 (log2 is
+// concave, so above its chord on [1, 2]). Most tokens of a row are ruled out by it: -log(1 - u)
+// is exponentially distributed, so a token whose logit / T lies d below the best key passes
+// with probability about e^-d.
+inline double GumbelNoiseBound(uint64_t bits) {
+  const double w = (0x1p52 - static_cast<double>(bits & ((uint64_t{1} << 52) - 1)) - 0.5) * 0x1p-52;
+  int exponent = 0;
+  const double half_mantissa = std::frexp(w, &exponent);  // w = half_mantissa 2^exponent
+  const double log2_lower = static_cast<double>(exponent - 1) + (2.0 * half_mantissa - 1.0);
+  return -log2_lower * 0.6931471805599453;
 }
 
 // Token `token`'s logit perturbed for `row`'s draw: logit / T + its noise, rounded to float once
@@ -98,19 +117,34 @@ PDSPARK_HOST_DEVICE inline float GumbelKey(float logit, const GumbelRow& row, in
 }
 
 // The winner of values [begin, end) of a row (value j is token first_token + j) perturbed for
-// `draw`, by the argmax rule, scanning in order. A value whose logit / T is more than
-// kMaxGumbelNoise below the best key so far cannot beat it (nor tie: its key rounds to a float
-// no larger than the best), so its noise is not drawn: most of a peaked row's. The winner is
-// the full scan's.
+// `draw`, by the argmax rule, scanning in order. A value that cannot beat the best key so far
+// (nor tie it: its key would round to a float no larger than the best, and the best came
+// first) is passed over: without drawing its noise when its logit / T is more than
+// kMaxGumbelNoise below the best (most of a peaked row), else without its logarithms when the
+// GumbelNoiseBound of its bits says so (most of the rest). The winner is the full scan's.
 inline ArgmaxCandidate GumbelArgmaxScan(const float* row, int64_t begin, int64_t end,
                                         const GumbelRow& draw, int64_t first_token) {
+  if (draw.inv_temperature == 0.0) {
+    ArgmaxCandidate best;
+    for (int64_t j = begin; j < end; ++j)
+      best = ArgmaxMerge(best, {row[j], static_cast<int32_t>(j)});
+    return best;
+  }
   ArgmaxCandidate best;
   for (int64_t j = begin; j < end; ++j) {
-    if (draw.inv_temperature != 0.0 && best.index >= 0 &&
-        static_cast<double>(row[j]) * draw.inv_temperature + kMaxGumbelNoise < best.value) {
+    const int64_t token = first_token + j;
+    if (best.index < 0 || !AboveCut(row[j], draw, token)) {
+      best = ArgmaxMerge(best, {GumbelKey(row[j], draw, token), static_cast<int32_t>(j)});
       continue;
     }
-    best = ArgmaxMerge(best, {GumbelKey(row[j], draw, first_token + j), static_cast<int32_t>(j)});
+    const double scaled = static_cast<double>(row[j]) * draw.inv_temperature;
+    // Rounding of the key's sum and of the logarithms, far inside this margin.
+    const double below = best.value - 1e-9 * (1.0 + std::fabs(static_cast<double>(best.value)));
+    if (scaled + kMaxGumbelNoise < below) continue;
+    const uint64_t bits = GumbelBits(draw.seed, draw.counter, token);
+    if (scaled + GumbelNoiseBound(bits) < below) continue;
+    const float key = static_cast<float>(scaled + GumbelOfBits(bits));
+    best = ArgmaxMerge(best, {key, static_cast<int32_t>(j)});
   }
   return best;
 }

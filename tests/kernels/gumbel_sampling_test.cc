@@ -87,18 +87,42 @@ TEST(GumbelSamplingTest, ArgmaxOfPerturbedLogitsFollowsTheSoftmax) {
   EXPECT_EQ(hits[3], 0);
 }
 
+// GumbelNoiseBound is an upper bound of the noise, never more than ln 2 above -log(1 - u):
+// at the extreme bits, and at a million random ones.
+TEST(GumbelSamplingTest, TheNoiseBoundIsAboveTheNoiseAndCloseToMinusLogOneMinusU) {
+  std::mt19937_64 rng(5);
+  std::vector<uint64_t> bits = {
+      0, 1, 2, (uint64_t{1} << 51), (uint64_t{1} << 52) - 2, (uint64_t{1} << 52) - 1};
+  for (int i = 0; i < 1000000; ++i) bits.push_back(rng() >> 12);
+  double worst_gap = 0.0;
+  for (uint64_t b : bits) {
+    const double noise = GumbelOfBits(b), bound = GumbelNoiseBound(b);
+    ASSERT_GE(bound, noise) << "bits " << b;
+    const double u = (static_cast<double>(b) + 0.5) * 0x1p-52;
+    const double tight = -std::log1p(-u);
+    ASSERT_GE(bound, tight - 1e-12) << "bits " << b;
+    worst_gap = std::max(worst_gap, bound - tight);
+  }
+  EXPECT_LT(worst_gap, 0.07);  // (1 - log2 e + log2 log2 e) ln 2 = 0.0597 at most
+}
+
 // The scan that skips values which cannot win gives the full scan's winner: rows from flat to
-// peaked (logit spreads up to 400 at temperatures 0.3-2), ties and -inf included, many draws.
+// peaked (logit spreads up to 400 at temperatures 0.3-2), ties, -inf and NaN included, rows of
+// one repeated value, rows with a top-k or top-p cut, many draws.
 TEST(GumbelSamplingTest, TheSkippingScanGivesTheFullScansWinner) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
-  for (int trial = 0; trial < 300; ++trial) {
-    const float spread = 0.5f + static_cast<float>(trial % 10) * 40.0f;
+  for (int trial = 0; trial < 600; ++trial) {
+    const float spread = trial % 3 == 0 ? 0.05f : 0.5f + static_cast<float>(trial % 10) * 40.0f;
     std::vector<float> row(1 + rng() % 3000);
-    for (float& v : row) v = spread * normal(rng);
+    for (float& v : row) v = trial % 11 == 0 ? 1.5f : spread * normal(rng);
     row[rng() % row.size()] = row[rng() % row.size()];  // a tie
     row[rng() % row.size()] = -std::numeric_limits<float>::infinity();
-    const GumbelRow draw{1.0 / (0.3 + (trial % 7) * 0.3), 11, static_cast<uint64_t>(trial)};
+    if (trial % 13 == 0) row[rng() % row.size()] = std::numeric_limits<float>::quiet_NaN();
+    GumbelRow draw{1.0 / (0.3 + (trial % 7) * 0.3), 11, static_cast<uint64_t>(trial)};
+    if (trial % 4 == 1) draw.top_k = 1 + static_cast<int32_t>(rng() % 40);
+    if (trial % 4 == 2) draw.top_p = 0.9f;
+    SetSamplingCutFromRow(row.data(), static_cast<int64_t>(row.size()), draw);
     ArgmaxCandidate full;
     for (size_t j = 0; j < row.size(); ++j) {
       full = ArgmaxMerge(
