@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/argmax_rule.h"
 #include "kernels/number_formats.h"
@@ -101,9 +102,14 @@ PDSPARK_HOST_DEVICE inline double GumbelNoise(uint64_t seed, uint64_t counter, i
 // with probability about e^-d.
 inline double GumbelNoiseBound(uint64_t bits) {
   const double w = (0x1p52 - static_cast<double>(bits & ((uint64_t{1} << 52) - 1)) - 0.5) * 0x1p-52;
-  int exponent = 0;
-  const double half_mantissa = std::frexp(w, &exponent);  // w = half_mantissa 2^exponent
-  const double log2_lower = static_cast<double>(exponent - 1) + (2.0 * half_mantissa - 1.0);
+  // w = m 2^e, read from its bits (w >= 2^-53 is a normal double).
+  uint64_t w_bits = 0;
+  std::memcpy(&w_bits, &w, sizeof(w));
+  const int exponent = static_cast<int>((w_bits >> 52) & 0x7FF) - 1023;
+  const uint64_t m_bits = (w_bits & ((uint64_t{1} << 52) - 1)) | (uint64_t{1023} << 52);
+  double m = 0.0;
+  std::memcpy(&m, &m_bits, sizeof(m));
+  const double log2_lower = static_cast<double>(exponent) + (m - 1.0);
   return -log2_lower * 0.6931471805599453;
 }
 
@@ -114,39 +120,6 @@ PDSPARK_HOST_DEVICE inline float GumbelKey(float logit, const GumbelRow& row, in
   if (!AboveCut(logit, row, token)) return -INFINITY;
   return static_cast<float>(static_cast<double>(logit) * row.inv_temperature +
                             GumbelNoise(row.seed, row.counter, token));
-}
-
-// The winner of values [begin, end) of a row (value j is token first_token + j) perturbed for
-// `draw`, by the argmax rule, scanning in order. A value that cannot beat the best key so far
-// (nor tie it: its key would round to a float no larger than the best, and the best came
-// first) is passed over: without drawing its noise when its logit / T is more than
-// kMaxGumbelNoise below the best (most of a peaked row), else without its logarithms when the
-// GumbelNoiseBound of its bits says so (most of the rest). The winner is the full scan's.
-inline ArgmaxCandidate GumbelArgmaxScan(const float* row, int64_t begin, int64_t end,
-                                        const GumbelRow& draw, int64_t first_token) {
-  if (draw.inv_temperature == 0.0) {
-    ArgmaxCandidate best;
-    for (int64_t j = begin; j < end; ++j)
-      best = ArgmaxMerge(best, {row[j], static_cast<int32_t>(j)});
-    return best;
-  }
-  ArgmaxCandidate best;
-  for (int64_t j = begin; j < end; ++j) {
-    const int64_t token = first_token + j;
-    if (best.index < 0 || !AboveCut(row[j], draw, token)) {
-      best = ArgmaxMerge(best, {GumbelKey(row[j], draw, token), static_cast<int32_t>(j)});
-      continue;
-    }
-    const double scaled = static_cast<double>(row[j]) * draw.inv_temperature;
-    // Rounding of the key's sum and of the logarithms, far inside this margin.
-    const double below = best.value - 1e-9 * (1.0 + std::fabs(static_cast<double>(best.value)));
-    if (scaled + kMaxGumbelNoise < below) continue;
-    const uint64_t bits = GumbelBits(draw.seed, draw.counter, token);
-    if (scaled + GumbelNoiseBound(bits) < below) continue;
-    const float key = static_cast<float>(scaled + GumbelOfBits(bits));
-    best = ArgmaxMerge(best, {key, static_cast<int32_t>(j)});
-  }
-  return best;
 }
 
 }  // namespace pdspark::kernels

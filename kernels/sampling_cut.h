@@ -51,7 +51,19 @@ inline std::vector<LogitCandidate> TopCandidates(const float* values, int64_t n,
   std::vector<LogitCandidate> all(n);
   for (int64_t j = 0; j < n; ++j) all[j] = {values[j], static_cast<int32_t>(first_token + j)};
   const int64_t keep = std::min(k, n);
-  std::partial_sort(all.begin(), all.begin() + keep, all.end(), RanksBefore);
+  // RanksBefore is a total order on distinct tokens, so either way gives what a full sort
+  // gives: a heap of the few best (most values lose to its least at once), or for many the
+  // best selected in linear time and then sorted.
+  // (A lambda, not the function's address, so the comparisons are inlined.)
+  const auto before = [](const LogitCandidate& a, const LogitCandidate& b) {
+    return RanksBefore(a, b);
+  };
+  if (keep * 16 < n) {
+    std::partial_sort(all.begin(), all.begin() + keep, all.end(), before);
+  } else {
+    std::nth_element(all.begin(), all.begin() + keep, all.end(), before);
+    std::sort(all.begin(), all.begin() + keep, before);
+  }
   all.resize(keep);
   return all;
 }
@@ -113,18 +125,10 @@ inline void SetSamplingCutFromRow(const float* row, int64_t n, GumbelRow& draw) 
     for (int64_t j = 0; j < n; ++j)
       mass.Add(MassUnits(row[j], ranked[0].logit, draw.inv_temperature));
   }
-  if (!SetSamplingCut(ranked, mass, static_cast<int64_t>(ranked.size()) == n, draw)) {
-    ranked = TopCandidates(row, n, n);
-    SetSamplingCut(ranked, mass, /*whole_row=*/true, draw);
+  // A flat row's cut lies past the candidates: eight times as many until it is found.
+  while (!SetSamplingCut(ranked, mass, static_cast<int64_t>(ranked.size()) == n, draw)) {
+    ranked = TopCandidates(row, n, 8 * static_cast<int64_t>(ranked.size()));
   }
-}
-
-// The token `draw` takes from a whole row the host holds (values [0, n) are tokens 0..n-1): the
-// argmax of the row perturbed for it (kernels/argmax_rule.h), its cut set from the row first.
-// What a device finds where the row's slices are (Ops::GumbelArgMax after the ranks' cut).
-inline int32_t GumbelArgmaxOfRow(const float* row, int64_t n, GumbelRow draw) {
-  SetSamplingCutFromRow(row, n, draw);
-  return GumbelArgmaxScan(row, 0, n, draw, 0).index;
 }
 
 }  // namespace pdspark::kernels

@@ -11,7 +11,7 @@
 #include "engine/model/linear.h"
 #include "engine/model/vocab_parallel.h"
 #include "engine/model/weight_placement.h"
-#include "kernels/sampling_cut.h"
+#include "kernels/cpu/gumbel_scan.h"
 
 namespace pdspark::dspark {
 
@@ -332,9 +332,9 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
         (*out)[i].confidence_logits.push_back(z);
         if (!on_device) {
           const std::span<float> row(full.data() + a * vocab, vocab);
-          prev[i] = inputs[i].choose
-                        ? inputs[i].choose(k, row)
-                        : kernels::GumbelArgmaxOfRow(row.data(), vocab, SlotDraw(inputs[i], k));
+          prev[i] = inputs[i].choose ? inputs[i].choose(k, row)
+                                     : kernels::cpu::GumbelArgmaxOfRow(row.data(), vocab,
+                                                                       SlotDraw(inputs[i], k));
         }
         (*out)[i].tokens.push_back(prev[i]);
         chosen[a] = static_cast<float>(prev[i]);  // exact: token ids are below 2^24

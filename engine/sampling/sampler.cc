@@ -1,7 +1,7 @@
 #include "engine/sampling/sampler.h"
 
 #include "engine/sampling/logits_processor.h"
-#include "kernels/sampling_cut.h"
+#include "kernels/cpu/gumbel_scan.h"
 
 namespace pdspark::sampling {
 namespace {
@@ -68,7 +68,7 @@ kernels::GumbelRow Sampler::GumbelDraw(int64_t position) const {
 }
 
 int32_t Sampler::GumbelArgmax(std::span<const float> logits, kernels::GumbelRow draw) {
-  return kernels::GumbelArgmaxOfRow(logits.data(), static_cast<int64_t>(logits.size()), draw);
+  return kernels::cpu::GumbelArgmaxOfRow(logits.data(), static_cast<int64_t>(logits.size()), draw);
 }
 
 double Sampler::Uniform() {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/gumbel_scan.h"
 #include "kernels/sampling_cut.h"
 
 namespace pdspark::kernels {
@@ -87,6 +88,24 @@ TEST(GumbelSamplingTest, ArgmaxOfPerturbedLogitsFollowsTheSoftmax) {
   EXPECT_EQ(hits[3], 0);
 }
 
+// The CPU's Philox over sixteen lanes gives each token the bits GumbelBits gives it: random
+// seeds and counters, tokens at 0, near 2^32 (the high counter word) and beyond.
+TEST(GumbelSamplingTest, LanesDrawEachTokensBits) {
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    const uint64_t seed = rng(), counter = trial % 3 ? rng() : static_cast<uint64_t>(trial);
+    const int64_t first = trial % 4 == 0   ? 0
+                          : trial % 4 == 1 ? (int64_t{1} << 32) - 7
+                                           : static_cast<int64_t>(rng() >> 20);
+    uint64_t bits[cpu::kGumbelLanes];
+    cpu::GumbelBitsOfLanes(seed, counter, first, bits);
+    for (int l = 0; l < cpu::kGumbelLanes; ++l) {
+      ASSERT_EQ(bits[l], GumbelBits(seed, counter, first + l))
+          << "trial " << trial << " lane " << l;
+    }
+  }
+}
+
 // GumbelNoiseBound is an upper bound of the noise, never more than ln 2 above -log(1 - u):
 // at the extreme bits, and at a million random ones.
 TEST(GumbelSamplingTest, TheNoiseBoundIsAboveTheNoiseAndCloseToMinusLogOneMinusU) {
@@ -129,9 +148,44 @@ TEST(GumbelSamplingTest, TheSkippingScanGivesTheFullScansWinner) {
           full, {GumbelKey(row[j], draw, 500 + static_cast<int64_t>(j)), static_cast<int32_t>(j)});
     }
     const int64_t n = static_cast<int64_t>(row.size());
-    const ArgmaxCandidate scan = GumbelArgmaxScan(row.data(), 0, n, draw, 500);
+    const ArgmaxCandidate scan = cpu::GumbelArgmaxScan(row.data(), 0, n, draw, 500);
     EXPECT_EQ(scan.index, full.index) << "trial " << trial;
     EXPECT_EQ(scan.value, full.value) << "trial " << trial;
+  }
+}
+
+// TopCandidates is a full sort's first k at every k (a heap for few, a selection for many),
+// with ties, NaN and -inf among the values; and a flat row's cut, found by ranking ever more
+// candidates, is the cut of the whole row ranked.
+TEST(GumbelSamplingTest, TopCandidatesAndTheCutAreTheWholeSortsAtEveryCount) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal;
+  std::vector<float> row(5000);
+  for (float& v : row) v = std::round(4.0f * normal(rng)) / 4.0f;  // many ties
+  row[17] = std::numeric_limits<float>::quiet_NaN();
+  row[99] = -std::numeric_limits<float>::infinity();
+  const int64_t n = static_cast<int64_t>(row.size());
+  std::vector<LogitCandidate> sorted(n);
+  for (int64_t j = 0; j < n; ++j) sorted[j] = {row[j], static_cast<int32_t>(j + 7)};
+  std::sort(sorted.begin(), sorted.end(), RanksBefore);
+  for (int64_t k : {int64_t{1}, int64_t{50}, int64_t{312}, int64_t{313}, int64_t{2000}, n}) {
+    const std::vector<LogitCandidate> top = TopCandidates(row.data(), n, k, 7);
+    ASSERT_EQ(static_cast<int64_t>(top.size()), k);
+    for (int64_t i = 0; i < k; ++i) {
+      ASSERT_EQ(top[i].token, sorted[i].token) << "k " << k << " rank " << i;
+    }
+  }
+  for (float top_p : {0.5f, 0.95f, 0.999f}) {
+    GumbelRow draw{0.25, 1, 2};  // T 4: flat, the nucleus is far past 625 candidates
+    draw.top_p = top_p;
+    GumbelRow whole = draw;
+    SetSamplingCutFromRow(row.data(), n, draw);
+    const std::vector<LogitCandidate> all = TopCandidates(row.data(), n, n);
+    FixedMass mass;
+    for (int64_t j = 0; j < n; ++j) mass.Add(MassUnits(row[j], all[0].logit, 0.25));
+    ASSERT_TRUE(SetSamplingCut(all, mass, /*whole_row=*/true, whole));
+    EXPECT_EQ(draw.cut, whole.cut) << "top_p " << top_p;
+    EXPECT_EQ(draw.cut_token, whole.cut_token) << "top_p " << top_p;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/gumbel_scan.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/quant_gemm.h"
 
@@ -170,7 +171,7 @@ void CpuOps::ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
 }
 
 // Each row in chunks on the threads, each chunk's winner found in index order (skipping the
-// values that cannot win, kernels::GumbelArgmaxScan), then the chunks' winners merged in order
+// values that cannot win, kernels::cpu::GumbelArgmaxScan), then the chunks' winners merged in order
 // (the rule is associative).
 void CpuOps::GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_token,
                           std::span<const kernels::GumbelRow> draws,
@@ -181,8 +182,8 @@ void CpuOps::GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_
   ForChunks(rows * chunks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t r = t / chunks, j0 = (t % chunks) * kChunk;
-      winners[t] = kernels::GumbelArgmaxScan(x + r * ldx, j0, std::min(n, j0 + kChunk), draws[r],
-                                             first_token);
+      winners[t] = kernels::cpu::GumbelArgmaxScan(x + r * ldx, j0, std::min(n, j0 + kChunk),
+                                                  draws[r], first_token);
     }
   });
   for (int64_t r = 0; r < rows; ++r) {

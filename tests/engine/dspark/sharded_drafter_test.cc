@@ -12,7 +12,7 @@
 #include "engine/dspark/drafter.h"
 #include "engine/model/model.h"
 #include "gtest/gtest.h"
-#include "kernels/sampling_cut.h"
+#include "kernels/cpu/gumbel_scan.h"
 #include "tests/engine/dspark/random_drafter.h"
 #include "tests/engine/parallel/block_slices.h"
 
@@ -107,8 +107,8 @@ class DraftRounds {
           rec.chosen_on_caller &= std::this_thread::get_id() == caller;
           rec.choices.emplace_back(logits.begin(), logits.end());
           if (pick == Pick::kDrawsOnHost && !draws.empty()) {
-            return kernels::GumbelArgmaxOfRow(logits.data(), static_cast<int64_t>(logits.size()),
-                                              draws[slot]);
+            return kernels::cpu::GumbelArgmaxOfRow(
+                logits.data(), static_cast<int64_t>(logits.size()), draws[slot]);
           }
           return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
                                       logits.begin());

@@ -6,7 +6,7 @@
 #include "engine/sampling/logits_processor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/sampling_cut.h"
+#include "kernels/cpu/gumbel_scan.h"
 
 namespace pdspark::sampling {
 namespace {
@@ -344,8 +344,8 @@ TEST(CoupledAcceptanceTest, EmitsTheTargetsDrawAndAcceptsWithinTheCouplingBounds
     for (int t = 0; t < n; ++t) {
       const kernels::GumbelRow draw{1.0, 99 + static_cast<uint64_t>(trial),
                                     static_cast<uint64_t>(t)};
-      const int32_t d = kernels::GumbelArgmaxOfRow(log_q.data(), kVocab, draw);
-      const int32_t target = kernels::GumbelArgmaxOfRow(log_p.data(), kVocab, draw);
+      const int32_t d = kernels::cpu::GumbelArgmaxOfRow(log_q.data(), kVocab, draw);
+      const int32_t target = kernels::cpu::GumbelArgmaxOfRow(log_p.data(), kVocab, draw);
       const AcceptanceResult result = AcceptCoupled(std::span(&d, 1), std::span(&target, 1));
       ASSERT_EQ(result.tokens.front(), target);
       ASSERT_EQ(result.num_accepted, d == target ? 1 : 0);
