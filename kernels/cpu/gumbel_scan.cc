@@ -52,14 +52,16 @@ ArgmaxCandidate GumbelArgmaxScan(const float* row, int64_t begin, int64_t end,
   for (int64_t block = begin; block < end; block += kGumbelLanes) {
     const int64_t block_end = std::min(end, block + kGumbelLanes);
     // The block's bits in one vector pass when several of its tokens may need them (a flat
-    // row); token by token when few do (a peaked row: mostly none, and then the block is
-    // passed over: each of its keys would lie below the best by more than rounding).
+    // row); token by token when few do (a peaked row or a top-k cut: mostly none, and then the
+    // block is passed over: each of its keys would be -inf or below the best by more than
+    // rounding; a NaN best, which any number beats, passes nothing over).
     bool lanes = true, drawn = false;
-    if (best.index >= 0) {
+    if (best.index >= 0 && !std::isnan(best.value)) {
       const double reach = static_cast<double>(best.value) - kMaxGumbelNoise;
       int candidates = 0;
       for (int64_t j = block; j < block_end; ++j) {
-        candidates += !(static_cast<double>(row[j]) * draw.inv_temperature < reach);
+        candidates += AboveCut(row[j], draw, first_token + j) &&
+                      !(static_cast<double>(row[j]) * draw.inv_temperature < reach);
       }
       if (candidates == 0) continue;
       lanes = candidates >= 4;
