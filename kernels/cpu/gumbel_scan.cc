@@ -40,32 +40,46 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void GumbelBitsOfLa
     bits[l] = (static_cast<uint64_t>(c1[l]) << 32 | c0[l]) >> 12;
 }
 
+namespace {
+
+// The plain argmax of a greedy draw.
+ArgmaxCandidate ArgmaxScan(const float* row, int64_t begin, int64_t end) {
+  ArgmaxCandidate best;
+  for (int64_t j = begin; j < end; ++j) best = ArgmaxMerge(best, {row[j], static_cast<int32_t>(j)});
+  return best;
+}
+
+// How many tokens of [begin, end) could still beat `best`: those at or above the cut whose
+// logit / T lies within kMaxGumbelNoise of it (every token while there is no best, or a NaN
+// best, which any number beats). The others' keys are -inf or below the best by more than
+// rounding.
+int CouldWin(const float* row, int64_t begin, int64_t end, const GumbelRow& draw,
+             int64_t first_token, const ArgmaxCandidate& best) {
+  if (best.index < 0 || std::isnan(best.value)) return static_cast<int>(end - begin);
+  const double reach = static_cast<double>(best.value) - kMaxGumbelNoise;
+  int count = 0;
+  for (int64_t j = begin; j < end; ++j) {
+    count += AboveCut(row[j], draw, first_token + j) &&
+             !(static_cast<double>(row[j]) * draw.inv_temperature < reach);
+  }
+  return count;
+}
+
+}  // namespace
+
 ArgmaxCandidate GumbelArgmaxScan(const float* row, int64_t begin, int64_t end,
                                  const GumbelRow& draw, int64_t first_token) {
+  if (draw.inv_temperature == 0.0) return ArgmaxScan(row, begin, end);
   ArgmaxCandidate best;
-  if (draw.inv_temperature == 0.0) {  // greedy: the row as it is
-    for (int64_t j = begin; j < end; ++j)
-      best = ArgmaxMerge(best, {row[j], static_cast<int32_t>(j)});
-    return best;
-  }
   uint64_t bits[kGumbelLanes];
   for (int64_t block = begin; block < end; block += kGumbelLanes) {
     const int64_t block_end = std::min(end, block + kGumbelLanes);
+    const int could_win = CouldWin(row, block, block_end, draw, first_token, best);
+    if (could_win == 0) continue;
     // The block's bits in one vector pass when several of its tokens may need them (a flat
-    // row); token by token when few do (a peaked row or a top-k cut: mostly none, and then the
-    // block is passed over: each of its keys would be -inf or below the best by more than
-    // rounding; a NaN best, which any number beats, passes nothing over).
-    bool lanes = true, drawn = false;
-    if (best.index >= 0 && !std::isnan(best.value)) {
-      const double reach = static_cast<double>(best.value) - kMaxGumbelNoise;
-      int candidates = 0;
-      for (int64_t j = block; j < block_end; ++j) {
-        candidates += AboveCut(row[j], draw, first_token + j) &&
-                      !(static_cast<double>(row[j]) * draw.inv_temperature < reach);
-      }
-      if (candidates == 0) continue;
-      lanes = candidates >= 4;
-    }
+    // row); token by token when few do (a peaked row, a top-k cut).
+    const bool lanes = could_win >= 4;
+    bool drawn = false;
     for (int64_t j = block; j < block_end; ++j) {
       const int64_t token = first_token + j;
       if (best.index < 0 || !AboveCut(row[j], draw, token)) {

@@ -1,7 +1,7 @@
 // `--spec-method auto|dspark|none --spec-tokens N|auto --spec-acceptance auto|rejection|coupled`
-// -> ServingOptions, shared by the
-// workers and `pdspark generate` so all accept and refuse exactly the same settings. auto (the
-// default) is dspark when the checkpoint carries a DSpark drafter and none when it has none.
+// -> ServingOptions, shared by the workers and `pdspark generate` so all accept and refuse
+// exactly the same settings. A method of auto (the default) is dspark when the checkpoint
+// carries a DSpark drafter and none when it has none.
 #pragma once
 
 #include <string>
