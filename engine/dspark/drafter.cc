@@ -305,10 +305,6 @@ Status Drafter::MarkovHead(const engine::RankContext& ctx, std::span<const Draft
         draws.push_back(SlotDraw(inputs[i], k));
       }
     }
-    const bool sampled = std::any_of(draws.begin(), draws.end(), [](const kernels::GumbelRow& d) {
-      return d.inv_temperature != 0.0;
-    });
-    if (!sampled) draws.clear();  // greedy: the plain argmax
     const int64_t m = static_cast<int64_t>(active.size());
     ctx.ops().GatherRows(w.markov_w1, active_prev, 1, e.data());
     const engine::Floats bias = engine::VocabSliceLogits(ctx, e.data(), m, w.markov_w2);

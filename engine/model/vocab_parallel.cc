@@ -170,7 +170,10 @@ Status GatherArgmax(const RankContext& ctx, int64_t vocab, const float* slice, i
   const int world = ctx.distributed() ? ctx.comm->world_size() : 1;
   const int64_t local = ctx.plan->vocab.size();
   backend::Buffer<kernels::ArgmaxCandidate> mine(*ctx.backend, rows);
-  if (draws.empty()) {
+  const bool sampled = std::any_of(draws.begin(), draws.end(), [](const kernels::GumbelRow& d) {
+    return d.inv_temperature != 0.0;
+  });
+  if (!sampled) {  // every row greedy: the plain argmax
     ctx.ops().ArgMax(slice, rows, local, local, mine.data());
   } else {
     std::vector<kernels::GumbelRow> cut(draws.begin(), draws.end());

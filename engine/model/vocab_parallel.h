@@ -33,7 +33,8 @@ Status GatherVocab(const RankContext& ctx, int64_t vocab, const float* slice, in
 // rank's winner is found where its slice is, then only the winners are gathered and merged by
 // the same rule (kernels/argmax_rule.h), so the id is the whole row's argmax at every TP size.
 // With `draws` (one per row), of the rows perturbed for those Gumbel-max draws (Ops::
-// GumbelArgMax): a sample of each row's softmax, the same at every TP size.
+// GumbelArgMax): a sample of each row's softmax, the same at every TP size (draws all greedy:
+// the plain argmax).
 Status GatherArgmax(const RankContext& ctx, int64_t vocab, const float* slice, int64_t rows,
                     std::vector<int32_t>* ids, std::span<const kernels::GumbelRow> draws = {});
 

@@ -86,12 +86,7 @@ StatusOr<StepResult> ModelRunner::Run(const std::vector<ActiveRequest*>& planned
   engine::StepOptions options;
   options.logits = engine::LogitsMode::kLastTokenPerSequence;
   options.argmax_only = argmax_only;
-  const bool sampled =
-      std::any_of(draws.begin(), draws.end(), [](const std::vector<kernels::GumbelRow>& request) {
-        return std::any_of(request.begin(), request.end(),
-                           [](const kernels::GumbelRow& d) { return d.inv_temperature != 0.0; });
-      });
-  if (argmax_only && sampled) {
+  if (argmax_only && !draws.empty()) {
     // One draw per logits row: a request's draws are its last rows' (any rows before: greedy).
     for (size_t i = 0; i < planned.size(); ++i) {
       const int64_t rows =
