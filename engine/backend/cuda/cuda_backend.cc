@@ -65,6 +65,18 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int device,
         absl::StrFormat("CUDA device %d does not exist: this process sees %d", device, count));
   }
   const cuda::DeviceScope on_device(device);
+  // The device's pool keeps what is freed instead of returning it to the driver at each
+  // synchronisation: a step frees and allocates the same activation sizes again.
+  cudaMemPool_t pool = nullptr;
+  uint64_t keep_everything = UINT64_MAX;
+  if (const cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, device); e != cudaSuccess) {
+    return CudaError(e, "cudaDeviceGetDefaultMemPool");
+  }
+  if (const cudaError_t e =
+          cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything);
+      e != cudaSuccess) {
+    return CudaError(e, "cudaMemPoolSetAttribute");
+  }
   cudaStream_t stream = nullptr;
   if (const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
       e != cudaSuccess) {
@@ -114,10 +126,14 @@ std::unique_ptr<Timer> CudaBackend::NewTimer() const {
   return std::make_unique<CudaTimer>(stream_, device_);
 }
 
+// Stream-ordered: cudaMalloc and cudaFree wait for the whole device, and a step frees its
+// activations as it goes, so every free would stall the host until the GPU caught up. Every
+// user of the memory works on stream_ (the operations, the KV pool's copies, the collectives),
+// after the allocation and before the free in the stream's order.
 void* CudaBackend::Allocate(size_t bytes) {
   const cuda::DeviceScope on_device(device_);
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+  if (cudaMallocAsync(&p, bytes, stream_) != cudaSuccess) {
     cudaGetLastError();  // an out-of-memory answer is not sticky; clear it
     return nullptr;
   }
@@ -126,7 +142,7 @@ void* CudaBackend::Allocate(size_t bytes) {
 
 void CudaBackend::Free(void* p) {
   const cuda::DeviceScope on_device(device_);
-  cudaFree(p);
+  cudaFreeAsync(p, stream_);
 }
 
 int64_t CudaBackend::FreeMemoryBytes() const {

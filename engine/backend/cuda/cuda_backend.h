@@ -1,6 +1,7 @@
 // The CUDA backend: one tensor-parallel rank on one GPU, its work queued on one stream
-// (CudaOps), timed with CUDA events, its memory from cudaMalloc. Its communicator is null for
-// one rank; with several, an NCCL communicator working on the backend's own stream (CreateAll).
+// (CudaOps), timed with CUDA events, its memory from the device's stream-ordered pool. Its
+// communicator is null for one rank; with several, an NCCL communicator working on the backend's
+// own stream (CreateAll).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,10 +31,11 @@ class CudaBackend : public Backend {
   Ops& ops() override { return *ops_; }
   std::unique_ptr<Timer> NewTimer() const override;
   parallel::Communicator* comm() const override { return comm_; }
-  // cudaMalloc'd (256-byte aligned); null when the device has no room.
+  // From the device's pool, ordered on the stream (256-byte aligned); null when the device has
+  // no room. Free returns it to the pool once the work queued before has run: no waiting.
   void* Allocate(size_t bytes) override;
   void Free(void* p) override;
-  // cudaMemGetInfo's free bytes.
+  // cudaMemGetInfo's free bytes (what the pool keeps for reuse counts as used).
   int64_t FreeMemoryBytes() const override;
 
   int device_index() const { return device_; }

@@ -93,5 +93,25 @@ TEST(CudaBackendTest, CopiesFromAnotherThreadWhileOperationsRun) {
   backend.Free(page);
 }
 
+// A step frees its activations as it goes: freeing must not wait for the work queued before
+// (cudaFree would, for the whole device), or the host stalls at every buffer a step drops.
+TEST(CudaBackendTest, FreeingMemoryDoesNotWaitForQueuedWork) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  auto created = CudaBackend::Create(0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  CudaBackend& backend = **created;
+  const int64_t n = int64_t{1} << 26;  // 256 MiB of floats: about 0.1 ms a pass on an H100
+  float* x = static_cast<float*>(backend.Allocate(n * sizeof(float)));
+  ASSERT_NE(x, nullptr);
+  for (int i = 0; i < 2000; ++i) backend.ops().Scale(x, n, 1.0f);  // 0.2 s and more
+  void* dropped = backend.Allocate(1 << 20);
+  ASSERT_NE(dropped, nullptr);
+  backend.Free(dropped);
+  EXPECT_EQ(cudaStreamQuery(backend.stream()), cudaErrorNotReady)
+      << "Free waited for the queued passes";
+  backend.Free(x);
+  EXPECT_TRUE(backend.Synchronize().ok());
+}
+
 }  // namespace
 }  // namespace pdspark::engine::backend
