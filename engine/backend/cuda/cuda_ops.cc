@@ -1,5 +1,6 @@
 // CudaOps: error recording, stream-ordered scratch and the device copies of host-side inputs
-// (RoPE tables, attention key lists). The operations themselves are in the cuda_*.cu files.
+// (RoPE tables, attention key lists; per-call arguments through pinned staging). The operations
+// themselves are in the cuda_*.cu files.
 #include "engine/backend/cuda/cuda_ops.h"
 
 #include <algorithm>
@@ -46,9 +47,16 @@ void* CudaOps::ScratchBytes(size_t bytes, const char* what) {
 }
 
 const void* CudaOps::UploadBytes(const void* host, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  cudaError_t error = cudaSuccess;
+  const void* staged = staging_.Stage(host, bytes, &error);
+  if (!staged) {
+    Check(error, "cudaHostAlloc (upload staging)");
+    return nullptr;
+  }
   void* device = ScratchBytes(bytes, "cudaMallocAsync (upload)");
   if (!device) return nullptr;
-  Check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_),
+  Check(cudaMemcpyAsync(device, staged, bytes, cudaMemcpyHostToDevice, stream_),
         "cudaMemcpyAsync (upload)");
   return device;
 }

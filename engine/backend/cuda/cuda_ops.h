@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/base/status.h"
+#include "engine/backend/cuda/pinned_staging.h"
 #include "engine/backend/ops.h"
 
 namespace pdspark::engine::backend {
@@ -140,7 +141,7 @@ class CudaOps : public Ops {
   T* Scratch(size_t count, const char* what) {
     return static_cast<T*>(ScratchBytes(count * sizeof(T), what));
   }
-  // A copy of host values in scratch.
+  // A copy of host values in scratch, queued from pinned staging (the host does not wait).
   const void* UploadBytes(const void* host, size_t bytes);
   template <typename T>
   const T* Upload(const T* host, size_t count) {
@@ -201,6 +202,7 @@ class CudaOps : public Ops {
   std::mutex status_mutex_;
   Status status_;  // guarded by status_mutex_
   std::vector<void*> scratch_;
+  PinnedStaging staging_{stream_};
   std::unordered_map<const kernels::cpu::RopeTable*, DeviceRope> ropes_;
   cublasLtHandle_t lt_ = nullptr;  // made on the first FP8 fast GEMM
   void* lt_workspace_ = nullptr;

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/backend/cuda/pinned_staging.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_device.h"
 
@@ -109,6 +110,42 @@ TEST(CudaBackendTest, FreeingMemoryDoesNotWaitForQueuedWork) {
   backend.Free(dropped);
   EXPECT_EQ(cudaStreamQuery(backend.stream()), cudaErrorNotReady)
       << "Free waited for the queued passes";
+  backend.Free(x);
+  EXPECT_TRUE(backend.Synchronize().ok());
+}
+
+// Arguments staged while the stream is busy, through many chunks' worth: each lands as it was
+// staged (a chunk is not written again before its copies have run), and staging did not wait.
+TEST(CudaBackendTest, StagedUploadsLandIntactBehindQueuedWork) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  auto created = CudaBackend::Create(0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  CudaBackend& backend = **created;
+  const int64_t n = int64_t{1} << 26;
+  float* x = static_cast<float*>(backend.Allocate(n * sizeof(float)));
+  ASSERT_NE(x, nullptr);
+  for (int i = 0; i < 1000; ++i) backend.ops().Scale(x, n, 1.0f);
+  constexpr int kUploads = 3000;
+  constexpr int kWords = 1000;  // 4000 bytes each: about a dozen 1 MiB chunks in all
+  int32_t* landed = static_cast<int32_t*>(backend.Allocate(size_t{kUploads} * kWords * 4));
+  ASSERT_NE(landed, nullptr);
+  PinnedStaging staging(backend.stream());
+  std::vector<int32_t> values(kWords);
+  for (int u = 0; u < kUploads; ++u) {
+    for (int w = 0; w < kWords; ++w) values[w] = u * kWords + w;
+    cudaError_t error = cudaSuccess;
+    const void* staged = staging.Stage(values.data(), values.size() * 4, &error);
+    ASSERT_NE(staged, nullptr) << cudaGetErrorString(error);
+    ASSERT_EQ(cudaMemcpyAsync(landed + static_cast<size_t>(u) * kWords, staged, values.size() * 4,
+                              cudaMemcpyHostToDevice, backend.stream()),
+              cudaSuccess);
+  }
+  EXPECT_EQ(cudaStreamQuery(backend.stream()), cudaErrorNotReady) << "staging waited";
+  cudaGetLastError();
+  std::vector<int32_t> back(size_t{kUploads} * kWords);
+  backend.ops().CopyToHost(back.data(), landed, back.size() * 4);
+  for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], static_cast<int32_t>(i)) << i;
+  backend.Free(landed);
   backend.Free(x);
   EXPECT_TRUE(backend.Synchronize().ok());
 }
