@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   std::string device_name = "cpu";
   std::vector<std::string> kernel_sets = {"exact"};
+  std::vector<std::string> graph_modes = {"off"};
   std::vector<std::string> heads = {"logits"};
   app.add_option("--model", model_dir, "checkpoint directory")->required();
   app.add_option("--device", device_name, "cpu | cuda");
@@ -124,6 +125,10 @@ int main(int argc, char** argv) {
                  "kernel sets to compare: exact, fast (ModelOptions::fast_kernels)")
       ->delimiter(',')
       ->check(CLI::IsMember({"exact", "fast"}));
+  app.add_option("--cuda-graphs", graph_modes,
+                 "CUDA graphs to compare: off, on (ModelOptions::cuda_graphs; --device cuda)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"off", "on"}));
   app.add_option("--head", heads,
                  "what steps return, to compare: logits (rows to the host), argmax (ids only), "
                  "sample (ids of rows perturbed for a Gumbel-max draw at temperature 1)")
@@ -148,28 +153,32 @@ int main(int argc, char** argv) {
     engine::WeightStorage weights;
     engine::KvCacheDtype kv;
     bool fast_kernels;
+    bool cuda_graphs;
     pdspark::bench::Head head;
   };
   std::vector<Variant> kinds;
   for (const std::string& s : storages) {
     for (const std::string& k : kv_dtypes) {
       for (const std::string& kernels : kernel_sets) {
-        for (const std::string& head : heads) {
-          auto weights = engine::ParseWeightStorage(s);
-          auto kv = engine::ParseKvCacheDtype(k);
-          for (const pdspark::Status& st : {weights.status(), kv.status()}) {
-            if (!st.ok()) {
-              std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-              return 2;
+        for (const std::string& graphs : graph_modes) {
+          for (const std::string& head : heads) {
+            auto weights = engine::ParseWeightStorage(s);
+            auto kv = engine::ParseKvCacheDtype(k);
+            for (const pdspark::Status& st : {weights.status(), kv.status()}) {
+              if (!st.ok()) {
+                std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+                return 2;
+              }
             }
+            std::string label = kv_dtypes.size() > 1 ? s + "/kv-" + k : s;
+            if (kernel_sets.size() > 1) label += "/" + kernels;
+            if (graph_modes.size() > 1) label += "/graphs-" + graphs;
+            if (heads.size() > 1) label += "/" + head;
+            const pdspark::bench::Head what = head == "argmax"   ? pdspark::bench::Head::kArgmax
+                                              : head == "sample" ? pdspark::bench::Head::kSample
+                                                                 : pdspark::bench::Head::kLogits;
+            kinds.push_back({label, *weights, *kv, kernels == "fast", graphs == "on", what});
           }
-          std::string label = kv_dtypes.size() > 1 ? s + "/kv-" + k : s;
-          if (kernel_sets.size() > 1) label += "/" + kernels;
-          if (heads.size() > 1) label += "/" + head;
-          const pdspark::bench::Head what = head == "argmax"   ? pdspark::bench::Head::kArgmax
-                                            : head == "sample" ? pdspark::bench::Head::kSample
-                                                               : pdspark::bench::Head::kLogits;
-          kinds.push_back({label, *weights, *kv, kernels == "fast", what});
         }
       }
     }
@@ -194,6 +203,7 @@ int main(int argc, char** argv) {
       options.kv_cache_dtype = kinds[v].kv;
       options.device = *device;
       options.fast_kernels = kinds[v].fast_kernels;
+      options.cuda_graphs = kinds[v].cuda_graphs;
       ResetPeakRss();
       const auto load_start = Clock::now();
       auto loaded = engine::Model::Load(model_dir, options);

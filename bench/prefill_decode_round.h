@@ -65,15 +65,16 @@ inline bool RunPrefillDecodeRound(engine::Model& model, int64_t batch, int64_t p
   return true;
 }
 
-// An untimed round of the same shape with one decode step, as llama-bench's warm-up run: the
-// first steps after loading touch the mapped weights' pages and the step's activation buffers
-// for the first time (a page fault per 4 KiB, expensive on some VMs), which serving pays once
-// (the CPU backend keeps freed activation blocks for the next step) and a benchmark should not
-// count.
+// An untimed round of the same shape, as llama-bench's warm-up run: the first steps after
+// loading touch the mapped weights' pages and the step's activation buffers for the first time
+// (a page fault per 4 KiB, expensive on some VMs), which serving pays once (the CPU backend
+// keeps freed activation blocks for the next step) and a benchmark should not count. Three
+// decode steps: with CUDA graphs, a step's repeated launches are captured at its third
+// (engine/backend/cuda/graph_planner.h) and replayed from then on, as in serving.
 inline bool WarmUp(engine::Model& model, int64_t batch, int64_t prefill_len) {
   std::mt19937 rng(0);
   Rates ignored;
-  return RunPrefillDecodeRound(model, batch, prefill_len, 1, rng, ignored);
+  return RunPrefillDecodeRound(model, batch, prefill_len, 3, rng, ignored);
 }
 
 }  // namespace pdspark::bench

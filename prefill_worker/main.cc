@@ -50,6 +50,7 @@ int Run(const PrefillFlags& f, const sigset_t& signals) {
   model_options.weights = engine::ParseWeightStorage(f.common.weights).value();  // flag-checked
   model_options.device = engine::backend::ParseDevice(f.common.device).value();  // flag-checked
   model_options.fast_kernels = f.common.kernels == "fast";
+  model_options.cuda_graphs = f.common.cuda_graphs;
   auto model = engine::Model::Load(f.common.model, model_options);
   if (!model.ok()) {
     LOG_ERROR("cannot load model: {}", model.status().ToString());

@@ -74,9 +74,9 @@ bundled() {
 }
 
 # The model on $DEVICE: golden-check of the golden set with both KV-cache dtypes, and greedy
-# generation on the bundled model on the CPU and on $DEVICE, with and without DSpark: all four
-# must give the same tokens; seeded sampling on $DEVICE with and without DSpark: the same
-# tokens too. Output to $1.
+# generation on the bundled model on the CPU and on $DEVICE, with and without DSpark, and on
+# $DEVICE with CUDA graphs: all six must give the same tokens; seeded sampling on $DEVICE with
+# and without DSpark: the same tokens too. Output to $1.
 model_checks() {
   local out=$1 pdspark="$BUNDLE/tools/pdspark" failed=0 first=""
   for dtype in auto fp8; do
@@ -118,6 +118,20 @@ model_checks() {
   if ! cmp -s "$out/sampled_${DEVICE}_none.txt" "$out/sampled_${DEVICE}_dspark.txt"; then
     log "FAILED: seeded sampling with DSpark on $DEVICE differs from plain sampling"; failed=1
   fi
+  # CUDA graphs change no bit: greedy text with and without DSpark equal to the first run's;
+  # the log's last line counts the launches replayed from graphs.
+  for spec in none dspark; do
+    local name="graphs_${DEVICE}_$spec"
+    if ! bundled "$pdspark" generate --model models/tiny-dsv4-dspark --max-tokens 48 \
+      --prompt "Once upon a time, in a small village," --ignore-eos --device "$DEVICE" \
+      --spec-method "$spec" --cuda-graphs >"$out/$name.txt" 2>"$out/$name.log"; then
+      log "FAILED: $name: $(tail -n 2 "$out/$name.log")"; failed=1; continue
+    fi
+    log "$name: $(grep -h 'cuda graphs' "$out/$name.log" | tail -n 1)"
+    if ! cmp -s "$out/$first.txt" "$out/$name.txt"; then
+      log "FAILED: $name's greedy text differs from $first's"; failed=1
+    fi
+  done
   return $failed
 }
 
@@ -139,8 +153,11 @@ real_dims_timing() {
       "($(tail -n 1 "$out/real_dims_make.log"))"; return 0
   fi
   log "pdspark_model_bench on the real-dimension checkpoint, --device $DEVICE"
+  # CUDA graphs off and on side by side where there is a GPU (on the CPU they change nothing).
+  local graphs=off
+  [[ $DEVICE == cpu ]] || graphs=off,on
   if ! bundled "$BUNDLE/tools/pdspark_model_bench" --model "$dir" --device "$DEVICE" \
-    --batch 1,16,64 --prefill-len 64 --decode-steps 8 --kernels exact,fast \
+    --batch 1,16,64 --prefill-len 64 --decode-steps 8 --kernels exact,fast --cuda-graphs "$graphs" \
     >"$out/real_dims.txt" 2>"$out/real_dims.log"; then
     log "FAILED: pdspark_model_bench: $(tail -n 2 "$out/real_dims.log")"; return 1
   fi

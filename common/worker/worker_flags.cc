@@ -30,6 +30,9 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
                  "the CPU has AVX512-BF16; CUDA: W4A16 experts, cuBLASLt FP8 projections)")
       ->check(CLI::IsMember({"exact", "fast"}))
       ->capture_default_str();
+  app.add_flag("--cuda-graphs", f.cuda_graphs,
+               "with --device cuda: replay the launches that repeat from step to step (a decode "
+               "step's layers) from CUDA graphs; the same results");
   app.add_option("--weights", f.weights,
                  "native: weights used in the checkpoint's formats; fp32: dequantised copies "
                  "(about 4x the memory, for comparisons)")

@@ -19,6 +19,7 @@ struct WorkerFlags {
   std::string weights = "native";  // native | fp32 (dequantised copies, for comparisons)
   std::string device = "cpu";      // cpu | cuda (one GPU for now)
   std::string kernels = "exact";   // exact | fast (ModelOptions::fast_kernels)
+  bool cuda_graphs = false;        // ModelOptions::cuda_graphs
   int block_size = 256;
   int max_num_seqs = 64;
   int max_model_len = 0;

@@ -35,6 +35,11 @@ class Backend {
   virtual Device device() const = 0;
   virtual Ops& ops() = 0;
   virtual std::unique_ptr<Timer> NewTimer() const = 0;
+  // The calling thread (the rank's) begins a model step, which its Synchronize ends: a backend
+  // may hold the step's work back meanwhile and queue it in batches (the CUDA backend's graphs),
+  // so a step that hands rows to another thread before it ends (a prefill streaming its layers)
+  // does not begin one.
+  virtual void BeginStep() {}
   // Waits for the work queued so far; the first failure of any of it (a GPU reports its
   // errors late). The CPU backend runs synchronously and cannot fail so.
   virtual Status Synchronize() = 0;

@@ -17,7 +17,7 @@ StatusOr<Device> ParseDevice(const std::string& name) {
 
 StatusOr<std::vector<std::unique_ptr<Backend>>> MakeBackends(Device device,
                                                              const parallel::RankRunner& runner,
-                                                             bool fast_kernels) {
+                                                             bool fast_kernels, bool cuda_graphs) {
   if (device == Device::kCpu) {
     std::vector<std::unique_ptr<Backend>> backends = MakeCpuBackends(runner);
     for (auto& rank : backends) static_cast<CpuOps&>(rank->ops()).set_fast_kernels(fast_kernels);
@@ -28,10 +28,12 @@ StatusOr<std::vector<std::unique_ptr<Backend>>> MakeBackends(Device device,
   std::vector<std::unique_ptr<Backend>> backends;
   for (auto& rank : cuda) {
     static_cast<CudaOps&>(rank->ops()).set_fast_kernels(fast_kernels);
+    static_cast<CudaOps&>(rank->ops()).set_cuda_graphs(cuda_graphs);
     backends.push_back(std::move(rank));
   }
   return backends;
 #else
+  (void)cuda_graphs;
   return absl::FailedPreconditionError(
       "--device cuda: this build has no CUDA backend (nvcc was not found when it was "
       "configured): install the CUDA toolkit under /usr/local/cuda and rebuild, or use --device "

@@ -20,9 +20,12 @@ StatusOr<Device> ParseDevice(const std::string& name);
 // runner's rank threads). Fails naming why when the device cannot be had: a build without CUDA
 // (or, for several ranks, without NCCL), or fewer GPUs than ranks. `fast_kernels`: the
 // backend's fast kernels (CpuOps::set_fast_kernels, CudaOps::set_fast_kernels), which trade the
-// reference's bits for speed within a stated bound.
+// reference's bits for speed within a stated bound. `cuda_graphs`: the CUDA backend replays the
+// launches that repeat from step to step from CUDA graphs (CudaOps::set_cuda_graphs; nothing on
+// the CPU).
 StatusOr<std::vector<std::unique_ptr<Backend>>> MakeBackends(Device device,
                                                              const parallel::RankRunner& runner,
-                                                             bool fast_kernels = false);
+                                                             bool fast_kernels = false,
+                                                             bool cuda_graphs = false);
 
 }  // namespace pdspark::engine::backend

@@ -79,8 +79,8 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Model
   }
   ASSIGN_OR_RETURN(config::ModelConfig config, config::LoadModelConfig(dir));
   std::unique_ptr<Model> model(new Model(std::move(config), options));
-  ASSIGN_OR_RETURN(auto backends,
-                   backend::MakeBackends(options.device, *model->runner_, options.fast_kernels));
+  ASSIGN_OR_RETURN(auto backends, backend::MakeBackends(options.device, *model->runner_,
+                                                        options.fast_kernels, options.cuda_graphs));
   for (auto& b : backends) model->backends_.push_back(std::move(b));
   // A rank failing mid-step releases the others from the backends' own collectives too (NCCL).
   model->runner_->SetOnFailure([backends = model->backends_] {
@@ -282,6 +282,8 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
   RankContext ctx = Context(rank, &replica_mismatch);
   const int64_t rows = batch.rows();
   const StepRows step_rows = UploadStepRows(ctx, batch.positions, batch.token_ids);
+  // A step whose layers are handed on as they finish is queued as it goes.
+  if (!options.on_layer_done) ctx.backend->BeginStep();
   // Embedding, replicated into hc identical streams (on every rank: the streams are replicated).
   Floats streams = EmbedStreams(d, ctx, w.embed, batch.token_ids);
   const bool features = out && options.features, block_io = out && options.block_io;

@@ -73,6 +73,9 @@ struct ModelOptions {
   // the CPU, GEMMs as BF16 dot products where it has AVX512-BF16 (x rounded to BF16); on CUDA,
   // W4A16 tensor-core GEMMs of the FP4 experts and cuBLASLt FP8 projections.
   bool fast_kernels = false;
+  // On CUDA, the launches that repeat from step to step (a decode step's layers at one batch
+  // size) are replayed from CUDA graphs after two steps (--cuda-graphs; the same results).
+  bool cuda_graphs = false;
   // Copy the weights into the backend's memory even where the backend could read the
   // checkpoint's mapping in place (the CPU), reach the KV pool through the backend's copies, and
   // give each tensor-parallel rank a replica of the pool of its own: what GPUs need, checked on

@@ -21,6 +21,7 @@ grep -q 'decode_tok/s' "$OUT/real_dims.txt"
 grep -q 'run=prompt0 .* PASS' "$OUT/golden_fp8.txt"
 test -s "$OUT/generate_cpu_dspark.txt"
 test -s "$OUT/sampled_cpu_dspark.txt"
+test -s "$OUT/graphs_cpu_dspark.txt"
 test -x "$tmp/bundle/tools/pdspark"
 for b in "$tmp"/bundle/bin/*; do
   # Each binary started and wrote its report: it loaded through the bundle.

@@ -38,6 +38,7 @@ StatusOr<GenerateResult> Generate(const GenerateOptions& options) {
   model_options.tensor_parallel_size = options.tensor_parallel_size;
   ASSIGN_OR_RETURN(model_options.device, engine::backend::ParseDevice(options.device));
   model_options.fast_kernels = options.kernels == "fast";
+  model_options.cuda_graphs = options.cuda_graphs;
   model_options.threads = options.threads;
   ASSIGN_OR_RETURN(model_options.weights, engine::ParseWeightStorage(options.weights));
   ASSIGN_OR_RETURN(model_options.kv_cache_dtype, engine::ParseKvCacheDtype(options.kv_cache_dtype));

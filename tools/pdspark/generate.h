@@ -32,6 +32,7 @@ struct GenerateOptions {
   std::string weights = "native";        // native | fp32
   std::string device = "cpu";            // cpu | cuda
   std::string kernels = "exact";         // exact | fast (ModelOptions::fast_kernels)
+  bool cuda_graphs = false;              // ModelOptions::cuda_graphs
   std::string kv_cache_dtype = "auto";   // auto | fp8
   // -1: none; n: each generated (prompt) token's logprob and the n most likely tokens'.
   int logprobs = -1;

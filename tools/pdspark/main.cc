@@ -190,6 +190,9 @@ int main(int argc, char** argv) {
                    "the CPU has AVX512-BF16; CUDA: W4A16 experts, cuBLASLt FP8 projections)")
       ->check(CLI::IsMember({"exact", "fast"}))
       ->capture_default_str();
+  gen_cmd->add_flag("--cuda-graphs", gen.cuda_graphs,
+                    "with --device cuda: replay the launches that repeat from step to step from "
+                    "CUDA graphs; the same results");
   gen_cmd->add_option("--weights", gen.weights, "native | fp32 (dequantised copies)")
       ->check(CLI::IsMember({"native", "fp32"}))
       ->capture_default_str();

@@ -413,6 +413,7 @@ CudaOps::DeviceKeys CudaOps::KeysOnDevice(const AttentionKeys& keys) {
 void CudaOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, int64_t head_dim,
                      const float* sink, float* out) {
   const cuda::DeviceScope on_device(device_);
+  const Unrecorded unrecorded(*this);  // its launches change with the context
   const int64_t rows = keys.num_rows();
   if (rows <= 0 || heads <= 0 || head_dim <= 0) return;
   const DeviceKeys device_keys = KeysOnDevice(keys);
@@ -437,6 +438,7 @@ void CudaOps::Attend(const AttentionKeys& keys, const float* q, int64_t heads, i
 void CudaOps::IndexerScores(const AttentionKeys& keys, const float* q, const float* w,
                             int64_t heads, int64_t dim, double* scores) {
   const cuda::DeviceScope on_device(device_);
+  const Unrecorded unrecorded(*this);  // its launches change with the context
   const int64_t rows = keys.num_rows();
   if (rows <= 0) return;
   const DeviceKeys device_keys = KeysOnDevice(keys);
@@ -456,6 +458,7 @@ void CudaOps::IndexerScores(const AttentionKeys& keys, const float* q, const flo
 void CudaOps::TopK(const float* values, const std::vector<int64_t>& offsets, int64_t k,
                    int32_t* out) {
   const cuda::DeviceScope on_device(device_);
+  const Unrecorded unrecorded(*this);  // its launches change with the context
   const int64_t rows = std::max<int64_t>(0, static_cast<int64_t>(offsets.size()) - 1);
   // How many indices each row gets (at out[r * k]), and its sort buffer if not in shared memory.
   std::vector<int64_t> out_count(rows), sort_begin(rows + 1, 0);
@@ -487,6 +490,7 @@ void CudaOps::TopK(const float* values, const std::vector<int64_t>& offsets, int
 void CudaOps::PoolEntry(const float* const* slot_rows, const int64_t* channel_offset, int64_t slots,
                         int64_t head_dim, int64_t score_offset, float* out) {
   const cuda::DeviceScope on_device(device_);
+  const Unrecorded unrecorded(*this);  // its launches change with the context
   if (head_dim <= 0) return;
   PoolEntryKernel<<<CeilBlocks(head_dim, kPoolThreads), kPoolThreads, 0, stream_>>>(
       slot_rows, channel_offset, slots, head_dim, score_offset, out);

@@ -1,6 +1,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include "absl/strings/str_format.h"
+#include "common/base/logging.h"
 #include "kernels/cuda/cuda_device.h"
 #ifdef PDSPARK_HAVE_NCCL
 #include "engine/parallel/nccl_communicator.h"
@@ -20,7 +21,8 @@ Status CudaError(cudaError_t error, const char* what) {
 // the time is the work's, not the host's wait for it.
 class CudaTimer : public Timer {
  public:
-  CudaTimer(cudaStream_t stream, int device) : stream_(stream), device_(device) {
+  CudaTimer(CudaOps& ops, cudaStream_t stream, int device)
+      : ops_(ops), stream_(stream), device_(device) {
     const cuda::DeviceScope on_device(device_);
     cudaEventCreate(&start_);
     cudaEventCreate(&stop_);
@@ -32,10 +34,12 @@ class CudaTimer : public Timer {
   }
   void Start() override {
     const cuda::DeviceScope on_device(device_);
+    ops_.Flush();  // the events go after what was recorded before them
     cudaEventRecord(start_, stream_);
   }
   double Stop() override {
     const cuda::DeviceScope on_device(device_);
+    ops_.Flush();
     cudaEventRecord(stop_, stream_);
     float ms = 0.0f;
     if (cudaEventSynchronize(stop_) != cudaSuccess ||
@@ -46,9 +50,44 @@ class CudaTimer : public Timer {
   }
 
  private:
+  CudaOps& ops_;
   cudaStream_t stream_;
   int device_;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// The NCCL communicator, queueing the rank's recorded work before each collective (which NCCL
+// queues on the same stream).
+class FlushingCommunicator : public parallel::Communicator {
+ public:
+  FlushingCommunicator(parallel::Communicator& comm, CudaOps& ops) : comm_(comm), ops_(ops) {}
+  int rank() const override { return comm_.rank(); }
+  int world_size() const override { return comm_.world_size(); }
+  Status AllReduceSum(float* data, size_t n) override {
+    ops_.Flush();
+    return comm_.AllReduceSum(data, n);
+  }
+  Status AllReduceSum(double* data, size_t n) override {
+    ops_.Flush();
+    return comm_.AllReduceSum(data, n);
+  }
+  Status AllGather(const float* in, size_t n, float* out) override {
+    ops_.Flush();
+    return comm_.AllGather(in, n, out);
+  }
+  Status Broadcast(float* data, size_t n, int root) override {
+    ops_.Flush();
+    return comm_.Broadcast(data, n, root);
+  }
+  Status Barrier() override {
+    ops_.Flush();
+    return comm_.Barrier();
+  }
+  void Abort() override { comm_.Abort(); }
+
+ private:
+  parallel::Communicator& comm_;
+  CudaOps& ops_;
 };
 
 }  // namespace
@@ -97,8 +136,10 @@ StatusOr<std::vector<std::unique_ptr<CudaBackend>>> CudaBackend::CreateAll(int w
 #ifdef PDSPARK_HAVE_NCCL
   ASSIGN_OR_RETURN(auto comms, parallel::NcclCommunicator::CreateAll(world_size, streams));
   for (int r = 0; r < world_size; ++r) {
-    backends[r]->owned_comm_ = std::move(comms[r]);
-    backends[r]->comm_ = backends[r]->owned_comm_.get();
+    CudaBackend& b = *backends[r];
+    b.owned_comm_ = std::move(comms[r]);
+    b.flushing_comm_ = std::make_unique<FlushingCommunicator>(*b.owned_comm_, *b.ops_);
+    b.comm_ = b.flushing_comm_.get();
   }
   return backends;
 #else
@@ -117,13 +158,22 @@ CudaBackend::CudaBackend(int device, cudaStream_t stream, parallel::Communicator
 CudaBackend::~CudaBackend() {
   const cuda::DeviceScope on_device(device_);
   ops_->Synchronize().IgnoreError();
+  if (ops_->cuda_graphs()) {
+    const CudaOps::GraphCounts c = ops_->graph_counts();
+    LOG_INFO(
+        "cuda graphs device={} launches_from_graphs={} graph_launches={} graphs={} "
+        "launches_one_by_one={} captures_failed={}",
+        device_, c.launches_from_graphs, c.graph_launches, c.graphs, c.launches_run,
+        c.captures_failed);
+  }
+  flushing_comm_.reset();  // it refers to ops_
   ops_.reset();
   owned_comm_.reset();  // before the stream its collectives ran on
   cudaStreamDestroy(stream_);
 }
 
 std::unique_ptr<Timer> CudaBackend::NewTimer() const {
-  return std::make_unique<CudaTimer>(stream_, device_);
+  return std::make_unique<CudaTimer>(*ops_, stream_, device_);
 }
 
 // Stream-ordered: cudaMalloc and cudaFree wait for the whole device, and a step frees its
@@ -141,8 +191,7 @@ void* CudaBackend::Allocate(size_t bytes) {
 }
 
 void CudaBackend::Free(void* p) {
-  const cuda::DeviceScope on_device(device_);
-  cudaFreeAsync(p, stream_);
+  ops_->FreeDeviceMemory(p);  // after the work queued or recorded before
 }
 
 int64_t CudaBackend::FreeMemoryBytes() const {

@@ -40,6 +40,7 @@ class CudaBackend : public Backend {
 
   int device_index() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  void BeginStep() override { ops_->BeginStep(); }
   Status Synchronize() override { return ops_->Synchronize(); }
 
  private:
@@ -49,7 +50,8 @@ class CudaBackend : public Backend {
   cudaStream_t stream_;
   std::unique_ptr<CudaOps> ops_;
   parallel::Communicator* comm_;
-  std::unique_ptr<parallel::Communicator> owned_comm_;  // CreateAll's NCCL communicator
+  std::unique_ptr<parallel::Communicator> owned_comm_;     // CreateAll's NCCL communicator
+  std::unique_ptr<parallel::Communicator> flushing_comm_;  // it, behind ops_->Flush()
 };
 
 }  // namespace pdspark::engine::backend

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/launch.cuh"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/number_formats.h"
 
@@ -61,13 +62,12 @@ void CudaOps::WriteCacheRows(const float* values, int64_t count, int64_t width,
   if (fp8.head_dim > 0) {
     const Fp8Layout layout{fp8.head_dim, fp8.nope_dim, fp8.block, fp8.num_scales(),
                            fp8.rope_offset()};
-    WriteFp8RowsKernel<<<static_cast<unsigned>(count), kThreads, 0, stream_>>>(values, layout,
-                                                                               device_rows);
+    Launch("WriteCacheRows", WriteFp8RowsKernel, static_cast<unsigned>(count), kThreads, 0, values,
+           layout, device_rows);
   } else {
-    WriteFp32RowsKernel<<<static_cast<unsigned>(count), kThreads, 0, stream_>>>(values, width,
-                                                                                device_rows);
+    Launch("WriteCacheRows", WriteFp32RowsKernel, static_cast<unsigned>(count), kThreads, 0, values,
+           width, device_rows);
   }
-  Check(cudaGetLastError(), "WriteCacheRows");
   FreeScratch();
 }
 

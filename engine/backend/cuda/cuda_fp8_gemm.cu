@@ -12,13 +12,16 @@
 // hence |y - y_exact| <= sum_k |w_k| (2^-4 |x_k| + 2^-10 amax_b(k) / 448) plus the fp32
 // accumulation, which the GPU test bounds. Used when the fast kernels are on and the view suits
 // cuBLASLt (Fp8LtEligible); otherwise, or when cuBLASLt offers no algorithm, the exact kernel.
+// (A product cuBLASLt offered an algorithm for and then failed is a failure of the step.)
 #include <cublasLt.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "engine/backend/cuda/cuda_ops.h"
+#include "engine/backend/cuda/launch.cuh"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/number_formats.h"
 
@@ -73,6 +76,64 @@ const uint8_t* ViewCodes(const kernels::WeightMatrix& w) {
   return static_cast<const uint8_t*>(w.data) + w.row0 * w.row_stride + w.col0;
 }
 
+// One product's cuBLASLt descriptors and algorithm, chosen when it is recorded and kept until
+// it has been queued (a recorded product is queued at the flush).
+struct LtMatmul {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  LtMatmul() = default;
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+  ~LtMatmul() {
+    if (out) cublasLtMatrixLayoutDestroy(out);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+
+  // y^T [n, m4] = W [n, k] (codes `w_stride` apart, BLK128x128 scales) . x^T (VEC128 scales);
+  // false when cuBLASLt offers no algorithm.
+  bool Describe(cublasLtHandle_t lt, int64_t w_stride, int64_t n, int64_t k, int64_t m4,
+                const float* w_scales, const float* x_scales) {
+    bool ok =
+        cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
+    const auto set = [&](cublasLtMatmulDescAttributes_t attribute, const auto& value) {
+      ok = ok && cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value)) ==
+                     CUBLAS_STATUS_SUCCESS;
+    };
+    set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+    set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+        static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F));
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+        static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F));
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scales));
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scales));
+    set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(0));
+    ok = ok &&
+         cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, k, n, w_stride) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, k, m4, k) == CUBLAS_STATUS_SUCCESS &&
+         cublasLtMatrixLayoutCreate(&out, CUDA_R_32F, n, m4, n) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreference_t preference = nullptr;
+    ok = ok && cublasLtMatmulPreferenceCreate(&preference) == CUBLAS_STATUS_SUCCESS;
+    const size_t workspace = kWorkspaceBytes;
+    ok = ok && cublasLtMatmulPreferenceSetAttribute(
+                   preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                   sizeof(workspace)) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    ok = ok &&
+         cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, out, out, preference, 1, &heuristic,
+                                        &found) == CUBLAS_STATUS_SUCCESS &&
+         found > 0;
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    algo = heuristic.algo;
+    return ok;
+  }
+};
+
 }  // namespace
 
 bool CudaOps::Fp8LtEligible(const GemmCall& c) {
@@ -113,58 +174,41 @@ bool CudaOps::Fp8LtGemm(const GemmCall& c) {
   auto* x_scales = Scratch<float>(static_cast<size_t>(l * m4), "cudaMallocAsync (FP8 x scales)");
   auto* d = Scratch<float>(static_cast<size_t>(m4 * n), "cudaMallocAsync (FP8 GEMM out)");
   if (!codes || !x_scales || !d) return false;
-  QuantizeActivationsKernel<<<dim3(static_cast<unsigned>(m4), static_cast<unsigned>(l)),
-                              static_cast<unsigned>(kBlock), 0, stream_>>>(c.x, m, c.ldx, k, m4,
-                                                                           codes, x_scales);
-  Check(cudaGetLastError(), "QuantizeActivations");
+  auto plan = std::make_shared<LtMatmul>();
+  if (!plan->Describe(lt_, c.w.row_stride, n, k, m4, w_scales, x_scales)) return false;
 
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, out = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
-  bool ok = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
-  const auto set = [&](cublasLtMatmulDescAttributes_t attribute, const auto& value) {
-    ok = ok && cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value)) ==
-                   CUBLAS_STATUS_SUCCESS;
-  };
-  set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-  set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
-      static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F));
-  set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
-      static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F));
-  set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scales));
-  set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scales));
-  set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(0));
-  ok = ok &&
-       cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, k, n, c.w.row_stride) ==
-           CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, k, m4, k) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatrixLayoutCreate(&out, CUDA_R_32F, n, m4, n) == CUBLAS_STATUS_SUCCESS &&
-       cublasLtMatmulPreferenceCreate(&preference) == CUBLAS_STATUS_SUCCESS;
-  const size_t workspace = kWorkspaceBytes;
-  ok = ok &&
-       cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                            &workspace, sizeof(workspace)) == CUBLAS_STATUS_SUCCESS;
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  ok = ok &&
-       cublasLtMatmulAlgoGetHeuristic(lt_, op, a, b, out, out, preference, 1, &heuristic, &found) ==
-           CUBLAS_STATUS_SUCCESS &&
-       found > 0;
-  const float alpha = 1.0f, beta = 0.0f;
-  ok = ok &&
-       cublasLtMatmul(lt_, op, &alpha, ViewCodes(c.w), a, codes, b, &beta, d, out, d, out,
-                      &heuristic.algo, lt_workspace_, workspace, stream_) == CUBLAS_STATUS_SUCCESS;
-  if (preference) cublasLtMatmulPreferenceDestroy(preference);
-  if (out) cublasLtMatrixLayoutDestroy(out);
-  if (b) cublasLtMatrixLayoutDestroy(b);
-  if (a) cublasLtMatrixLayoutDestroy(a);
-  if (op) cublasLtMatmulDescDestroy(op);
-  if (!ok) return false;
+  Launch("QuantizeActivations", QuantizeActivationsKernel,
+         dim3(static_cast<unsigned>(m4), static_cast<unsigned>(l)), static_cast<unsigned>(kBlock),
+         0, c.x, m, c.ldx, k, m4, codes, x_scales);
+  const uint8_t* w_codes = ViewCodes(c.w);
+  LaunchSignature signature;
+  signature.AddName("cublasLtMatmul");
+  for (const auto* p : {static_cast<const void*>(w_codes), static_cast<const void*>(codes),
+                        static_cast<const void*>(w_scales), static_cast<const void*>(x_scales),
+                        static_cast<const void*>(d)}) {
+    signature.Add(p);
+  }
+  for (const int64_t v : {c.w.row_stride, n, k, m4}) signature.Add(v);
+  signature.Add(plan->algo);
+  Enqueue(signature, [this, plan, w_codes, codes, d] {
+    const float alpha = 1.0f, beta = 0.0f;
+    if (cublasLtMatmul(lt_, plan->op, &alpha, w_codes, plan->a, codes, plan->b, &beta, d, plan->out,
+                       d, plan->out, &plan->algo, lt_workspace_, kWorkspaceBytes,
+                       stream_) != CUBLAS_STATUS_SUCCESS) {
+      Check(cudaErrorUnknown, "cublasLtMatmul");
+    }
+  });
   // d is y^T column-major: row-major [m4, n]; its first m rows go to y (rows ldy apart).
-  Check(cudaMemcpy2DAsync(c.y, c.ldy * sizeof(float), d, n * sizeof(float), n * sizeof(float), m,
-                          cudaMemcpyDeviceToDevice, stream_),
-        "FP8 GEMM output copy");
+  LaunchSignature copy;
+  copy.AddName("cudaMemcpy2DAsync");
+  copy.Add(c.y);
+  copy.Add(d);
+  for (const int64_t v : {c.ldy, n, m}) copy.Add(v);
+  Enqueue(copy, [this, y = c.y, ldy = c.ldy, d, n, m] {
+    Check(cudaMemcpy2DAsync(y, ldy * sizeof(float), d, n * sizeof(float), n * sizeof(float), m,
+                            cudaMemcpyDeviceToDevice, stream_),
+          "FP8 GEMM output copy");
+  });
   return true;
 }
 

@@ -16,6 +16,7 @@
 
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/kernel_gemm.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "kernels/cuda/cuda_device.h"
 
 namespace pdspark::engine::backend {
@@ -114,9 +115,8 @@ dim3 CudaOps::GroupedGrid(std::span<const KernelGemm> problems, int64_t rows_per
 void CudaOps::ExactGroupedGemm(std::span<const KernelGemm> problems) {
   const KernelGemm* device_problems = Upload(problems.data(), problems.size());
   if (!ok()) return;
-  GemmKernel<<<GroupedGrid(problems, kRowsPerBlock, kRowsPerTile), kThreads, 0, stream_>>>(
-      device_problems);
-  Check(cudaGetLastError(), "GroupedGemm");
+  Launch("GroupedGemm", GemmKernel, GroupedGrid(problems, kRowsPerBlock, kRowsPerTile), kThreads, 0,
+         device_problems);
 }
 
 }  // namespace pdspark::engine::backend

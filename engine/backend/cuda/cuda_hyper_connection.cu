@@ -22,6 +22,7 @@
 
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/host_like_math.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "kernels/cuda/cuda_device.h"
 
 namespace pdspark::engine::backend {
@@ -228,9 +229,8 @@ void CudaOps::HcPre(const HcShape& s, const float* streams, float* mixes, int64_
   if (rows == 0) return;
   const int64_t hc = s.hc;
   const size_t shared = static_cast<size_t>((2 + hc) * hc + hc * hc + hc) * sizeof(float);
-  HcPreKernel<<<static_cast<unsigned>(rows), kThreads, shared, stream_>>>(s, streams, mixes, scale,
-                                                                          base, input, post, comb);
-  Check(cudaGetLastError(), "HcPreKernel launch");
+  Launch("HcPreKernel launch", HcPreKernel, static_cast<unsigned>(rows), kThreads, shared, s,
+         streams, mixes, scale, base, input, post, comb);
 }
 
 void CudaOps::HcPost(const HcShape& s, const float* f, const float* post, const float* comb,
@@ -238,8 +238,8 @@ void CudaOps::HcPost(const HcShape& s, const float* f, const float* post, const 
   const cuda::DeviceScope on_device(device_);
   if (rows == 0 || s.dim == 0) return;
   const size_t shared = static_cast<size_t>(s.hc) * kThreads * sizeof(float);
-  HcPostKernel<<<TileGrid(s.dim, rows), kThreads, shared, stream_>>>(s, f, post, comb, streams);
-  Check(cudaGetLastError(), "HcPostKernel launch");
+  Launch("HcPostKernel launch", HcPostKernel, TileGrid(s.dim, rows), kThreads, shared, s, f, post,
+         comb, streams);
 }
 
 void CudaOps::HcHead(const HcShape& s, const float* streams, float* mixes, int64_t rows,
@@ -247,17 +247,16 @@ void CudaOps::HcHead(const HcShape& s, const float* streams, float* mixes, int64
   const cuda::DeviceScope on_device(device_);
   if (rows == 0) return;
   const size_t shared = static_cast<size_t>(2 * s.hc) * sizeof(float);
-  HcHeadKernel<<<static_cast<unsigned>(rows), kThreads, shared, stream_>>>(s, streams, mixes, scale,
-                                                                           base, y);
-  Check(cudaGetLastError(), "HcHeadKernel launch");
+  Launch("HcHeadKernel launch", HcHeadKernel, static_cast<unsigned>(rows), kThreads, shared, s,
+         streams, mixes, scale, base, y);
 }
 
 void CudaOps::StreamMean(const HcShape& s, const float* streams, int64_t rows, float* out,
                          int64_t out_stride) {
   const cuda::DeviceScope on_device(device_);
   if (rows == 0 || s.dim == 0) return;
-  StreamMeanKernel<<<TileGrid(s.dim, rows), kThreads, 0, stream_>>>(s, streams, out, out_stride);
-  Check(cudaGetLastError(), "StreamMeanKernel launch");
+  Launch("StreamMeanKernel launch", StreamMeanKernel, TileGrid(s.dim, rows), kThreads, 0, s,
+         streams, out, out_stride);
 }
 
 }  // namespace pdspark::engine::backend

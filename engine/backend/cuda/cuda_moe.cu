@@ -16,6 +16,7 @@
 
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/host_like_math.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "kernels/cuda/cuda_device.h"
 
 namespace pdspark::engine::backend {
@@ -90,9 +91,8 @@ void CudaOps::Route(const float* logits, int64_t rows, int64_t experts, int64_t 
   if (rows == 0 || top_k == 0) return;
   const size_t shared = static_cast<size_t>(2 * experts) * sizeof(float) +
                         static_cast<size_t>(top_k) * sizeof(int32_t);
-  RouteKernel<<<static_cast<unsigned>(rows), kThreads, shared, stream_>>>(
-      logits, experts, top_k, bias, hash_table, token_ids, route_scale, chosen, weights);
-  Check(cudaGetLastError(), "RouteKernel launch");
+  Launch("RouteKernel launch", RouteKernel, static_cast<unsigned>(rows), kThreads, shared, logits,
+         experts, top_k, bias, hash_table, token_ids, route_scale, chosen, weights);
 }
 
 }  // namespace pdspark::engine::backend

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/grid_loop.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/expert_order.h"
 
@@ -107,9 +108,8 @@ void CudaOps::RoutedExperts(const MoeFfnCall& c) {
   auto* out = Scratch<float>(n * dim, "cudaMallocAsync (MoE out)");
   if (!ok()) return;
 
-  KeysKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(c.chosen, n, c.first_expert, count, keys,
-                                                     entries);
-  Check(cudaGetLastError(), "MoE keys");
+  Launch("MoE keys", KeysKernel, BlocksFor(n), kThreads, 0, c.chosen, n, c.first_expert, count,
+         keys, entries);
   const int bits = KeyBits(count);
   size_t sort_bytes = 0;
   Check(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, sorted_keys, entries,
@@ -117,14 +117,25 @@ void CudaOps::RoutedExperts(const MoeFfnCall& c) {
         "cub::DeviceRadixSort (size)");
   void* sort_scratch = ScratchBytes(std::max<size_t>(sort_bytes, 1), "cudaMallocAsync (MoE sort)");
   if (!ok()) return;
-  Check(cub::DeviceRadixSort::SortPairs(sort_scratch, sort_bytes, keys, sorted_keys, entries,
-                                        sorted_entries, n, 0, bits, stream_),
-        "cub::DeviceRadixSort");
-  SegmentStartsKernel<<<BlocksFor(n + 1), kThreads, 0, stream_>>>(sorted_keys, n, count, starts);
-  Check(cudaGetLastError(), "MoE segments");
-  GatherKernel<<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(
-      c.x, dim, c.top_k, c.weights, sorted_entries, starts + count, xs, row_weights, position);
-  Check(cudaGetLastError(), "MoE gather");
+  LaunchSignature sort;
+  sort.AddName("cub::DeviceRadixSort::SortPairs");
+  for (const void* p : {sort_scratch, static_cast<void*>(keys), static_cast<void*>(sorted_keys),
+                        static_cast<void*>(entries), static_cast<void*>(sorted_entries)}) {
+    sort.Add(p);
+  }
+  for (const int64_t v : {static_cast<int64_t>(sort_bytes), n, static_cast<int64_t>(bits)}) {
+    sort.Add(v);
+  }
+  Enqueue(sort, [=, this] {
+    size_t bytes = sort_bytes;
+    Check(cub::DeviceRadixSort::SortPairs(sort_scratch, bytes, keys, sorted_keys, entries,
+                                          sorted_entries, n, 0, bits, stream_),
+          "cub::DeviceRadixSort");
+  });
+  Launch("MoE segments", SegmentStartsKernel, BlocksFor(n + 1), kThreads, 0, sorted_keys, n, count,
+         starts);
+  Launch("MoE gather", GatherKernel, static_cast<unsigned>(n), kThreads, 0, c.x, dim, c.top_k,
+         c.weights, sorted_entries, starts + count, xs, row_weights, position);
 
   // Expert e's rows are [starts[e], starts[e + 1]); `rows` only sizes the launches (an expert
   // takes each row once, unless a hash table repeats it, which the kernels' loops cover).
@@ -142,9 +153,8 @@ void CudaOps::RoutedExperts(const MoeFfnCall& c) {
     problems.push_back({{gate, c.rows, inter, c.routed[e].w2, out, dim}, starts + e});
   }
   RunGemms(problems);
-  CombineKernel<<<static_cast<unsigned>(c.rows), kThreads, 0, stream_>>>(
-      out, dim, c.chosen, static_cast<int>(c.top_k), c.first_expert, count, position, c.y);
-  Check(cudaGetLastError(), "MoE combine");
+  Launch("MoE combine", CombineKernel, static_cast<unsigned>(c.rows), kThreads, 0, out, dim,
+         c.chosen, static_cast<int>(c.top_k), c.first_expert, count, position, c.y);
 }
 
 void CudaOps::DenseFfns(const MoeFfnCall& c) {

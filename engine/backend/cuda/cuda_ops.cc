@@ -12,7 +12,15 @@ namespace pdspark::engine::backend {
 
 CudaOps::~CudaOps() {
   const cuda::DeviceScope on_device(device_);
+  if (recording()) Flush();
   FreeScratch();
+  for (auto& [key, g] : graphs_by_key_) {
+    cudaGraphExecDestroy(g.exec);
+    cudaGraphDestroy(g.graph);
+  }
+  if (scratch_arena_.base) cudaFreeAsync(scratch_arena_.base, stream_);
+  // The pool's memory goes back once the frees queued into it have run.
+  if (own_scratch_pool_) cudaMemPoolDestroy(scratch_pool_);
   for (auto& [table, rope] : ropes_) FreeRope(rope);
   for (auto& [view, scales] : fp8_scales_) cudaFree(scales);
   if (lt_workspace_) cudaFree(lt_workspace_);
@@ -21,6 +29,10 @@ CudaOps::~CudaOps() {
 
 void CudaOps::Check(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return;
+  if (capturing_) {  // a failed capture is no failure of the work: it runs without a graph
+    if (capture_error_ == cudaSuccess) capture_error_ = error;
+    return;
+  }
   Fail(absl::InternalError(
       absl::StrFormat("CUDA backend: %s failed: %s", what, cudaGetErrorString(error))));
 }
@@ -33,21 +45,54 @@ void CudaOps::Fail(Status failure) {
 
 Status CudaOps::Synchronize() {
   const cuda::DeviceScope on_device(device_);
+  std::unique_lock<std::mutex> capture_lock;
+  const bool was_recording = recording();
+  if (was_recording) {
+    Flush();
+    recording_thread_.store(std::thread::id(), std::memory_order_relaxed);
+  } else {
+    capture_lock = LockOutCaptures();
+  }
   Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  if (was_recording) step_staging_.Reset();  // every copy from it has run
   const std::lock_guard<std::mutex> lock(status_mutex_);
   return status_;
+}
+
+// Scratch has a pool of its own: the sizes it asks for change with the context (attention's key
+// lists), and, drawn from the device's pool, they would move the activations' addresses
+// (Backend::Allocate) from step to step, which the graphs' signatures hold.
+cudaMemPool_t CudaOps::ScratchPool() {
+  if (scratch_pool_) return scratch_pool_;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device_;
+  uint64_t keep_everything = UINT64_MAX;
+  if (cudaMemPoolCreate(&scratch_pool_, &props) == cudaSuccess) {
+    own_scratch_pool_ = true;
+    cudaMemPoolSetAttribute(scratch_pool_, cudaMemPoolAttrReleaseThreshold, &keep_everything);
+    return scratch_pool_;
+  }
+  cudaGetLastError();
+  Check(cudaDeviceGetDefaultMemPool(&scratch_pool_, device_), "cudaDeviceGetDefaultMemPool");
+  return scratch_pool_;
 }
 
 void* CudaOps::ScratchBytes(size_t bytes, const char* what) {
   void* device = nullptr;
   if (bytes == 0) return nullptr;
-  Check(cudaMallocAsync(&device, bytes, stream_), what);
+  if (recording()) {
+    if (void* p = FromArena(bytes)) return p;
+  }
+  Check(cudaMallocFromPoolAsync(&device, bytes, ScratchPool(), stream_), what);
   if (device) scratch_.push_back(device);
   return device;
 }
 
 const void* CudaOps::UploadBytes(const void* host, size_t bytes) {
   if (bytes == 0) return nullptr;
+  if (recording()) return RecordUpload(host, bytes);
   cudaError_t error = cudaSuccess;
   const void* staged = staging_.Stage(host, bytes, &error);
   if (!staged) {
@@ -62,8 +107,24 @@ const void* CudaOps::UploadBytes(const void* host, size_t bytes) {
 }
 
 void CudaOps::FreeScratch() {
-  for (void* p : scratch_) cudaFreeAsync(p, stream_);
+  if (recording()) {
+    // The recorded work that uses it is queued at the flush; the scratch arena's next user is
+    // queued after it.
+    deferred_frees_.insert(deferred_frees_.end(), scratch_.begin(), scratch_.end());
+    scratch_arena_.top = 0;
+  } else {
+    for (void* p : scratch_) cudaFreeAsync(p, stream_);
+  }
   scratch_.clear();
+}
+
+void CudaOps::FreeDeviceMemory(void* p) {
+  const cuda::DeviceScope on_device(device_);
+  if (recording()) {
+    deferred_frees_.push_back(p);
+  } else {
+    cudaFreeAsync(p, stream_);
+  }
 }
 
 void CudaOps::FreeRope(DeviceRope& rope) {
@@ -106,28 +167,50 @@ CudaOps::DeviceRope CudaOps::RopeOnDevice(const kernels::cpu::RopeTable& table) 
   return rope;
 }
 
+// From the recording thread, the copies to and from the host queue what was recorded first (a
+// copy from pageable memory cannot be part of a graph); from another thread they wait out a
+// capture.
 void CudaOps::CopyToDevice(void* dst, const void* src, size_t bytes) {
   const cuda::DeviceScope on_device(device_);
+  if (!bytes) return;
+  Flush();
+  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
   // From pageable memory the copy has read `src` when it returns; the stream orders the rest.
-  if (bytes)
-    Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "CopyToDevice");
+  Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "CopyToDevice");
 }
 
 void CudaOps::CopyToHost(void* dst, const void* src, size_t bytes) {
   const cuda::DeviceScope on_device(device_);
   if (!bytes) return;
+  Flush();
+  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyToHost");
   Check(cudaStreamSynchronize(stream_), "CopyToHost (wait)");
 }
 
 void CudaOps::Copy(void* dst, const void* src, size_t bytes) {
   const cuda::DeviceScope on_device(device_);
-  if (bytes) Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "Copy");
+  if (!bytes) return;
+  LaunchSignature signature;
+  signature.AddName("Copy");
+  signature.Add(dst);
+  signature.Add(src);
+  signature.Add(bytes);
+  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  Enqueue(signature, [=, this] {
+    Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "Copy");
+  });
 }
 
 void CudaOps::Zero(void* p, size_t bytes) {
   const cuda::DeviceScope on_device(device_);
-  if (bytes) Check(cudaMemsetAsync(p, 0, bytes, stream_), "Zero");
+  if (!bytes) return;
+  LaunchSignature signature;
+  signature.AddName("Zero");
+  signature.Add(p);
+  signature.Add(bytes);
+  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  Enqueue(signature, [=, this] { Check(cudaMemsetAsync(p, 0, bytes, stream_), "Zero"); });
 }
 
 // Portable: pinned for every device of the process (the ranks' replicas all copy through it). A

@@ -15,10 +15,21 @@
 // Errors: a launch or copy failure is recorded (the first one sticks) and reported by
 // Synchronize(); the engine checks it once per step (Backend::Synchronize).
 //
+// CUDA graphs (set_cuda_graphs): between BeginStep and Synchronize, the launches the rank's
+// thread makes are recorded with their signatures and queued at the next flush (a host read, a
+// copy from the host, a collective, an event, the step's end, an operation whose launches change
+// every step), runs of them that repeat from step to step through CUDA graphs
+// (graph_planner.h). A recorded launch's arguments from the host are recorded copies from pinned
+// memory held for the step, into scratch from an arena whose addresses repeat from step to step
+// (a graph's copies are pointed at the step's sources before it is replayed); memory freed
+// meanwhile returns to the pool after the flush.
+//
 // Threads: the rank's thread runs the operations; the engine's thread may copy KV pages through
 // the same ops at the same time (CopyToDevice, CopyToHost, Copy, Zero, Pin/UnpinHostMemory:
-// the KvPool's memory ops). Both record failures, so the failure record is guarded; scratch
-// and the per-table caches are the rank thread's alone.
+// the KvPool's memory ops). Both record failures, so the failure record is guarded; scratch,
+// the per-table caches and what is recorded are the rank thread's alone. Another thread's
+// memory ops wait while the rank's thread captures a graph (a capture takes in whatever is
+// queued on the stream meanwhile).
 #pragma once
 
 #include <cublasLt.h>
@@ -26,13 +37,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "common/base/status.h"
+#include "engine/backend/cuda/graph_planner.h"
 #include "engine/backend/cuda/pinned_staging.h"
 #include "engine/backend/ops.h"
 
@@ -61,8 +75,27 @@ class CudaOps : public Ops {
   // cuBLASLt with x quantised to E4M3 per 128 channels (each within the bound its file states,
   // not the CPU's bits). Off: every GEMM is the exact one.
   void set_fast_kernels(bool on) { fast_kernels_ = on; }
-  // OK, or the first failure of anything queued so far (after waiting for it all).
+  // OK, or the first failure of anything queued so far (after waiting for it all). On the
+  // thread recording a step, it queues what was recorded first and ends the step.
   Status Synchronize();
+
+  void set_cuda_graphs(bool on) { graphs_ = on; }
+  bool cuda_graphs() const { return graphs_; }
+  // The calling thread (the rank's) begins a step, recorded until Synchronize when graphs are on.
+  void BeginStep();
+  // Queues what this thread recorded; nothing on any other thread. Whatever works on the stream
+  // besides the operations (a collective, a timer's event) calls it first.
+  void Flush();
+  // Device memory back to the stream-ordered pool after the work before it, recorded included.
+  void FreeDeviceMemory(void* p);
+  struct GraphCounts {
+    int64_t launches_run = 0;          // queued one by one
+    int64_t launches_from_graphs = 0;  // queued as part of a graph
+    int64_t graph_launches = 0;
+    int64_t graphs = 0;  // captured and kept
+    int64_t captures_failed = 0;
+  };
+  GraphCounts graph_counts() const;
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
@@ -133,6 +166,51 @@ class CudaOps : public Ops {
   void Fail(Status failure);
   // Whether nothing has failed so far (operations skip their work once something has).
   bool ok() const { return !failed_.load(std::memory_order_acquire); }
+
+  // Whether this thread is recording a step's launches (CUDA graphs on, between BeginStep and
+  // Synchronize, on the thread that began it).
+  bool recording() const {
+    return graphs_ &&
+           recording_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
+  // `work` (stream work only: launches, device copies) done now, or recorded under `signature`
+  // (everything the work fixes: the kernel, its grid, its parameters) to be done at the flush.
+  void Enqueue(const LaunchSignature& signature, std::function<void()> work);
+  // A kernel launch through Enqueue, its signature made of the kernel, the grid and the
+  // parameters (launch.cuh; the .cu files' launches all go through it).
+  template <typename... Params, typename... Args>
+  void Launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
+              size_t shared_bytes, Args&&... args);
+  // Held by an operation whose launches change from step to step (attention over the context,
+  // which grows): what was recorded before it is queued, and it is queued as it goes, out of the
+  // arenas, so that what follows repeats from step to step.
+  class Unrecorded {
+   public:
+    explicit Unrecorded(CudaOps& ops);
+    ~Unrecorded();
+
+   private:
+    CudaOps& ops_;
+    bool was_recording_;
+  };
+  // The memory ops from a thread not recording: excluded from captures.
+  std::unique_lock<std::mutex> LockOutCaptures();
+  // While recording, an upload is a recorded copy from the step's pinned arena into scratch:
+  // its signature holds where it goes and its size, not where it comes from, which a graph's
+  // copy is pointed at before each replay.
+  const void* RecordUpload(const void* host, size_t bytes);
+  void RunPiece(const GraphPlanner::Piece& piece);
+  bool CaptureAndLaunch(const GraphPlanner::Piece& piece);
+  // Scratch while recording: device memory handed out in order, from the start again after
+  // each operation (the recorded work of the next one runs after it), so its addresses repeat
+  // when the work does. A request past the end is served by the pool, and the arena grows at
+  // the next flush.
+  struct Arena {
+    char* base = nullptr;
+    size_t capacity = 0, top = 0, wanted = 0;
+  };
+  void* FromArena(size_t bytes);
+  void RenewArena();
   // `bytes` of stream-ordered device scratch (null for 0 bytes or when none could be had: the
   // failure is recorded). All scratch is freed by FreeScratch, called once the work that uses
   // it is queued (the stream orders the free after that work).
@@ -148,6 +226,8 @@ class CudaOps : public Ops {
     return static_cast<const T*>(UploadBytes(host, count * sizeof(T)));
   }
   void FreeScratch();
+  // The pool scratch comes from (the device's own when one cannot be made).
+  cudaMemPool_t ScratchPool();
 
   // The device copy of a RoPE table, made once per table (tables live as long as the model);
   // null pointers when it could not be made (the failure is recorded).
@@ -200,9 +280,38 @@ class CudaOps : public Ops {
   bool fast_kernels_ = false;
   std::atomic<bool> failed_{false};
   std::mutex status_mutex_;
-  Status status_;  // guarded by status_mutex_
-  std::vector<void*> scratch_;
+  Status status_;               // guarded by status_mutex_
+  std::vector<void*> scratch_;  // from ScratchPool()
+  cudaMemPool_t scratch_pool_ = nullptr;
+  bool own_scratch_pool_ = false;
   PinnedStaging staging_{stream_};
+
+  // CUDA graphs.
+  struct Recorded {
+    uint64_t signature;
+    std::function<void()> work;
+    // An upload's copy (RecordUpload): a graph's is pointed at this step's source.
+    void* upload_to = nullptr;
+    const void* upload_from = nullptr;
+    size_t upload_bytes = 0;
+  };
+  struct Graph {
+    cudaGraph_t graph = nullptr;  // kept: its nodes name the exec's
+    cudaGraphExec_t exec = nullptr;
+    std::vector<std::pair<size_t, cudaGraphNode_t>> uploads;  // (launch in the piece, its copy)
+  };
+  bool graphs_ = false;
+  std::atomic<std::thread::id> recording_thread_{};
+  std::vector<Recorded> pending_;
+  std::vector<void*> deferred_frees_;
+  Arena scratch_arena_;
+  PinnedStepArena step_staging_;
+  GraphPlanner planner_;
+  std::unordered_map<uint64_t, Graph> graphs_by_key_;
+  std::mutex capture_mutex_;
+  bool capturing_ = false;  // written under capture_mutex_
+  cudaError_t capture_error_ = cudaSuccess;
+  std::atomic<int64_t> launches_run_{0}, launches_from_graphs_{0}, graph_launches_{0};
   std::unordered_map<const kernels::cpu::RopeTable*, DeviceRope> ropes_;
   cublasLtHandle_t lt_ = nullptr;  // made on the first FP8 fast GEMM
   void* lt_workspace_ = nullptr;

@@ -7,6 +7,7 @@
 
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/grid_loop.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "kernels/argmax_rule.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/gumbel_sampling.h"
@@ -238,24 +239,21 @@ void CudaOps::GatherActivationRows(const float* x, int64_t ldx, int64_t width,
   if (count == 0 || width == 0) return;
   const int64_t* device_rows = Upload(rows.data(), rows.size());
   if (!ok()) return FreeScratch();
-  GatherActivationRowsKernel<<<BlocksFor(count * width), kThreads, 0, stream_>>>(
-      x, ldx, width, device_rows, count, out);
-  Check(cudaGetLastError(), "GatherActivationRows");
+  Launch("GatherActivationRows", GatherActivationRowsKernel, BlocksFor(count * width), kThreads, 0,
+         x, ldx, width, device_rows, count, out);
   FreeScratch();
 }
 
 void CudaOps::DoubleToFloat(const double* x, int64_t n, float* y) {
   const cuda::DeviceScope on_device(device_);
   if (n == 0) return;
-  DoubleToFloatKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, n, y);
-  Check(cudaGetLastError(), "DoubleToFloat");
+  Launch("DoubleToFloat", DoubleToFloatKernel, BlocksFor(n), kThreads, 0, x, n, y);
 }
 
 void CudaOps::Add(const float* a, const float* b, int64_t n, float* out) {
   const cuda::DeviceScope on_device(device_);
   if (n == 0) return;
-  AddKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(a, b, n, out);
-  Check(cudaGetLastError(), "Add");
+  Launch("Add", AddKernel, BlocksFor(n), kThreads, 0, a, b, n, out);
 }
 
 void CudaOps::GatherRows(const kernels::WeightMatrix& table, std::span<const int32_t> ids,
@@ -265,9 +263,8 @@ void CudaOps::GatherRows(const kernels::WeightMatrix& table, std::span<const int
   if (count == 0 || copies == 0) return;
   const int32_t* device_ids = Upload(ids.data(), ids.size());
   if (!ok()) return FreeScratch();
-  GatherRowsKernel<<<BlocksFor(count * copies * table.cols), kThreads, 0, stream_>>>(
-      table, device_ids, count, copies, out);
-  Check(cudaGetLastError(), "GatherRows");
+  Launch("GatherRows", GatherRowsKernel, BlocksFor(count * copies * table.cols), kThreads, 0, table,
+         device_ids, count, copies, out);
   FreeScratch();
 }
 
@@ -275,8 +272,7 @@ void CudaOps::RmsNorm(const float* x, const float* weight, int64_t rows, int64_t
                       float* y) {
   const cuda::DeviceScope on_device(device_);
   if (rows == 0) return;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(x, weight, n, eps, y);
-  Check(cudaGetLastError(), "RmsNorm");
+  Launch("RmsNorm", RmsNormKernel, static_cast<unsigned>(rows), kThreads, 0, x, weight, n, eps, y);
 }
 
 void CudaOps::Rope(const kernels::cpu::RopeTable& table, const int64_t* positions, int64_t rows,
@@ -286,60 +282,55 @@ void CudaOps::Rope(const kernels::cpu::RopeTable& table, const int64_t* position
   const DeviceRope rope = RopeOnDevice(table);
   if (!rope.cos) return;
   const RopeArgs args{rope.cos, rope.sin, rope.freqs, rope.rope_dim / 2, rope.max_positions};
-  RopeKernel<<<BlocksFor(rows * vectors * args.half), kThreads, 0, stream_>>>(
-      args, positions, rows, vectors, stride, offset, inverse, x);
-  Check(cudaGetLastError(), "Rope");
+  Launch("Rope", RopeKernel, BlocksFor(rows * vectors * args.half), kThreads, 0, args, positions,
+         rows, vectors, stride, offset, inverse, x);
 }
 
 void CudaOps::QuantDequantFp8(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t block) {
   const cuda::DeviceScope on_device(device_);
   if (rows == 0 || cols == 0) return;
   const int64_t warps = rows * ((cols + block - 1) / block);
-  QuantDequantKernel<false><<<BlocksFor(32 * warps), kThreads, 0, stream_>>>(x, rows, cols, stride,
-                                                                             block, 448.0f, 1e-4f);
-  Check(cudaGetLastError(), "QuantDequantFp8");
+  Launch("QuantDequantFp8", QuantDequantKernel<false>, BlocksFor(32 * warps), kThreads, 0, x, rows,
+         cols, stride, block, 448.0f, 1e-4f);
 }
 
 void CudaOps::QuantDequantFp4(float* x, int64_t rows, int64_t cols, int64_t stride, int64_t block) {
   const cuda::DeviceScope on_device(device_);
   if (rows == 0 || cols == 0) return;
   const int64_t warps = rows * ((cols + block - 1) / block);
-  QuantDequantKernel<true><<<BlocksFor(32 * warps), kThreads, 0, stream_>>>(
-      x, rows, cols, stride, block, 6.0f, 6.0f * 0x1p-126f);
-  Check(cudaGetLastError(), "QuantDequantFp4");
+  Launch("QuantDequantFp4", QuantDequantKernel<true>, BlocksFor(32 * warps), kThreads, 0, x, rows,
+         cols, stride, block, 6.0f, 6.0f * 0x1p-126f);
 }
 
 void CudaOps::Hadamard(float* x, int64_t rows, int64_t n, float scale) {
   const cuda::DeviceScope on_device(device_);
   if (rows == 0) return;
-  HadamardKernel<<<static_cast<unsigned>(rows), kThreads, n * sizeof(float), stream_>>>(x, n,
-                                                                                        scale);
-  Check(cudaGetLastError(), "Hadamard");
+  Launch("Hadamard", HadamardKernel, static_cast<unsigned>(rows), kThreads, n * sizeof(float), x, n,
+         scale);
 }
 
 void CudaOps::SwiGlu(const float* gate, const float* up, const float* row_scale, int64_t rows,
                      int64_t n, float limit, float* out) {
   const cuda::DeviceScope on_device(device_);
   if (rows * n == 0) return;
-  SwiGluKernel<<<BlocksFor(rows * n), kThreads, 0, stream_>>>(gate, up, row_scale, rows, n, limit,
-                                                              out);
-  Check(cudaGetLastError(), "SwiGlu");
+  Launch("SwiGlu", SwiGluKernel, BlocksFor(rows * n), kThreads, 0, gate, up, row_scale, rows, n,
+         limit, out);
 }
 
 void CudaOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows,
                             double* acc, int64_t acc_stride) {
   const cuda::DeviceScope on_device(device_);
   if (count == 0 || n == 0) return;
-  AddRowsDoubleKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, count, n, rows, acc, acc_stride);
-  Check(cudaGetLastError(), "AddRowsDouble");
+  Launch("AddRowsDouble", AddRowsDoubleKernel, BlocksFor(n), kThreads, 0, x, count, n, rows, acc,
+         acc_stride);
 }
 
 void CudaOps::ArgMax(const float* x, int64_t rows, int64_t n, int64_t ldx,
                      kernels::ArgmaxCandidate* out) {
   const cuda::DeviceScope on_device(device_);
   if (rows == 0) return;
-  ArgMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(x, n, ldx, nullptr, 0, out);
-  Check(cudaGetLastError(), "ArgMax");
+  Launch("ArgMax", ArgMaxKernel, static_cast<unsigned>(rows), kThreads, 0, x, n, ldx, nullptr, 0,
+         out);
 }
 
 void CudaOps::GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first_token,
@@ -349,9 +340,8 @@ void CudaOps::GumbelArgMax(const float* x, int64_t n, int64_t ldx, int64_t first
   if (draws.empty()) return;
   const kernels::GumbelRow* device_draws = Upload(draws.data(), draws.size());
   if (ok()) {
-    ArgMaxKernel<<<static_cast<unsigned>(draws.size()), kThreads, 0, stream_>>>(
-        x, n, ldx, device_draws, first_token, out);
-    Check(cudaGetLastError(), "GumbelArgMax");
+    Launch("GumbelArgMax", ArgMaxKernel, static_cast<unsigned>(draws.size()), kThreads, 0, x, n,
+           ldx, device_draws, first_token, out);
   }
   FreeScratch();
 }
@@ -362,9 +352,8 @@ void CudaOps::SoftmaxMasses(const float* x, int64_t n, int64_t ldx,
   if (rows.empty()) return;
   const kernels::MassRow* device_rows = Upload(rows.data(), rows.size());
   if (ok()) {
-    SoftmaxMassesKernel<<<static_cast<unsigned>(rows.size()), kThreads, 0, stream_>>>(
-        x, n, ldx, device_rows, out);
-    Check(cudaGetLastError(), "SoftmaxMasses");
+    Launch("SoftmaxMasses", SoftmaxMassesKernel, static_cast<unsigned>(rows.size()), kThreads, 0, x,
+           n, ldx, device_rows, out);
   }
   FreeScratch();
 }
@@ -372,8 +361,7 @@ void CudaOps::SoftmaxMasses(const float* x, int64_t n, int64_t ldx,
 void CudaOps::Scale(float* x, int64_t n, float s) {
   const cuda::DeviceScope on_device(device_);
   if (n == 0) return;
-  ScaleKernel<<<BlocksFor(n), kThreads, 0, stream_>>>(x, n, s);
-  Check(cudaGetLastError(), "Scale");
+  Launch("Scale", ScaleKernel, BlocksFor(n), kThreads, 0, x, n, s);
 }
 
 }  // namespace pdspark::engine::backend

@@ -15,6 +15,7 @@
 
 #include "engine/backend/cuda/cuda_ops.h"
 #include "engine/backend/cuda/kernel_gemm.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "kernels/number_formats.h"
 
 namespace pdspark::engine::backend {
@@ -108,8 +109,8 @@ bool CudaOps::W4A16Eligible(const GemmCall& c) {
 void CudaOps::W4A16GroupedGemm(std::span<const KernelGemm> problems) {
   const KernelGemm* device_problems = Upload(problems.data(), problems.size());
   if (!ok()) return;
-  W4A16Kernel<<<GroupedGrid(problems, kTileN, kTileM), kThreads, 0, stream_>>>(device_problems);
-  Check(cudaGetLastError(), "W4A16 GroupedGemm");
+  Launch("W4A16 GroupedGemm", W4A16Kernel, GroupedGrid(problems, kTileN, kTileM), kThreads, 0,
+         device_problems);
 }
 
 }  // namespace pdspark::engine::backend

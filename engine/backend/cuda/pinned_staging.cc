@@ -70,4 +70,36 @@ cudaError_t PinnedStaging::NextChunk(size_t bytes) {
   return cudaSuccess;
 }
 
+PinnedStepArena::~PinnedStepArena() {
+  for (Chunk& chunk : chunks_) cudaFreeHost(chunk.data);
+}
+
+const void* PinnedStepArena::Stage(const void* host, size_t bytes, cudaError_t* error) {
+  *error = cudaSuccess;
+  while (chunks_.empty() || used_ + bytes > chunks_[current_].capacity) {
+    if (!chunks_.empty() && current_ + 1 < chunks_.size()) {
+      ++current_;  // the next chunk, if it is large enough
+      used_ = 0;
+      continue;
+    }
+    Chunk fresh;
+    fresh.capacity = std::max(PinnedStaging::kChunkBytes, AlignUp(bytes));
+    *error =
+        cudaHostAlloc(reinterpret_cast<void**>(&fresh.data), fresh.capacity, cudaHostAllocPortable);
+    if (*error != cudaSuccess) return nullptr;
+    chunks_.push_back(fresh);
+    current_ = chunks_.size() - 1;
+    used_ = 0;
+  }
+  char* staged = chunks_[current_].data + used_;
+  std::memcpy(staged, host, bytes);
+  used_ += AlignUp(bytes);
+  return staged;
+}
+
+void PinnedStepArena::Reset() {
+  current_ = 0;
+  used_ = 0;
+}
+
 }  // namespace pdspark::engine::backend

@@ -28,6 +28,8 @@ class PinnedStaging {
   // is returned through `error`).
   const void* Stage(const void* host, size_t bytes, cudaError_t* error);
 
+  static constexpr size_t kChunkBytes = size_t{1} << 20;  // the least pinned memory taken at once
+
  private:
   struct Chunk {
     char* data = nullptr;
@@ -35,7 +37,6 @@ class PinnedStaging {
     cudaEvent_t drained = nullptr;  // recorded behind the copies from it when it filled
     bool in_flight = false;
   };
-  static constexpr size_t kChunkBytes = size_t{1} << 20;
 
   // Moves to a chunk with `bytes` free: the next one in turn if its copies have run and it is
   // large enough, else a new one placed before it.
@@ -45,6 +46,33 @@ class PinnedStaging {
   std::vector<Chunk> chunks_;
   size_t current_ = 0;  // index in chunks_ (when not empty)
   size_t used_ = 0;     // bytes handed out from chunks_[current_]
+};
+
+// Pinned host memory handed out in order for a whole step: what the copies recorded for CUDA
+// graphs read when they run (at a flush, or from a graph), so nothing is written again until
+// the caller says the stream has drained (Reset).
+class PinnedStepArena {
+ public:
+  PinnedStepArena() = default;
+  ~PinnedStepArena();
+  PinnedStepArena(const PinnedStepArena&) = delete;
+  PinnedStepArena& operator=(const PinnedStepArena&) = delete;
+
+  // A pinned copy of `bytes` host bytes (16-byte aligned); null when no pinned memory could be
+  // had (the CUDA error in `error`).
+  const void* Stage(const void* host, size_t bytes, cudaError_t* error);
+  // Everything handed out may be written again: no copy from it is queued any more.
+  void Reset();
+  bool empty() const { return current_ == 0 && used_ == 0; }
+
+ private:
+  struct Chunk {
+    char* data = nullptr;
+    size_t capacity = 0;
+  };
+  std::vector<Chunk> chunks_;
+  size_t current_ = 0;  // chunks_[current_] is being handed out (when not empty)
+  size_t used_ = 0;
 };
 
 }  // namespace pdspark::engine::backend

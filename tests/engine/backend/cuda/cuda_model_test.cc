@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cuda/cuda_ops.h"
 #include "engine/dspark/drafter.h"
 #include "engine/model/model.h"
 #include "gtest/gtest.h"
@@ -21,11 +22,13 @@ namespace {
 const std::string kGoldenDir = std::string(PDSPARK_SOURCE_DIR) + "/tests/data/golden/dsv4-tiny-a";
 const std::string kDsparkDir = std::string(PDSPARK_SOURCE_DIR) + "/models/tiny-dsv4-dspark";
 
-std::unique_ptr<Model> Load(const std::string& dir, backend::Device device, int tp = 1) {
+std::unique_ptr<Model> Load(const std::string& dir, backend::Device device, int tp = 1,
+                            bool cuda_graphs = false) {
   ModelOptions options;
   options.show_progress = false;
   options.device = device;
   options.tensor_parallel_size = tp;
+  options.cuda_graphs = cuda_graphs;
   options.kv_cache_memory_bytes = int64_t{256} << 20;
   auto model = Model::Load(dir, options);
   EXPECT_TRUE(model.ok()) << model.status();
@@ -127,6 +130,49 @@ TEST(CudaModelTest, TensorParallelLogitsAgreeWithTheCpu) {
     ASSERT_EQ(gpu_model->kv_pool().replicas(), tp);
     ExpectAgree(PrefillAndDecode(*gpu_model), cpu, cpu_model->config().vocab_size);
   }
+}
+
+// Logits [rows, vocab] of 12 decode steps of 4 sequences after their prefills (of different
+// lengths, so that their contexts differ): the same batch size every step, as decoding runs.
+std::vector<float> DecodeBatch(Model& model) {
+  std::vector<std::unique_ptr<SequenceState>> seqs;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t s = 0; s < 4; ++s) prompts.push_back(Prompt(9 + 7 * s));
+  std::vector<StepInput> inputs;
+  for (size_t s = 0; s < 4; ++s) {
+    seqs.push_back(model.NewSequence());
+    inputs.push_back({seqs.back().get(), prompts[s]});
+  }
+  EXPECT_TRUE(model.Step(inputs).ok());
+  std::vector<float> all;
+  std::vector<int32_t> tokens(4);
+  for (int step = 0; step < 12; ++step) {
+    for (size_t s = 0; s < 4; ++s) {
+      tokens[s] = static_cast<int32_t>(200 + 13 * step + s);
+      inputs[s] = {seqs[s].get(), std::span<const int32_t>(&tokens[s], 1)};
+    }
+    const std::vector<float> logits = model.Step(inputs).value().logits;
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+// CUDA graphs replay the launches the steps repeat, and change no bit: the same kernels with the
+// same parameters in the same order.
+TEST(CudaModelTest, CudaGraphsReplayDecodeStepsAndGiveTheSameBits) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::vector<float> eager = DecodeBatch(*Load(kGoldenDir, backend::Device::kCuda));
+  const auto model = Load(kGoldenDir, backend::Device::kCuda, 1, /*cuda_graphs=*/true);
+  EXPECT_EQ(DecodeBatch(*model), eager);
+  const auto counts = static_cast<backend::CudaOps&>(model->backend(0).ops()).graph_counts();
+  std::printf("launches from graphs %ld in %ld graph launches (%ld graphs), one by one %ld\n",
+              static_cast<long>(counts.launches_from_graphs),
+              static_cast<long>(counts.graph_launches), static_cast<long>(counts.graphs),
+              static_cast<long>(counts.launches_run));
+  EXPECT_EQ(counts.captures_failed, 0);
+  EXPECT_GT(counts.graphs, 0);
+  // From the third decode step on, most of each step's launches (all but attention's) repeat.
+  EXPECT_GT(counts.launches_from_graphs, counts.launches_run / 4);
 }
 
 // More ranks than GPUs is refused, naming CUDA, never a crash (runs everywhere).
