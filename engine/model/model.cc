@@ -103,6 +103,8 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
       layout_(BuildCacheLayout(config_, options.max_rollback_tokens, options.kv_cache_dtype)),
       page_geometry_(PageGeometry::For(layout_, options.cache_block_rows)),
       check_replicas_(options.check_replicas),
+      pad_batches_(options.pad_batches ||
+                   (options.cuda_graphs && options.device == backend::Device::kCuda)),
       weight_storage_(options.weights) {
   // Tables cover the first 64k positions; later positions are computed on the fly.
   const int64_t table_positions = std::min<int64_t>(dims_.max_positions, 65536);
@@ -226,6 +228,66 @@ Status Model::Validate(std::span<const StepInput> inputs) const {
 }
 
 StatusOr<StepOutput> Model::Step(std::span<const StepInput> inputs, const StepOptions& options) {
+  if (const int64_t rows = PaddingRows(inputs, options); rows > 0) {
+    RETURN_IF_ERROR(Validate(inputs));
+    StatusOr<StepOutput> padded = PaddedStep(inputs, options, rows);
+    // Without pages for the padding, the step runs as it is (nothing ran).
+    if (padded.ok() || !absl::IsResourceExhausted(padded.status())) return padded;
+  }
+  return RunStep(inputs, options);
+}
+
+// vLLM's CUDA-graph batch sizes: 1, 2, 4, then multiples of 8 (past 512, none).
+int64_t Model::PaddingRows(std::span<const StepInput> inputs, const StepOptions& options) const {
+  constexpr size_t kMostTokens = 16;  // a decode token, or a verify round's
+  constexpr int64_t kLargestPadded = 512;
+  if (!pad_batches_ || inputs.empty() || options.block_io || options.on_layer_done) return 0;
+  const size_t tokens = inputs[0].tokens.size();
+  if (tokens == 0 || tokens > kMostTokens) return 0;
+  for (const StepInput& in : inputs) {
+    if (in.tokens.size() != tokens) return 0;
+  }
+  const auto n = static_cast<int64_t>(inputs.size());
+  if (n > kLargestPadded) return 0;
+  const int64_t padded = n <= 2 ? n : n <= 4 ? 4 : (n + 7) / 8 * 8;
+  return (padded - n) * static_cast<int64_t>(tokens);
+}
+
+// The padding is one more input, last: a fresh sequence of `padding_rows` tokens, its rows
+// dropped from the output (they are its tail) and its pages freed with it. The layers see the
+// padded batch's rows; only the head sees fewer rows than a batch of that size would.
+StatusOr<StepOutput> Model::PaddedStep(std::span<const StepInput> inputs,
+                                       const StepOptions& options, int64_t padding_rows) {
+  const std::unique_ptr<SequenceState> padding = NewSequence();
+  const std::vector<int32_t> padding_tokens(static_cast<size_t>(padding_rows), 0);
+  std::vector<StepInput> padded(inputs.begin(), inputs.end());
+  padded.push_back({padding.get(), padding_tokens});
+  StepOptions padded_options = options;
+  if (!options.sample.empty()) {  // greedy draws for the padding's logits rows
+    const int64_t rows = options.logits == LogitsMode::kAllTokens ? padding_rows : 1;
+    padded_options.sample.resize(options.sample.size() + static_cast<size_t>(rows));
+  }
+  ASSIGN_OR_RETURN(StepOutput out, RunStep(padded, padded_options));
+  padding_rows_run_ += padding_rows;
+  out.row_offsets.pop_back();
+  const int64_t rows = out.row_offsets.back();
+  if (!out.logit_offsets.empty()) {
+    out.logit_offsets.pop_back();
+    const int64_t logit_rows = out.logit_offsets.back();
+    if (options.argmax_only) {
+      out.argmax.resize(static_cast<size_t>(logit_rows));
+    } else {
+      out.logits.resize(static_cast<size_t>(logit_rows * dims_.vocab));
+    }
+  }
+  if (options.features) {
+    out.features.resize(
+        static_cast<size_t>(rows * static_cast<int64_t>(feature_layers_.size()) * dims_.dim));
+  }
+  return out;
+}
+
+StatusOr<StepOutput> Model::RunStep(std::span<const StepInput> inputs, const StepOptions& options) {
   RETURN_IF_ERROR(Validate(inputs));
   // The forward appends rows without looking back: it must find every page it needs.
   int64_t pages = 0;

@@ -74,8 +74,14 @@ struct ModelOptions {
   // W4A16 tensor-core GEMMs of the FP4 experts and cuBLASLt FP8 projections.
   bool fast_kernels = false;
   // On CUDA, the launches that repeat from step to step (a decode step's layers at one batch
-  // size) are replayed from CUDA graphs after two steps (--cuda-graphs; the same results).
+  // size) are replayed from CUDA graphs after two steps (--cuda-graphs; the same results). It
+  // pads batches too (pad_batches).
   bool cuda_graphs = false;
+  // A step whose inputs all bring the same number of tokens (decode, a fixed-length verify) runs
+  // at the next padded batch size (1, 2, 4, then multiples of 8, as vLLM captures graphs), the
+  // extra rows those of a scratch sequence dropped after the step: the same results for the
+  // real rows (every row is computed alone), and a bounded set of shapes for CUDA graphs.
+  bool pad_batches = false;
   // Copy the weights into the backend's memory even where the backend could read the
   // checkpoint's mapping in place (the CPU), reach the KV pool through the backend's copies, and
   // give each tensor-parallel rank a replica of the pool of its own: what GPUs need, checked on
@@ -168,6 +174,8 @@ class Model {
   // Whether the weights were copied into the backends' memory (a GPU's, or ModelOptions::
   // place_weights).
   bool weights_placed() const { return weights_placed_; }
+  // Rows the steps so far ran to pad their batches (ModelOptions::pad_batches).
+  int64_t padding_rows_run() const { return padding_rows_run_; }
 
  private:
   struct Rank {
@@ -181,6 +189,12 @@ class Model {
   Status PlaceWeights();
   Status AllocateKvPool(const ModelOptions& options);
   Status Validate(std::span<const StepInput> inputs) const;
+  // Step without padding (Step pads when pad_batches_ says so and the inputs allow).
+  StatusOr<StepOutput> RunStep(std::span<const StepInput> inputs, const StepOptions& options);
+  // The rows Step adds to pad `inputs` (0: none).
+  int64_t PaddingRows(std::span<const StepInput> inputs, const StepOptions& options) const;
+  StatusOr<StepOutput> PaddedStep(std::span<const StepInput> inputs, const StepOptions& options,
+                                  int64_t padding_rows);
   RankContext Context(int rank, Status* replica_mismatch) const;
   // One rank's share of a step; `out` only on rank 0.
   Status RankStep(int rank, const BatchLayout& batch, const StepOptions& options, StepOutput* out,
@@ -199,6 +213,8 @@ class Model {
   PageGeometry page_geometry_;
   std::vector<int64_t> feature_layers_;
   bool check_replicas_ = false;
+  bool pad_batches_ = false;
+  int64_t padding_rows_run_ = 0;
   WeightStorage weight_storage_;
   // The rank threads and their group; a rank failing mid-step breaks it, and every later Step
   // returns that error.

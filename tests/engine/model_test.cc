@@ -243,6 +243,68 @@ TEST_F(ModelTest, RejectsBadInputs) {
 
 // A step whose ranks fail (here: their group was broken by an earlier failed job) reports the
 // error and leaves the sequence as it was: the rows reserved for it are dropped.
+// Padded batches (ModelOptions::pad_batches, what CUDA graphs run): 3 and 5 sequences decode
+// as 4 and 8, and their rows are the unpadded model's bits, logits and sampled ids alike; the
+// padding's pages go back to the pool.
+TEST(ModelStep, PaddedBatchesGiveTheUnpaddedBits) {
+  auto load = [](bool pad) {
+    ModelOptions options;
+    options.show_progress = false;
+    options.pad_batches = pad;
+    auto model = Model::Load(kGoldenDir, options);
+    EXPECT_TRUE(model.ok()) << model.status();
+    return std::move(model).value();
+  };
+  const auto plain = load(false), padded = load(true);
+  for (const size_t n : {3u, 5u}) {
+    SCOPED_TRACE(n);
+    auto run = [n](Model& model, bool sample) {
+      std::vector<std::unique_ptr<SequenceState>> seqs;
+      std::vector<StepInput> inputs;
+      for (size_t s = 0; s < n; ++s) {
+        seqs.push_back(model.NewSequence());
+        inputs.push_back({seqs.back().get(), std::span(kPrompt).first(7 + 5 * s)});
+      }
+      EXPECT_TRUE(model.Step(inputs).ok());  // prompts of different lengths: not padded
+      std::vector<float> logits;
+      std::vector<int32_t> ids, tokens(n);
+      for (int step = 0; step < 3; ++step) {
+        for (size_t s = 0; s < n; ++s) {
+          tokens[s] = static_cast<int32_t>(300 + 17 * step + s);
+          inputs[s] = {seqs[s].get(), std::span<const int32_t>(&tokens[s], 1)};
+        }
+        StepOptions options;
+        options.logits = LogitsMode::kLastTokenPerSequence;
+        if (sample) {
+          options.argmax_only = true;
+          for (size_t s = 0; s < n; ++s) {
+            options.sample.push_back({0.8, 7 + s, static_cast<uint64_t>(step)});
+          }
+        }
+        auto out = model.Step(inputs, options);
+        EXPECT_TRUE(out.ok()) << out.status();
+        EXPECT_EQ(out->row_offsets.size(), n + 1);
+        EXPECT_EQ(out->logit_offsets.back(), static_cast<int64_t>(n));
+        logits.insert(logits.end(), out->logits.begin(), out->logits.end());
+        ids.insert(ids.end(), out->argmax.begin(), out->argmax.end());
+      }
+      return std::make_pair(logits, ids);
+    };
+    for (const bool sample : {false, true}) {
+      const int64_t free_before = padded->kv_pool().free_pages();
+      const int64_t padding_before = padded->padding_rows_run();
+      const auto expected = run(*plain, sample);
+      const auto got = run(*padded, sample);
+      EXPECT_EQ(got.first, expected.first);
+      EXPECT_EQ(got.second, expected.second);
+      EXPECT_EQ(got.first.size() + got.second.size(), sample ? 3 * n : 3 * n * 1024);
+      EXPECT_EQ(padded->padding_rows_run() - padding_before,
+                3 * static_cast<int64_t>(n == 3 ? 1 : 3));
+      EXPECT_EQ(padded->kv_pool().free_pages(), free_before);
+    }
+  }
+}
+
 TEST(ModelStep, AFailedStepLeavesTheSequenceAsItWas) {
   ModelOptions options;
   options.show_progress = false;

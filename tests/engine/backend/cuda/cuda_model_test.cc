@@ -132,22 +132,22 @@ TEST(CudaModelTest, TensorParallelLogitsAgreeWithTheCpu) {
   }
 }
 
-// Logits [rows, vocab] of 12 decode steps of 4 sequences after their prefills (of different
+// Logits [rows, vocab] of 12 decode steps of n sequences after their prefills (of different
 // lengths, so that their contexts differ): the same batch size every step, as decoding runs.
-std::vector<float> DecodeBatch(Model& model) {
+std::vector<float> DecodeBatch(Model& model, size_t n) {
   std::vector<std::unique_ptr<SequenceState>> seqs;
   std::vector<std::vector<int32_t>> prompts;
-  for (size_t s = 0; s < 4; ++s) prompts.push_back(Prompt(9 + 7 * s));
   std::vector<StepInput> inputs;
-  for (size_t s = 0; s < 4; ++s) {
+  for (size_t s = 0; s < n; ++s) prompts.push_back(Prompt(9 + 7 * s));
+  for (size_t s = 0; s < n; ++s) {
     seqs.push_back(model.NewSequence());
     inputs.push_back({seqs.back().get(), prompts[s]});
   }
   EXPECT_TRUE(model.Step(inputs).ok());
   std::vector<float> all;
-  std::vector<int32_t> tokens(4);
+  std::vector<int32_t> tokens(n);
   for (int step = 0; step < 12; ++step) {
-    for (size_t s = 0; s < 4; ++s) {
+    for (size_t s = 0; s < n; ++s) {
       tokens[s] = static_cast<int32_t>(200 + 13 * step + s);
       inputs[s] = {seqs[s].get(), std::span<const int32_t>(&tokens[s], 1)};
     }
@@ -158,12 +158,17 @@ std::vector<float> DecodeBatch(Model& model) {
 }
 
 // CUDA graphs replay the launches the steps repeat, and change no bit: the same kernels with the
-// same parameters in the same order.
+// same parameters in the same order. 5 sequences also run padded to 8 (ModelOptions::
+// pad_batches, on with graphs).
 TEST(CudaModelTest, CudaGraphsReplayDecodeStepsAndGiveTheSameBits) {
   if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-  const std::vector<float> eager = DecodeBatch(*Load(kGoldenDir, backend::Device::kCuda));
+  const auto eager = Load(kGoldenDir, backend::Device::kCuda);
   const auto model = Load(kGoldenDir, backend::Device::kCuda, 1, /*cuda_graphs=*/true);
-  EXPECT_EQ(DecodeBatch(*model), eager);
+  for (const size_t n : {4u, 5u}) {
+    SCOPED_TRACE(n);
+    EXPECT_EQ(DecodeBatch(*model, n), DecodeBatch(*eager, n));
+  }
+  EXPECT_EQ(model->padding_rows_run(), 12 * 3);
   const auto counts = static_cast<backend::CudaOps&>(model->backend(0).ops()).graph_counts();
   std::printf("launches from graphs %ld in %ld graph launches (%ld graphs), one by one %ld\n",
               static_cast<long>(counts.launches_from_graphs),
