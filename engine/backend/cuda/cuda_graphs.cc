@@ -169,14 +169,14 @@ void CudaOps::RenewArena() {
   arena = {static_cast<char*>(base), capacity, 0, 0};
 }
 
-const void* CudaOps::RecordUpload(const void* host, size_t bytes) {
+const void* CudaOps::RecordUpload(const void* host, size_t bytes, void* device) {
   cudaError_t error = cudaSuccess;
   const void* staged = step_staging_.Stage(host, bytes, &error);
   if (!staged) {
     Check(error, "cudaHostAlloc (step staging)");
     return nullptr;
   }
-  void* device = ScratchBytes(bytes, "cudaMallocAsync (upload)");
+  if (!device) device = ScratchBytes(bytes, "cudaMallocAsync (upload)");
   if (!device) return nullptr;
   LaunchSignature signature;
   signature.AddName("upload");

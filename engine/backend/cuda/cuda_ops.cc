@@ -167,12 +167,17 @@ CudaOps::DeviceRope CudaOps::RopeOnDevice(const kernels::cpu::RopeTable& table) 
   return rope;
 }
 
-// From the recording thread, the copies to and from the host queue what was recorded first (a
-// copy from pageable memory cannot be part of a graph); from another thread they wait out a
-// capture.
+// From the recording thread a small copy from the host is a recorded upload (src is copied into
+// pinned memory now) and a large one (KV pages) queues what was recorded first, as a copy to the
+// host does; from another thread they wait out a capture.
 void CudaOps::CopyToDevice(void* dst, const void* src, size_t bytes) {
+  constexpr size_t kLargestRecorded = size_t{1} << 20;
   const cuda::DeviceScope on_device(device_);
   if (!bytes) return;
+  if (recording() && bytes <= kLargestRecorded) {
+    RecordUpload(src, bytes, dst);
+    return;
+  }
   Flush();
   const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
   // From pageable memory the copy has read `src` when it returns; the stream orders the rest.

@@ -17,12 +17,12 @@
 //
 // CUDA graphs (set_cuda_graphs): between BeginStep and Synchronize, the launches the rank's
 // thread makes are recorded with their signatures and queued at the next flush (a host read, a
-// copy from the host, a collective, an event, the step's end, an operation whose launches change
-// every step), runs of them that repeat from step to step through CUDA graphs
-// (graph_planner.h). A recorded launch's arguments from the host are recorded copies from pinned
-// memory held for the step, into scratch from an arena whose addresses repeat from step to step
-// (a graph's copies are pointed at the step's sources before it is replayed); memory freed
-// meanwhile returns to the pool after the flush.
+// collective, an event, the step's end, an operation whose launches change every step), runs of
+// them that repeat from step to step through CUDA graphs (graph_planner.h). A recorded launch's
+// arguments from the host are recorded copies from pinned memory held for the step, into scratch
+// from an arena whose addresses repeat from step to step (a graph's copies are pointed at the
+// step's sources before it is replayed); memory freed meanwhile returns to the pool after the
+// flush.
 //
 // Threads: the rank's thread runs the operations; the engine's thread may copy KV pages through
 // the same ops at the same time (CopyToDevice, CopyToHost, Copy, Zero, Pin/UnpinHostMemory:
@@ -195,10 +195,10 @@ class CudaOps : public Ops {
   };
   // The memory ops from a thread not recording: excluded from captures.
   std::unique_lock<std::mutex> LockOutCaptures();
-  // While recording, an upload is a recorded copy from the step's pinned arena into scratch:
-  // its signature holds where it goes and its size, not where it comes from, which a graph's
-  // copy is pointed at before each replay.
-  const void* RecordUpload(const void* host, size_t bytes);
+  // While recording, an upload is a recorded copy from the step's pinned arena into `device`
+  // (null: scratch): its signature holds where it goes and its size, not where it comes from,
+  // which a graph's copy is pointed at before each replay.
+  const void* RecordUpload(const void* host, size_t bytes, void* device = nullptr);
   void RunPiece(const GraphPlanner::Piece& piece);
   bool CaptureAndLaunch(const GraphPlanner::Piece& piece);
   // Scratch while recording: device memory handed out in order, from the start again after
