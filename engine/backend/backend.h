@@ -40,6 +40,8 @@ class Backend {
   // so a step that hands rows to another thread before it ends (a prefill streaming its layers)
   // does not begin one.
   virtual void BeginStep() {}
+  // Ends the step the calling thread began, if Synchronize has not (a step failing early).
+  virtual void EndStep() {}
   // Waits for the work queued so far; the first failure of any of it (a GPU reports its
   // errors late). The CPU backend runs synchronously and cannot fail so.
   virtual Status Synchronize() = 0;
@@ -55,6 +57,18 @@ class Backend {
   // Memory the device could still give this process (what the KV pool's default size is a
   // fraction of, like vLLM's --gpu-memory-utilization).
   virtual int64_t FreeMemoryBytes() const = 0;
+};
+
+// A model step on `backend` from here to the end of the scope, whatever the way out.
+class StepScope {
+ public:
+  explicit StepScope(Backend& backend) : backend_(backend) { backend_.BeginStep(); }
+  ~StepScope() { backend_.EndStep(); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  Backend& backend_;
 };
 
 }  // namespace pdspark::engine::backend

@@ -238,7 +238,7 @@ Status Drafter::RankDraft(const engine::RankContext& rank_ctx, std::span<const D
   const int64_t rows = batch.row_begin.back();
   engine::RankContext ctx = rank_ctx;
   const engine::StepRows step_rows = engine::UploadStepRows(ctx, batch.positions, batch.tokens);
-  ctx.backend->BeginStep();
+  const engine::backend::StepScope step(*ctx.backend);
   // Every hyper-connection stream starts as the token embedding (replicated on every rank).
   engine::Floats streams = engine::EmbedStreams(d, ctx, w.embed, batch.tokens);
   for (int64_t s = 0; s < static_cast<int64_t>(w.stages.size()); ++s) {

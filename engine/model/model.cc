@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -259,6 +260,14 @@ int64_t Model::PaddingRows(std::span<const StepInput> inputs, const StepOptions&
 StatusOr<StepOutput> Model::PaddedStep(std::span<const StepInput> inputs,
                                        const StepOptions& options, int64_t padding_rows) {
   const std::unique_ptr<SequenceState> padding = NewSequence();
+  // Only into pages that are free: padding evicts no cached prefix.
+  int64_t pages = padding->PagesToGrow(padding_rows);
+  for (const StepInput& in : inputs) {
+    pages += in.sequence->PagesToGrow(static_cast<int64_t>(in.tokens.size()));
+  }
+  if (kv_pool_->free_pages() < pages) {
+    return absl::ResourceExhaustedError("no free pages for the padding");
+  }
   const std::vector<int32_t> padding_tokens(static_cast<size_t>(padding_rows), 0);
   std::vector<StepInput> padded(inputs.begin(), inputs.end());
   padded.push_back({padding.get(), padding_tokens});
@@ -345,7 +354,8 @@ Status Model::RankStep(int rank, const BatchLayout& batch, const StepOptions& op
   const int64_t rows = batch.rows();
   const StepRows step_rows = UploadStepRows(ctx, batch.positions, batch.token_ids);
   // A step whose layers are handed on as they finish is queued as it goes.
-  if (!options.on_layer_done) ctx.backend->BeginStep();
+  std::optional<backend::StepScope> step;
+  if (!options.on_layer_done) step.emplace(*ctx.backend);
   // Embedding, replicated into hc identical streams (on every rank: the streams are replicated).
   Floats streams = EmbedStreams(d, ctx, w.embed, batch.token_ids);
   const bool features = out && options.features, block_io = out && options.block_io;

@@ -21,8 +21,7 @@ Status CudaError(cudaError_t error, const char* what) {
 // the time is the work's, not the host's wait for it.
 class CudaTimer : public Timer {
  public:
-  CudaTimer(CudaOps& ops, cudaStream_t stream, int device)
-      : ops_(ops), stream_(stream), device_(device) {
+  CudaTimer(CudaOps& ops, int device) : ops_(ops), device_(device) {
     const cuda::DeviceScope on_device(device_);
     cudaEventCreate(&start_);
     cudaEventCreate(&stop_);
@@ -32,15 +31,11 @@ class CudaTimer : public Timer {
     cudaEventDestroy(start_);
     cudaEventDestroy(stop_);
   }
-  void Start() override {
-    const cuda::DeviceScope on_device(device_);
-    ops_.Flush();  // the events go after what was recorded before them
-    cudaEventRecord(start_, stream_);
-  }
+  // The events go after what was recorded before them.
+  void Start() override { ops_.RecordEvent(start_); }
   double Stop() override {
     const cuda::DeviceScope on_device(device_);
-    ops_.Flush();
-    cudaEventRecord(stop_, stream_);
+    ops_.RecordEvent(stop_);
     float ms = 0.0f;
     if (cudaEventSynchronize(stop_) != cudaSuccess ||
         cudaEventElapsedTime(&ms, start_, stop_) != cudaSuccess) {
@@ -51,7 +46,6 @@ class CudaTimer : public Timer {
 
  private:
   CudaOps& ops_;
-  cudaStream_t stream_;
   int device_;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
@@ -173,22 +167,14 @@ CudaBackend::~CudaBackend() {
 }
 
 std::unique_ptr<Timer> CudaBackend::NewTimer() const {
-  return std::make_unique<CudaTimer>(*ops_, stream_, device_);
+  return std::make_unique<CudaTimer>(*ops_, device_);
 }
 
 // Stream-ordered: cudaMalloc and cudaFree wait for the whole device, and a step frees its
 // activations as it goes, so every free would stall the host until the GPU caught up. Every
 // user of the memory works on stream_ (the operations, the KV pool's copies, the collectives),
 // after the allocation and before the free in the stream's order.
-void* CudaBackend::Allocate(size_t bytes) {
-  const cuda::DeviceScope on_device(device_);
-  void* p = nullptr;
-  if (cudaMallocAsync(&p, bytes, stream_) != cudaSuccess) {
-    cudaGetLastError();  // an out-of-memory answer is not sticky; clear it
-    return nullptr;
-  }
-  return p;
-}
+void* CudaBackend::Allocate(size_t bytes) { return ops_->AllocateDeviceMemory(bytes); }
 
 void CudaBackend::Free(void* p) {
   ops_->FreeDeviceMemory(p);  // after the work queued or recorded before

@@ -41,6 +41,7 @@ class CudaBackend : public Backend {
   int device_index() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   void BeginStep() override { ops_->BeginStep(); }
+  void EndStep() override { ops_->EndStep(); }
   Status Synchronize() override { return ops_->Synchronize(); }
 
  private:

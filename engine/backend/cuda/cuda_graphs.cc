@@ -19,6 +19,12 @@ void CudaOps::BeginStep() {
   recording_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
 }
 
+void CudaOps::EndStep() {
+  if (!recording()) return;
+  Flush();
+  recording_thread_.store(std::thread::id(), std::memory_order_relaxed);
+}
+
 std::unique_lock<std::mutex> CudaOps::LockOutCaptures() {
   return graphs_ ? std::unique_lock<std::mutex>(capture_mutex_) : std::unique_lock<std::mutex>();
 }
@@ -52,16 +58,18 @@ void CudaOps::RunPiece(const GraphPlanner::Piece& piece) {
   const auto launches = static_cast<int64_t>(piece.end - piece.begin);
   if (piece.action == GraphPlanner::Action::kReplay) {
     const Graph& g = graphs_by_key_.at(piece.key);
-    for (const auto& [i, node] : g.uploads) {
-      const Recorded& r = pending_[piece.begin + i];
-      Check(cudaGraphExecMemcpyNodeSetParams1D(g.exec, node, r.upload_to, r.upload_from,
-                                               r.upload_bytes, cudaMemcpyHostToDevice),
-            "cudaGraphExecMemcpyNodeSetParams1D");
+    // The key is a hash: the graph is replayed only for the very launches it was made of.
+    bool same = g.signatures.size() == static_cast<size_t>(launches);
+    for (size_t i = 0; same && i < g.signatures.size(); ++i) {
+      same = g.signatures[i] == pending_[piece.begin + i].signature;
     }
-    Check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch");
-    launches_from_graphs_.fetch_add(launches, std::memory_order_relaxed);
-    graph_launches_.fetch_add(1, std::memory_order_relaxed);
-    return;
+    if (same) {
+      Check(PointUploads(g, piece.begin), "cudaGraphExecMemcpyNodeSetParams1D");
+      Check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch");
+      launches_from_graphs_.fetch_add(launches, std::memory_order_relaxed);
+      graph_launches_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
   }
   if (piece.action == GraphPlanner::Action::kCapture && CaptureAndLaunch(piece)) return;
   for (size_t i = piece.begin; i < piece.end; ++i) pending_[i].work();
@@ -70,6 +78,16 @@ void CudaOps::RunPiece(const GraphPlanner::Piece& piece) {
 
 // Thread-local capture: other threads may use the runtime meanwhile, but not this stream (their
 // memory ops wait for capture_mutex_).
+cudaError_t CudaOps::PointUploads(const Graph& g, size_t begin) {
+  for (const auto& [i, node] : g.uploads) {
+    const Recorded& r = pending_[begin + i];
+    const cudaError_t error = cudaGraphExecMemcpyNodeSetParams1D(
+        g.exec, node, r.upload_to, r.upload_from, r.upload_bytes, cudaMemcpyHostToDevice);
+    if (error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
+}
+
 bool CudaOps::CaptureAndLaunch(const GraphPlanner::Piece& piece) {
   const std::lock_guard<std::mutex> lock(capture_mutex_);
   Graph g;
@@ -84,8 +102,14 @@ bool CudaOps::CaptureAndLaunch(const GraphPlanner::Piece& piece) {
         cudaStreamCaptureStatus status;
         const cudaGraphNode_t* ends = nullptr;
         size_t count = 0;
+#if CUDART_VERSION >= 13000
         Check(cudaStreamGetCaptureInfo(stream_, &status, nullptr, nullptr, &ends, nullptr, &count),
               "cudaStreamGetCaptureInfo");
+#else
+        Check(
+            cudaStreamGetCaptureInfo_v3(stream_, &status, nullptr, nullptr, &ends, nullptr, &count),
+            "cudaStreamGetCaptureInfo");
+#endif
         if (count == 1) {
           g.uploads.emplace_back(i - piece.begin, ends[0]);
         } else {
@@ -98,15 +122,25 @@ bool CudaOps::CaptureAndLaunch(const GraphPlanner::Piece& piece) {
     if (error == cudaSuccess) error = capture_error_;
   }
   if (error == cudaSuccess) error = cudaGraphInstantiate(&g.exec, g.graph, 0);
+  // A graph whose copies cannot be re-pointed could never be replayed: found out now.
+  if (error == cudaSuccess) error = PointUploads(g, piece.begin);
   if (error != cudaSuccess) {
     cudaGetLastError();  // the capture's failure is not the stream's
     if (g.exec) cudaGraphExecDestroy(g.exec);
     if (g.graph) cudaGraphDestroy(g.graph);
     planner_.CaptureFailed(piece.key);
+    captures_failed_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
+  for (size_t i = piece.begin; i < piece.end; ++i) g.signatures.push_back(pending_[i].signature);
   const cudaGraphExec_t exec = g.exec;
+  if (auto old = graphs_by_key_.find(piece.key); old != graphs_by_key_.end()) {
+    cudaGraphExecDestroy(old->second.exec);  // (the planner captures a key once)
+    cudaGraphDestroy(old->second.graph);
+    graphs_kept_.fetch_sub(1, std::memory_order_relaxed);
+  }
   graphs_by_key_[piece.key] = std::move(g);
+  graphs_kept_.fetch_add(1, std::memory_order_relaxed);
   planner_.Captured(piece.key);
   Check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
   launches_from_graphs_.fetch_add(static_cast<int64_t>(piece.end - piece.begin),
@@ -120,8 +154,8 @@ CudaOps::GraphCounts CudaOps::graph_counts() const {
   counts.launches_run = launches_run_.load(std::memory_order_relaxed);
   counts.launches_from_graphs = launches_from_graphs_.load(std::memory_order_relaxed);
   counts.graph_launches = graph_launches_.load(std::memory_order_relaxed);
-  counts.graphs = static_cast<int64_t>(planner_.graphs());
-  counts.captures_failed = planner_.captures_failed();
+  counts.graphs = graphs_kept_.load(std::memory_order_relaxed);
+  counts.captures_failed = captures_failed_.load(std::memory_order_relaxed);
   return counts;
 }
 

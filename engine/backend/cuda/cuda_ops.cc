@@ -12,7 +12,12 @@ namespace pdspark::engine::backend {
 
 CudaOps::~CudaOps() {
   const cuda::DeviceScope on_device(device_);
-  if (recording()) Flush();
+  // Work still recorded (a step that never ended) is queued as recorded, then what it freed.
+  for (Recorded& r : pending_) r.work();
+  pending_.clear();
+  for (void* p : deferred_frees_) cudaFreeAsync(p, stream_);
+  deferred_frees_.clear();
+  recording_thread_.store(std::thread::id(), std::memory_order_relaxed);
   FreeScratch();
   for (auto& [key, g] : graphs_by_key_) {
     cudaGraphExecDestroy(g.exec);
@@ -118,13 +123,34 @@ void CudaOps::FreeScratch() {
   scratch_.clear();
 }
 
+// From another thread than the recording one, the stream-ordered calls wait out a capture (one
+// would become part of the graph).
+void* CudaOps::AllocateDeviceMemory(size_t bytes) {
+  const cuda::DeviceScope on_device(device_);
+  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  void* p = nullptr;
+  if (cudaMallocAsync(&p, bytes, stream_) != cudaSuccess) {
+    cudaGetLastError();  // an out-of-memory answer is not sticky; clear it
+    return nullptr;
+  }
+  return p;
+}
+
 void CudaOps::FreeDeviceMemory(void* p) {
   const cuda::DeviceScope on_device(device_);
   if (recording()) {
     deferred_frees_.push_back(p);
-  } else {
-    cudaFreeAsync(p, stream_);
+    return;
   }
+  const auto capture_lock = LockOutCaptures();
+  cudaFreeAsync(p, stream_);
+}
+
+cudaError_t CudaOps::RecordEvent(cudaEvent_t event) {
+  const cuda::DeviceScope on_device(device_);
+  Flush();
+  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  return cudaEventRecord(event, stream_);
 }
 
 void CudaOps::FreeRope(DeviceRope& rope) {
@@ -139,6 +165,7 @@ CudaOps::DeviceRope CudaOps::RopeOnDevice(const kernels::cpu::RopeTable& table) 
   if (rope.cos && rope.host_cos == table.cos.data() && rope.host_size == table.cos.size()) {
     return rope;
   }
+  Flush();  // recorded launches may still name the table it replaces (freed synchronously)
   FreeRope(rope);
   rope.host_cos = table.cos.data();
   rope.host_size = table.cos.size();

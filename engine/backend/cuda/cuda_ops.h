@@ -81,13 +81,19 @@ class CudaOps : public Ops {
 
   void set_cuda_graphs(bool on) { graphs_ = on; }
   bool cuda_graphs() const { return graphs_; }
-  // The calling thread (the rank's) begins a step, recorded until Synchronize when graphs are on.
+  // The calling thread (the rank's) begins a step, recorded until Synchronize or EndStep when
+  // graphs are on; EndStep queues what is recorded and ends the step, if it has not ended.
   void BeginStep();
+  void EndStep();
   // Queues what this thread recorded; nothing on any other thread. Whatever works on the stream
   // besides the operations (a collective, a timer's event) calls it first.
   void Flush();
-  // Device memory back to the stream-ordered pool after the work before it, recorded included.
+  // Device memory from the stream-ordered pool (null when there is no room), and back to it
+  // after the work before it, recorded included.
+  void* AllocateDeviceMemory(size_t bytes);
   void FreeDeviceMemory(void* p);
+  // Records `event` on the stream after everything queued or recorded before.
+  cudaError_t RecordEvent(cudaEvent_t event);
   struct GraphCounts {
     int64_t launches_run = 0;          // queued one by one
     int64_t launches_from_graphs = 0;  // queued as part of a graph
@@ -298,8 +304,11 @@ class CudaOps : public Ops {
   struct Graph {
     cudaGraph_t graph = nullptr;  // kept: its nodes name the exec's
     cudaGraphExec_t exec = nullptr;
+    std::vector<uint64_t> signatures;  // its launches': a replay checks them, not just the key
     std::vector<std::pair<size_t, cudaGraphNode_t>> uploads;  // (launch in the piece, its copy)
   };
+  // Points graph `g`'s upload copies at the sources of launches [begin, ...) of pending_.
+  cudaError_t PointUploads(const Graph& g, size_t begin);
   bool graphs_ = false;
   std::atomic<std::thread::id> recording_thread_{};
   std::vector<Recorded> pending_;
@@ -312,6 +321,7 @@ class CudaOps : public Ops {
   bool capturing_ = false;  // written under capture_mutex_
   cudaError_t capture_error_ = cudaSuccess;
   std::atomic<int64_t> launches_run_{0}, launches_from_graphs_{0}, graph_launches_{0};
+  std::atomic<int64_t> graphs_kept_{0}, captures_failed_{0};
   std::unordered_map<const kernels::cpu::RopeTable*, DeviceRope> ropes_;
   cublasLtHandle_t lt_ = nullptr;  // made on the first FP8 fast GEMM
   void* lt_workspace_ = nullptr;

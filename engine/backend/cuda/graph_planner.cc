@@ -18,6 +18,7 @@ std::vector<GraphPlanner::Piece> GraphPlanner::Plan(std::span<const uint64_t> la
   launches_seen_.insert(launches.begin(), launches.end());
 
   std::vector<Piece> pieces;
+  std::unordered_set<uint64_t> capturing;  // a key twice in one flush is captured once
   auto run = [&](size_t begin, size_t end) {
     if (begin == end) return;
     if (!pieces.empty() && pieces.back().action == Action::kRun) {
@@ -34,7 +35,10 @@ std::vector<GraphPlanner::Piece> GraphPlanner::Plan(std::span<const uint64_t> la
       LaunchSignature key;
       for (size_t j = i; j < end; ++j) key.Add(launches[j]);
       key.Add(end - i);
-      const Action action = Candidate(key.value());
+      Action action = Candidate(key.value());
+      if (action == Action::kCapture && !capturing.insert(key.value()).second) {
+        action = Action::kRun;
+      }
       if (action == Action::kRun) {
         run(i, end);
       } else {

@@ -52,7 +52,7 @@ class GraphPlanner {
  public:
   struct Options {
     size_t min_launches = 4;          // shorter runs are not worth a graph
-    size_t max_graphs = 4096;         // captured graphs kept; past it, nothing more is captured
+    size_t max_graphs = 16384;        // captured graphs kept; past it, nothing more is captured
     size_t max_remembered = 1 << 20;  // signatures remembered before forgetting them all
   };
   enum class Action { kRun, kCapture, kReplay };

@@ -130,6 +130,29 @@ TEST(GraphPlannerTest, NothingIsCapturedPastTheGraphLimit) {
   EXPECT_EQ(planner.graphs(), 2u);
 }
 
+// The same run twice in one flush (a step repeating launches on the same buffers) is captured
+// once: the second runs as recorded until the graph exists, then both replay it.
+TEST(GraphPlannerTest, ARunTwiceInOneFlushIsCapturedOnce) {
+  GraphPlanner planner;
+  // The launch between the two runs changes every flush.
+  auto flush = [](uint64_t n) { return std::vector<uint64_t>{1, 2, 3, 4, 100 + n, 1, 2, 3, 4}; };
+  planner.Plan(flush(0));
+  auto pieces = planner.Plan(flush(1));
+  // Second sight of the run within this flush already: its second copy is captured.
+  ASSERT_EQ(Actions(pieces), (std::vector<Action>{Action::kRun, Action::kCapture}));
+  planner.Captured(pieces[1].key);
+  pieces = planner.Plan(flush(2));
+  EXPECT_EQ(Actions(pieces), (std::vector<Action>{Action::kReplay, Action::kRun, Action::kReplay}));
+  // Both copies due for capture in one flush (the graph was not made at the last): one capture.
+  GraphPlanner fresh;
+  fresh.Plan(flush(0));
+  fresh.Plan(flush(1));
+  pieces = fresh.Plan(flush(2));
+  int captures = 0;
+  for (const auto& p : pieces) captures += p.action == Action::kCapture;
+  EXPECT_EQ(captures, 1);
+}
+
 TEST(GraphPlannerTest, SignaturesTellParametersApart) {
   auto of = [](int64_t a, const void* p, float f) {
     LaunchSignature s;
