@@ -9,7 +9,9 @@
 //
 // Buffers are in the ranks' memory (the model passes backend::Buffers): host memory for the
 // in-process backend; the NCCL backend (CUDA builds, nccl_communicator.h) takes device pointers
-// and enqueues on the stream it was created with. The calls keep their shape.
+// and enqueues on the stream it was created with; on the stream the rank computes on, a call
+// returns once queued, and stream order stands for "blocks until all ranks have joined" (the
+// rank's next read of the buffer is queued after the collective). The calls keep their shape.
 #pragma once
 
 #include <cstddef>

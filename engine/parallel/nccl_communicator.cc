@@ -106,11 +106,15 @@ void NcclCommunicator::Abort() {
   ncclCommAbort(comm_);
 }
 
-Status NcclCommunicator::Collective(const char* what, const std::function<int()>& enqueue) {
+Status NcclCommunicator::Collective(const char* what, const std::function<int()>& enqueue,
+                                    bool wait) {
   // An aborted communicator is freed: nothing may be enqueued on it.
   if (aborted_) return absl::AbortedError(absl::StrCat(what, ": the NCCL group was aborted"));
   const cuda::DeviceScope on_device(device_);
   RETURN_IF_ERROR(NcclStatus(static_cast<ncclResult_t>(enqueue()), what));
+  // On the caller's stream, what reads the result is queued after it: no need to wait (which
+  // would stall the rank's host thread at every collective of a step).
+  if (!wait && !owns_stream_) return absl::OkStatus();
   return CudaStatus(cudaStreamSynchronize(stream_), what);
 }
 
@@ -142,9 +146,12 @@ Status NcclCommunicator::Broadcast(float* data, size_t n, int root) {
 
 Status NcclCommunicator::Barrier() {
   if (barrier_word_ == nullptr) return absl::InternalError("NCCL barrier buffer not allocated");
-  return Collective("ncclAllReduce(barrier)", [&] {
-    return ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_);
-  });
+  return Collective(
+      "ncclAllReduce(barrier)",
+      [&] {
+        return ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, comm_, stream_);
+      },
+      /*wait=*/true);
 }
 
 }  // namespace pdspark::parallel

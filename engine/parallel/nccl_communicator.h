@@ -1,8 +1,11 @@
 // The NCCL backend of Communicator (CUDA builds): one rank per GPU, buffers are device pointers.
-// Every call is enqueued on the communicator's stream and waited for before it returns, which
-// keeps the interface's synchronous, in-place contract. The stream is its own, or the one the
-// rank computes on (CreateAll with streams: the CUDA backend's), so a collective starts after
-// the work that made its input.
+// Every call is enqueued on the communicator's stream. The stream is its own, and then each
+// call is waited for before it returns (the interface's synchronous, in-place contract); or it
+// is the one the rank computes on (CreateAll with streams: the CUDA backend's), and then a
+// collective starts after the work that made its input and what reads its result is queued
+// after it, so only Barrier waits. Errors of a collective not waited for come with the stream's
+// next synchronisation (Backend::Synchronize); a rank that fails aborts the group, which ends
+// the collectives the others wait on.
 //
 // Ordering: NCCL does not add in rank order (ring and tree algorithms choose their own order),
 // but one reduction's result is computed once and copied, so it is bitwise the same on every
@@ -61,8 +64,8 @@ class NcclCommunicator final : public Communicator {
   // `stream`: null for a stream of its own.
   NcclCommunicator(ncclComm* comm, int rank, int world_size, int device, CUstream_st* stream);
   // Refuses once aborted; else, on the rank's GPU, enqueues the collective (`enqueue` returns
-  // its ncclResult_t) and waits for the stream.
-  Status Collective(const char* what, const std::function<int()>& enqueue);
+  // its ncclResult_t), and waits for the stream if it is the communicator's own or `wait`.
+  Status Collective(const char* what, const std::function<int()>& enqueue, bool wait = false);
 
   ncclComm* comm_;
   CUstream_st* stream_ = nullptr;

@@ -52,6 +52,39 @@ TEST(NcclCommunicatorTest, OneRankCollectivesOnOneGpu) {
   EXPECT_EQ(comm.Broadcast(nullptr, 0, 1).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// On the stream the rank computes on, a collective is queued behind the work before it and
+// returns without waiting for it (a wait would stall the rank at every collective of a step).
+TEST(NcclCommunicatorTest, OnTheRanksStreamACollectiveDoesNotWait) {
+  if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  cudaSetDevice(0);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto comms = NcclCommunicator::CreateAll(1, {stream});
+  ASSERT_TRUE(comms.ok()) << comms.status();
+  NcclCommunicator& comm = *(*comms)[0];
+  const size_t big = size_t{1} << 30;
+  void* busy = nullptr;
+  float* x = nullptr;
+  ASSERT_EQ(cudaMalloc(&busy, big), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&x, sizeof(float)), cudaSuccess);
+  for (int i = 0; i < 1000; ++i) cudaMemsetAsync(busy, i & 0xff, big, stream);  // 0.3 s and more
+  const float one = 1.0f;
+  cudaMemcpyAsync(x, &one, sizeof(float), cudaMemcpyHostToDevice, stream);
+  EXPECT_TRUE(comm.AllReduceSum(x, 1).ok());
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the collective waited";
+  cudaGetLastError();
+  float back = 0.0f;
+  cudaMemcpyAsync(&back, x, sizeof(float), cudaMemcpyDeviceToHost, stream);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(back, 1.0f);
+  EXPECT_TRUE(comm.Barrier().ok());
+  EXPECT_EQ(cudaStreamQuery(stream), cudaSuccess);  // a barrier waits
+  comms->clear();
+  cudaFree(busy);
+  cudaFree(x);
+  cudaStreamDestroy(stream);
+}
+
 TEST(NcclCommunicatorTest, AllRanksGetTheSameSumGatherAndBroadcast) {
   const int gpus = cuda::DeviceCount();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, " << gpus << " visible";
