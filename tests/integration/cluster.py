@@ -166,7 +166,7 @@ def metric(port, name, labels=""):
     return total
 
 
-def wait_for(predicate, timeout=120, what="condition"):
+def wait_for(predicate, timeout=120, what="condition", poll=0.2):
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -174,7 +174,7 @@ def wait_for(predicate, timeout=120, what="condition"):
                 return
         except (OSError, urllib.error.URLError, ValueError):
             pass
-        time.sleep(0.2)
+        time.sleep(poll)
     raise AssertionError("timed out waiting for " + what)
 
 

@@ -49,10 +49,11 @@ class KvFaultTest(unittest.TestCase):
         self.addCleanup(c.stop_all)
         self.router = c.start_router("router", ["--disagg-min-prompt-tokens", "1"])
         tls = ["--ucx-tls", "tcp"]
-        # Small prefill chunks: the prompt streams over many steps, so the transfer is long.
+        # Small prefill chunks: the prompt streams over many steps, so the transfer lasts long
+        # enough to be caught in flight (with 64-token chunks it could end between two polls).
         self.prefill = c.start_worker("prefill", "prefill", [self.router],
                                       tls + ["--transfer-stall-ms", "1000",
-                                             "--max-batch-tokens", "64"])
+                                             "--max-batch-tokens", "16"])
         self.decode = c.start_worker("decode", "decode", [self.router], tls)
         c.wait_ready((lambda: health(self.router).get("prefill_workers") == 1 and
                       health(self.router).get("decode_workers") == 1, "cluster"))
@@ -61,7 +62,7 @@ class KvFaultTest(unittest.TestCase):
         """Sends the long prompt and returns once the decode worker holds its reservation."""
         request = Request(self.router)
         wait_for(lambda: metric(self.decode.metrics, "pdspark_kv_active_reservations") == 1,
-                 timeout=30, what="the decode worker's reservation")
+                 timeout=30, what="the decode worker's reservation", poll=0.02)
         return request
 
     def expect_prefill_side_clean(self, reason):
