@@ -40,6 +40,15 @@ std::vector<int64_t> DefaultFeatureLayers(const config::ModelConfig& c) {
   return layers;
 }
 
+// The pages the inputs' new tokens need beyond what their sequences hold.
+int64_t PagesToGrow(std::span<const StepInput> inputs) {
+  int64_t pages = 0;
+  for (const StepInput& in : inputs) {
+    pages += in.sequence->PagesToGrow(static_cast<int64_t>(in.tokens.size()));
+  }
+  return pages;
+}
+
 BatchLayout MakeBatch(std::span<const StepInput> inputs) {
   BatchLayout batch;
   for (const StepInput& in : inputs) {
@@ -260,17 +269,13 @@ int64_t Model::PaddingRows(std::span<const StepInput> inputs, const StepOptions&
 StatusOr<StepOutput> Model::PaddedStep(std::span<const StepInput> inputs,
                                        const StepOptions& options, int64_t padding_rows) {
   const std::unique_ptr<SequenceState> padding = NewSequence();
-  // Only into pages that are free: padding evicts no cached prefix.
-  int64_t pages = padding->PagesToGrow(padding_rows);
-  for (const StepInput& in : inputs) {
-    pages += in.sequence->PagesToGrow(static_cast<int64_t>(in.tokens.size()));
-  }
-  if (kv_pool_->free_pages() < pages) {
-    return absl::ResourceExhaustedError("no free pages for the padding");
-  }
   const std::vector<int32_t> padding_tokens(static_cast<size_t>(padding_rows), 0);
   std::vector<StepInput> padded(inputs.begin(), inputs.end());
   padded.push_back({padding.get(), padding_tokens});
+  // Only into pages that are free: padding evicts no cached prefix.
+  if (kv_pool_->free_pages() < PagesToGrow(padded)) {
+    return absl::ResourceExhaustedError("no free pages for the padding");
+  }
   StepOptions padded_options = options;
   if (!options.sample.empty()) {  // greedy draws for the padding's logits rows
     const int64_t rows = options.logits == LogitsMode::kAllTokens ? padding_rows : 1;
@@ -299,10 +304,7 @@ StatusOr<StepOutput> Model::PaddedStep(std::span<const StepInput> inputs,
 StatusOr<StepOutput> Model::RunStep(std::span<const StepInput> inputs, const StepOptions& options) {
   RETURN_IF_ERROR(Validate(inputs));
   // The forward appends rows without looking back: it must find every page it needs.
-  int64_t pages = 0;
-  for (const StepInput& in : inputs) {
-    pages += in.sequence->PagesToGrow(static_cast<int64_t>(in.tokens.size()));
-  }
+  const int64_t pages = PagesToGrow(inputs);
   if (!kv_pool_->EnsureFree(pages)) {
     const int64_t free = kv_pool_->free_pages();
     return absl::ResourceExhaustedError(absl::StrCat("KV pool full: the step needs ", pages,

@@ -11,7 +11,7 @@ namespace pdspark::engine::backend {
 void CudaOps::BeginStep() {
   if (!graphs_) return;
   const cuda::DeviceScope on_device(device_);
-  if (recording()) Flush();  // the last step ended early (an error) and left work recorded
+  Flush();  // what a step that ended early (an error) left recorded
   if (!step_staging_.empty()) {
     Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     step_staging_.Reset();
@@ -26,7 +26,9 @@ void CudaOps::EndStep() {
 }
 
 std::unique_lock<std::mutex> CudaOps::LockOutCaptures() {
-  return graphs_ ? std::unique_lock<std::mutex>(capture_mutex_) : std::unique_lock<std::mutex>();
+  // The recording thread is the only one that captures: it never waits for itself.
+  if (!graphs_ || recording()) return {};
+  return std::unique_lock<std::mutex>(capture_mutex_);
 }
 
 void CudaOps::Enqueue(const LaunchSignature& signature, std::function<void()> work) {

@@ -50,14 +50,12 @@ void CudaOps::Fail(Status failure) {
 
 Status CudaOps::Synchronize() {
   const cuda::DeviceScope on_device(device_);
-  std::unique_lock<std::mutex> capture_lock;
   const bool was_recording = recording();
   if (was_recording) {
     Flush();
     recording_thread_.store(std::thread::id(), std::memory_order_relaxed);
-  } else {
-    capture_lock = LockOutCaptures();
   }
+  const auto capture_lock = LockOutCaptures();
   Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   if (was_recording) step_staging_.Reset();  // every copy from it has run
   const std::lock_guard<std::mutex> lock(status_mutex_);
@@ -127,7 +125,7 @@ void CudaOps::FreeScratch() {
 // would become part of the graph).
 void* CudaOps::AllocateDeviceMemory(size_t bytes) {
   const cuda::DeviceScope on_device(device_);
-  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  const auto capture_lock = LockOutCaptures();
   void* p = nullptr;
   if (cudaMallocAsync(&p, bytes, stream_) != cudaSuccess) {
     cudaGetLastError();  // an out-of-memory answer is not sticky; clear it
@@ -149,7 +147,7 @@ void CudaOps::FreeDeviceMemory(void* p) {
 cudaError_t CudaOps::RecordEvent(cudaEvent_t event) {
   const cuda::DeviceScope on_device(device_);
   Flush();
-  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  const auto capture_lock = LockOutCaptures();
   return cudaEventRecord(event, stream_);
 }
 
@@ -206,7 +204,7 @@ void CudaOps::CopyToDevice(void* dst, const void* src, size_t bytes) {
     return;
   }
   Flush();
-  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  const auto capture_lock = LockOutCaptures();
   // From pageable memory the copy has read `src` when it returns; the stream orders the rest.
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "CopyToDevice");
 }
@@ -215,7 +213,7 @@ void CudaOps::CopyToHost(void* dst, const void* src, size_t bytes) {
   const cuda::DeviceScope on_device(device_);
   if (!bytes) return;
   Flush();
-  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  const auto capture_lock = LockOutCaptures();
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "CopyToHost");
   Check(cudaStreamSynchronize(stream_), "CopyToHost (wait)");
 }
@@ -228,7 +226,7 @@ void CudaOps::Copy(void* dst, const void* src, size_t bytes) {
   signature.Add(dst);
   signature.Add(src);
   signature.Add(bytes);
-  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  const auto capture_lock = LockOutCaptures();
   Enqueue(signature, [=, this] {
     Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "Copy");
   });
@@ -241,7 +239,7 @@ void CudaOps::Zero(void* p, size_t bytes) {
   signature.AddName("Zero");
   signature.Add(p);
   signature.Add(bytes);
-  const auto capture_lock = recording() ? std::unique_lock<std::mutex>() : LockOutCaptures();
+  const auto capture_lock = LockOutCaptures();
   Enqueue(signature, [=, this] { Check(cudaMemsetAsync(p, 0, bytes, stream_), "Zero"); });
 }
 

@@ -199,7 +199,8 @@ class CudaOps : public Ops {
     CudaOps& ops_;
     bool was_recording_;
   };
-  // The memory ops from a thread not recording: excluded from captures.
+  // Held by the memory ops: a thread other than the recording one waits out a capture (no lock
+  // for the recording thread, which is the one that captures).
   std::unique_lock<std::mutex> LockOutCaptures();
   // While recording, an upload is a recorded copy from the step's pinned arena into `device`
   // (null: scratch): its signature holds where it goes and its size, not where it comes from,
