@@ -103,6 +103,46 @@ TEST(Bf16DotTest, Fp8BlocksOfExtremeScalesGiveTheDefinitionsBits) {
   ExpectTheDefinitionsBits(RandomX(m * k, 22), m, k, w.view, "FP8, extreme scales");
 }
 
+// x [k, k] with a 1 at (i, i): product row i is weight column i, each weight's narrowed value.
+std::vector<float> Identity(int64_t k) {
+  std::vector<float> x(k * k, 0.0f);
+  for (int64_t i = 0; i < k; ++i) x[i * k + i] = 1.0f;
+  return x;
+}
+
+// Each code at each scale narrows to its value (subnormal products flushed, as the definition
+// says), read one weight at a time through an identity x, from panels (128 or 32 rows) and in
+// registers (8 rows): random weights hold the zero and subnormal codes too rarely, and their
+// errors would sink in a dot's rounding.
+TEST(Bf16DotTest, EveryCodeAtEveryScaleNarrowsToItsValue) {
+  // FP8: two weight rows hold the 254 codes that are not NaN (0x7F and 0xFF stand in for zero).
+  const int64_t k8 = 128;
+  const auto x8 = Identity(k8);
+  for (int scale = 0; scale < 247; ++scale) {
+    RandomWeights w(WeightFormat::kFp8E4M3, 2, k8, 1);
+    for (int64_t c = 0; c < 256; ++c) {
+      w.codes[c] = (c & 0x7F) == 0x7F ? static_cast<uint8_t>(c & 0x80) : static_cast<uint8_t>(c);
+    }
+    w.scales.assign(w.scales.size(), static_cast<uint8_t>(scale));
+    ExpectTheDefinitionsBits(x8, k8, k8, w.view, "FP8 scale " + std::to_string(scale));
+    ExpectTheDefinitionsBits(x8, 8, k8, w.view, "FP8 in registers, scale " + std::to_string(scale));
+    if (HasFatalFailure()) return;
+  }
+  // FP4: weight row r has scale code r, and every code as a low and as a high nibble (up to
+  // scale 2^125: 6 times more overflows, and x's zeros times infinity are NaN).
+  const int64_t k4 = 32, rows = 253;
+  RandomWeights w(WeightFormat::kFp4E2M1, rows, k4, 2);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < k4 / 2; ++b) {
+      w.codes[r * k4 / 2 + b] = static_cast<uint8_t>((b & 15) | ((15 - b) << 4));
+    }
+    w.scales[r] = static_cast<uint8_t>(r);
+  }
+  const auto x4 = Identity(k4);
+  ExpectTheDefinitionsBits(x4, k4, k4, w.view, "FP4");
+  ExpectTheDefinitionsBits(x4, 8, k4, w.view, "FP4 in registers");
+}
+
 TEST(Bf16DotTest, WithinItsBoundOfTheDoubleReference) {
   for (WeightFormat format : kNarrowFormats) {
     const int64_t n = 33, k = 544, m = 5;
