@@ -105,21 +105,40 @@ void CpuOps::MoeFfn(const MoeFfnCall& c) {
     problems.push_back({job.x, job.n, c.dim, job.w->w3, up[j].get(), inter});
   }
   GroupedGemm(problems);
+  // Every job's SwiGLU (in place over its gate) in one parallel region, in pieces of at most 16
+  // rows: a decode step's expert jobs hold a row or two each, which alone would stay on the
+  // caller's thread one after another.
+  struct Piece {
+    size_t job;
+    int64_t begin, end;
+  };
+  std::vector<Piece> pieces;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    for (int64_t b = 0; b < jobs[j].n; b += 16)
+      pieces.push_back({j, b, std::min(jobs[j].n, b + 16)});
+  }
+  ForChunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      const FfnJob& job = jobs[pieces[i].job];
+      float* act = gate[pieces[i].job].get();
+      SwiGluRows(act, up[pieces[i].job].get(),
+                 job.row_weights.empty() ? nullptr : job.row_weights.data(), pieces[i].begin,
+                 pieces[i].end, job.w->w1.rows, job.limit, act);
+    }
+  });
   problems.clear();
   for (size_t j = 0; j < jobs.size(); ++j) {
     FfnJob& job = jobs[j];
-    const int64_t inter = job.w->w1.rows;
-    float* act = gate[j].get();  // overwritten in place
-    SwiGlu(act, up[j].get(), job.row_weights.empty() ? nullptr : job.row_weights.data(), job.n,
-           inter, job.limit, act);
     job.out = Unzeroed(job.n * c.dim);
-    problems.push_back({act, job.n, inter, job.w->w2, job.out.get(), c.dim});
+    problems.push_back({gate[j].get(), job.n, job.w->w1.rows, job.w->w2, job.out.get(), c.dim});
   }
   GroupedGemm(problems);
+  // The jobs' outputs into the layer's, in job order as before, in one parallel region.
+  std::vector<RowsToAdd> outputs;
   for (const FfnJob& job : jobs) {
-    AddRowsDouble(job.out.get(), job.n, c.dim, job.members.empty() ? nullptr : job.members.data(),
-                  c.y, c.dim);
+    outputs.push_back({job.out.get(), job.n, job.members.empty() ? nullptr : job.members.data()});
   }
+  AddRowBlocksDouble(outputs, c.dim, c.y, c.dim);
 }
 
 }  // namespace pdspark::engine::backend

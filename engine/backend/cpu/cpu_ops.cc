@@ -63,18 +63,23 @@ void CpuOps::DoubleToFloat(const double* x, int64_t n, float* y) {
 }
 
 void CpuOps::Add(const float* a, const float* b, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  // A step's residual adds span all its rows' streams (a 16-row decode step: 64k values).
+  ForChunks(n, 16384, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+  });
 }
 
 void CpuOps::WriteCacheRows(const float* values, int64_t count, int64_t width,
                             std::span<void* const> rows, const kc::Fp8KvRow& fp8) {
-  for (int64_t i = 0; i < count; ++i) {
-    if (fp8.head_dim > 0) {
-      fp8.Encode(values + i * width, static_cast<uint8_t*>(rows[i]));
-    } else {
-      std::memcpy(rows[i], values + i * width, width * sizeof(float));
+  ForChunks(count, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (fp8.head_dim > 0) {
+        fp8.Encode(values + i * width, static_cast<uint8_t*>(rows[i]));
+      } else {
+        std::memcpy(rows[i], values + i * width, width * sizeof(float));
+      }
     }
-  }
+  });
 }
 
 void CpuOps::Gemm(const GemmCall& call) {
@@ -136,25 +141,40 @@ void CpuOps::Hadamard(float* x, int64_t rows, int64_t n, float scale) {
   });
 }
 
+void CpuOps::SwiGluRows(const float* gate, const float* up, const float* row_scale, int64_t begin,
+                        int64_t end, int64_t n, float limit, float* out) {
+  kc::SwiGlu(gate + begin * n, up + begin * n, (end - begin) * n, limit, out + begin * n);
+  if (!row_scale) return;
+  for (int64_t r = begin; r < end; ++r) {
+    for (int64_t i = 0; i < n; ++i) out[r * n + i] = row_scale[r] * out[r * n + i];
+  }
+}
+
 void CpuOps::SwiGlu(const float* gate, const float* up, const float* row_scale, int64_t rows,
                     int64_t n, float limit, float* out) {
   ForChunks(rows, 16, [&](int64_t begin, int64_t end) {
-    kc::SwiGlu(gate + begin * n, up + begin * n, (end - begin) * n, limit, out + begin * n);
-    if (!row_scale) return;
-    for (int64_t r = begin; r < end; ++r) {
-      for (int64_t i = 0; i < n; ++i) out[r * n + i] = row_scale[r] * out[r * n + i];
-    }
+    SwiGluRows(gate, up, row_scale, begin, end, n, limit, out);
   });
 }
 
 void CpuOps::AddRowsDouble(const float* x, int64_t count, int64_t n, const int64_t* rows,
                            double* acc, int64_t acc_stride) {
+  const RowsToAdd block{x, count, rows};
+  AddRowBlocksDouble({&block, 1}, n, acc, acc_stride);
+}
+
+void CpuOps::AddRowBlocksDouble(std::span<const RowsToAdd> blocks, int64_t n, double* acc,
+                                int64_t acc_stride) {
+  int64_t count = 0;
+  for (const RowsToAdd& b : blocks) count += b.count;
   // Chunks over the columns, so rows that repeat (a token's experts) never race; each at least
   // 32k additions (a decode step's few rows stay on the caller's thread).
   ForChunks(n, std::max<int64_t>(256, 32768 / std::max<int64_t>(count, 1)),
             [&](int64_t begin, int64_t end) {
-              for (int64_t i = 0; i < count; ++i) {
-                AddToDouble(x + i * n, begin, end, acc + (rows ? rows[i] : i) * acc_stride);
+              for (const RowsToAdd& b : blocks) {
+                for (int64_t i = 0; i < b.count; ++i) {
+                  AddToDouble(b.x + i * n, begin, end, acc + (b.rows ? b.rows[i] : i) * acc_stride);
+                }
               }
             });
 }

@@ -91,6 +91,20 @@ class CpuOps : public Ops {
   // run(begin, end) over [0, n) in contiguous chunks on the rank's threads; `unit` items at
   // least per chunk (small rows are not worth a hand-off).
   void ForChunks(int64_t n, int64_t unit, const std::function<void(int64_t, int64_t)>& run);
+  // Rows of x to add in double to rows of an accumulator: x row i to row rows[i] (row i where
+  // rows is null).
+  struct RowsToAdd {
+    const float* x = nullptr;
+    int64_t count = 0;
+    const int64_t* rows = nullptr;
+  };
+  // AddRowsDouble for several blocks in one parallel region over the columns: an element's
+  // additions come in the blocks' order, as from one AddRowsDouble per block.
+  void AddRowBlocksDouble(std::span<const RowsToAdd> blocks, int64_t n, double* acc,
+                          int64_t acc_stride);
+  // SwiGlu's work on rows [begin, end), on the caller's thread.
+  static void SwiGluRows(const float* gate, const float* up, const float* row_scale, int64_t begin,
+                         int64_t end, int64_t n, float limit, float* out);
   // The mixes of every row scaled by rsqrt(mean(streams^2) + eps) (hc_pre and hc_head).
   void ScaleMixes(const HcShape& s, const float* streams, int64_t rows, int64_t mix, float* mixes);
 
