@@ -114,8 +114,9 @@ void CpuOps::MoeFfn(const MoeFfnCall& c) {
   };
   std::vector<Piece> pieces;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    for (int64_t b = 0; b < jobs[j].n; b += 16)
+    for (int64_t b = 0; b < jobs[j].n; b += 16) {
       pieces.push_back({j, b, std::min(jobs[j].n, b + 16)});
+    }
   }
   ForChunks(static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
