@@ -164,7 +164,10 @@ void TileRows(int r, const typename Tiles::X* x, int64_t ldx, const WeightRow<F>
 
 // Rows [i0, i1) x view columns [j0, j1): columns in groups of kTileCols (then singly), each
 // group against every row in tiles of kTileRows, so a group's weights stay in cache while the
-// rows stream past.
+// rows stream past. The next group's codes are requested while a group is multiplied: a decode
+// step's GEMMs wait on memory, and the hardware prefetchers start late on weight rows of a few
+// hundred bytes to a few kilobytes (docs/perf.md: batch-1 decode 1.22-1.25x with the exact
+// kernels). (Written out here: moved into a helper function, GCC 12 dropped the prefetches.)
 template <WeightFormat F, typename Tiles = Fp32Tiles>
 void Block(const typename Tiles::X* x, int64_t ldx, const WeightMatrix& w, int64_t i0, int64_t i1,
            int64_t j0, int64_t j1, float* y, int64_t ldy) {
@@ -174,6 +177,18 @@ void Block(const typename Tiles::X* x, int64_t ldx, const WeightMatrix& w, int64
     const int cols = j1 - j >= C ? C : 1;
     WeightRow<F> rows[C];
     for (int c = 0; c < cols; ++c) rows[c] = WeightRow<F>(w, j + c);
+    if (j + 2 * C <= j1) {
+      // The next group's codes into L2.
+      constexpr int64_t kBytesPer32Inputs = F == WeightFormat::kF32       ? 128
+                                            : F == WeightFormat::kBF16    ? 64
+                                            : F == WeightFormat::kFp8E4M3 ? 32
+                                                                          : 16;
+      const int64_t bytes = (k + 31) / 32 * kBytesPer32Inputs;
+      for (int c = 0; c < C; ++c) {
+        const char* next = static_cast<const char*>(WeightRow<F>(w, j + C + c).codes);
+        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
+      }
+    }
     for (int64_t i = i0; i < i1; i += V::kTileRows) {
       const int r = static_cast<int>(i1 - i < V::kTileRows ? i1 - i : V::kTileRows);
       if (cols == C) {
