@@ -14,6 +14,9 @@ using transport::TransferError;
 // The prefill side stops writing this long before the decode worker's lease runs out, so that
 // a late write cannot land in memory the decode side has handed to another request.
 constexpr auto kLeaseMargin = std::chrono::milliseconds(500);
+// How long a new KV link's wire-up may take before the request fails over (a live peer
+// answers in a round trip).
+constexpr auto kLinkUpTimeout = std::chrono::milliseconds(2000);
 
 v1::PrefillProgress Progress(v1::PrefillProgress::Stage stage) {
   v1::PrefillProgress progress;
@@ -117,6 +120,12 @@ StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngin
   // Endpoints are cached per decode incarnation and address: a restarted decode worker, or one
   // that fenced its KV connections, gets a new link.
   RETURN_IF_ERROR(agent.Connect(descriptor.incarnation_id(), descriptor.agent_address()));
+  // An empty flush completes a new endpoint's wire-up before the prompt is computed (a no-op
+  // on one already up). UCX 1.13 aborts the decode process when this worker dies between
+  // its wire-up request and the decode side's reply (openucx/ucx#8175, fixed in 1.14): done
+  // here, that window is this round trip, not the first layer's puts in the middle of a prefill.
+  RETURN_IF_ERROR(agent.Write(descriptor.incarnation_id(), region, {},
+                              Clock::now() + kLinkUpTimeout, kLinkUpTimeout));
   StreamTarget target;
   target.peer_id = descriptor.incarnation_id();
   target.region = std::move(region);

@@ -113,6 +113,10 @@ class KvFaultTest(unittest.TestCase):
     def test_killed_prefill_releases_the_reservation(self):
         self.start()
         request = self.start_transfer()
+        # Killed once its prompt runs (its KV link is up). Killed during the link's wire-up,
+        # UCX 1.13 aborts the decode process (openucx/ucx#8175; prefill_service.cc).
+        wait_for(lambda: self.prefill_stats()[0] == 1, timeout=30,
+                 what="the prefill worker to run the prompt", poll=0.02)
         self.prefill.proc.send_signal(signal.SIGKILL)
         self.prefill.proc.wait()
         request.join(120)
