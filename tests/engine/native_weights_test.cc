@@ -68,20 +68,17 @@ TEST(NativeWeights, TheNumberOfComputeThreadsChangesNoBit) {
   }
 }
 
-// The fast kernels (ModelOptions::fast_kernels: BF16 dot products where the CPU has AVX512-BF16)
-// reach the model's GEMMs, and keep the exact path's invariances: the ranks and threads change
-// no bit.
-TEST(NativeWeights, FastKernelsReachTheGemmsAndKeepTheirInvariances) {
+// The fast kernels (ModelOptions::fast_kernels: fp32 attention on every CPU, BF16 dot products
+// in the GEMMs where it has AVX512-BF16) reach the model, and keep the exact path's
+// invariances: the ranks and threads change no bit. (Without AVX512-BF16 the attention alone
+// makes the logits differ: this test once expected them equal there, and failed on a Zen 3.)
+TEST(NativeWeights, FastKernelsReachTheModelAndKeepTheirInvariances) {
   ModelOptions exact;
   exact.show_progress = false;
   ModelOptions fast = exact;
   fast.fast_kernels = true;
   const std::vector<float> expected = RunSteps(*Model::Load(kGoldenDir, fast).value());
-  if (kernels::cpu::CpuSupportsBf16Dot()) {
-    EXPECT_NE(expected, RunSteps(*Model::Load(kGoldenDir, exact).value()));
-  } else {
-    EXPECT_EQ(expected, RunSteps(*Model::Load(kGoldenDir, exact).value()));
-  }
+  EXPECT_NE(expected, RunSteps(*Model::Load(kGoldenDir, exact).value()));
   for (int tp : {2, 4}) {
     ModelOptions ranks = fast;
     ranks.tensor_parallel_size = tp;
