@@ -23,9 +23,14 @@ struct V {
   struct Vec {
     __m256 lo, hi;
   };
-  // 16 registers: 2 x 2 tiles take 8 for accumulators, 4 for weights, 2 for x.
-  static constexpr int kTileRows = 2;
-  static constexpr int kTileCols = 2;
+  // 16 registers. A 6 x 1 tile takes 12 for accumulators and 2 for the weights, whose
+  // decode is shared by 6 rows (x comes from memory in the FMAs): 1.3-1.9x a 2 x 2 tile's
+  // GFLOP/s at 4 to 16 rows on FP8 and FP4 (pdspark_gemm_bench on a Zen 3). One or two rows
+  // keep the 2 x 2 tile: one column gives them too few accumulator chains.
+  static constexpr int kTileRows = 6;
+  static constexpr int kTileCols = 1;
+  static constexpr int kFewRows = 2;
+  static constexpr int kFewRowsTileCols = 2;
   // LoadFp8 yields value / 256: a block's scale code becomes 256 * scale.
   static constexpr const std::array<float, 256>& kFp8Multipliers = kE8M0Times256;
 

@@ -13,6 +13,8 @@ struct V {
   // 6 x 4 tiles: 24 accumulators, 4 weight vectors and one x vector of the 32 registers.
   static constexpr int kTileRows = 6;
   static constexpr int kTileCols = 4;
+  static constexpr int kFewRows = 0;  // one tile shape for every row count
+  static constexpr int kFewRowsTileCols = kTileCols;
   // LoadFp8 yields value / 256: a block's scale code becomes 256 * scale.
   static constexpr const std::array<float, 256>& kFp8Multipliers = kE8M0Times256;
 

@@ -24,6 +24,8 @@ struct V {
   };
   static constexpr int kTileRows = 1;
   static constexpr int kTileCols = 1;
+  static constexpr int kFewRows = 0;  // one tile shape for every row count
+  static constexpr int kFewRowsTileCols = kTileCols;
   static constexpr const std::array<float, 256>& kFp8Multipliers = kE8M0Values;
 
   static Vec Zero() { return Vec{}; }

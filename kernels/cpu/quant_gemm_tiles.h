@@ -6,12 +6,12 @@
 // (the including file includes <type_traits> first).
 //
 // V provides:
-//   using Vec; kTileRows, kTileCols; Zero(); Fma(x, w, acc); Reduce(v) (the canonical tree);
-//   Store(p, v[, n]); for 16 values (n < 16: the first n, the rest zero) LoadF32(p[, n]),
-//   LoadBf16(p[, n]), LoadFp8(p, multiplier[, n]) and LoadFp4(p, table[, n]); kFp8Multipliers,
-//   what a block's E8M0 scale code becomes in LoadFp8 (kE8M0Values, or kE8M0Times256 where the
-//   vector decode yields value / 256: the product is the same correctly rounded value); and
-//   Fp4Table / MakeFp4Table(scale), the 16 E2M1 values times a block's scale.
+//   using Vec; kTileRows, kTileCols, kFewRows, kFewRowsTileCols (Block); Zero(); Fma(x, w, acc);
+//   Reduce(v) (the canonical tree); Store(p, v[, n]); for 16 values (n < 16: the first n, the rest
+//   zero) LoadF32(p[, n]), LoadBf16(p[, n]), LoadFp8(p, multiplier[, n]) and LoadFp4(p, table[,
+//   n]); kFp8Multipliers, what a block's E8M0 scale code becomes in LoadFp8 (kE8M0Values, or
+//   kE8M0Times256 where the vector decode yields value / 256: the product is the same correctly
+//   rounded value); and Fp4Table / MakeFp4Table(scale), the 16 E2M1 values times a block's scale.
 
 // The 16-wide input blocks of a view cross a scale block every this many inputs.
 template <WeightFormat F>
@@ -152,8 +152,8 @@ struct Fp32Tiles {
   }
 };
 
-// Tiles::Run<F, r, C> for a run-time r in [1, V::kTileRows].
-template <WeightFormat F, int C, typename Tiles, int R = V::kTileRows>
+// Tiles::Run<F, r, C> for a run-time r in [1, R].
+template <WeightFormat F, int C, typename Tiles, int R>
 void TileRows(int r, const typename Tiles::X* x, int64_t ldx, const WeightRow<F>* w, int64_t k,
               float* y, int64_t ldy) {
   if constexpr (R >= 1) {
@@ -162,43 +162,68 @@ void TileRows(int r, const typename Tiles::X* x, int64_t ldx, const WeightRow<F>
   }
 }
 
-// Rows [i0, i1) x view columns [j0, j1): columns in groups of kTileCols (then singly), each
-// group against every row in tiles of kTileRows, so a group's weights stay in cache while the
-// rows stream past. The next group's codes are requested while a group is multiplied: a decode
-// step's GEMMs wait on memory, and the hardware prefetchers start late on weight rows of a few
-// hundred bytes to a few kilobytes (docs/perf.md: batch-1 decode 1.22-1.25x with the exact
-// kernels). (Written out here: moved into a helper function, GCC 12 dropped the prefetches.)
-template <WeightFormat F, typename Tiles = Fp32Tiles>
-void Block(const typename Tiles::X* x, int64_t ldx, const WeightMatrix& w, int64_t i0, int64_t i1,
-           int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  constexpr int C = V::kTileCols;
+// Bytes of codes in a weight row of k inputs (a bound: whole 32-input groups).
+template <WeightFormat F>
+constexpr int64_t RowCodeBytes(int64_t k) {
+  constexpr int64_t kBytesPer32Inputs = F == WeightFormat::kF32       ? 128
+                                        : F == WeightFormat::kBF16    ? 64
+                                        : F == WeightFormat::kFp8E4M3 ? 32
+                                                                      : 16;
+  return (k + 31) / 32 * kBytesPer32Inputs;
+}
+
+// How far ahead of the weight row being multiplied (Block) or converted into a panel
+// (DequantizeRows, NarrowRows) its codes are requested into L2: a decode step's GEMMs wait on
+// memory, and the hardware prefetchers start late on weight rows of a few hundred bytes to a
+// few kilobytes (docs/perf.md). The panel path serves from kPanelMinRows rows on, where Block
+// only sees the panel already in cache. (Written out at each use: moved into a helper
+// function, GCC 12 dropped the prefetches.)
+inline constexpr int64_t kPrefetchRowsAhead = 4;
+
+// Rows [i0, i1) x view columns [j0, j1) in tiles of up to R rows x C columns: columns in
+// groups of C (then singly), each group against every row, so a group's weights stay in cache
+// while the rows stream past; the codes of the rows kPrefetchRowsAhead on are requested
+// meanwhile.
+template <WeightFormat F, typename Tiles, int R, int C>
+void BlockOfTiles(const typename Tiles::X* x, int64_t ldx, const WeightMatrix& w, int64_t i0,
+                  int64_t i1, int64_t j0, int64_t j1, float* y, int64_t ldy) {
   const int64_t k = w.cols;
   for (int64_t j = j0; j < j1;) {
     const int cols = j1 - j >= C ? C : 1;
     WeightRow<F> rows[C];
     for (int c = 0; c < cols; ++c) rows[c] = WeightRow<F>(w, j + c);
-    if (j + 2 * C <= j1) {
-      // The next group's codes into L2.
-      constexpr int64_t kBytesPer32Inputs = F == WeightFormat::kF32       ? 128
-                                            : F == WeightFormat::kBF16    ? 64
-                                            : F == WeightFormat::kFp8E4M3 ? 32
-                                                                          : 16;
-      const int64_t bytes = (k + 31) / 32 * kBytesPer32Inputs;
-      for (int c = 0; c < C; ++c) {
-        const char* next = static_cast<const char*>(WeightRow<F>(w, j + C + c).codes);
-        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
-      }
+    const int64_t bytes = RowCodeBytes<F>(k);
+    const int64_t ahead_end =
+        j + kPrefetchRowsAhead + cols < j1 ? j + kPrefetchRowsAhead + cols : j1;
+    for (int64_t ahead = j + kPrefetchRowsAhead; ahead < ahead_end; ++ahead) {
+      const char* next = static_cast<const char*>(WeightRow<F>(w, ahead).codes);
+      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
     }
-    for (int64_t i = i0; i < i1; i += V::kTileRows) {
-      const int r = static_cast<int>(i1 - i < V::kTileRows ? i1 - i : V::kTileRows);
+    for (int64_t i = i0; i < i1; i += R) {
+      const int r = static_cast<int>(i1 - i < R ? i1 - i : R);
       if (cols == C) {
-        TileRows<F, C, Tiles>(r, x + i * ldx, ldx, rows, k, y + i * ldy + j, ldy);
+        TileRows<F, C, Tiles, R>(r, x + i * ldx, ldx, rows, k, y + i * ldy + j, ldy);
       } else {
-        TileRows<F, 1, Tiles>(r, x + i * ldx, ldx, rows, k, y + i * ldy + j, ldy);
+        TileRows<F, 1, Tiles, R>(r, x + i * ldx, ldx, rows, k, y + i * ldy + j, ldy);
       }
     }
     j += cols;
   }
+}
+
+// BlockOfTiles with the instruction set's tile: kTileRows x kTileCols, or up to kFewRows rows
+// x kFewRowsTileCols columns when the block has no more rows than that (where one tall
+// column's accumulators are too few chains to keep the FMA units busy).
+template <WeightFormat F, typename Tiles = Fp32Tiles>
+void Block(const typename Tiles::X* x, int64_t ldx, const WeightMatrix& w, int64_t i0, int64_t i1,
+           int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  if constexpr (V::kFewRows > 0) {
+    if (i1 - i0 <= V::kFewRows) {
+      return BlockOfTiles<F, Tiles, V::kFewRows, V::kFewRowsTileCols>(x, ldx, w, i0, i1, j0, j1, y,
+                                                                      ldy);
+    }
+  }
+  BlockOfTiles<F, Tiles, V::kTileRows, V::kTileCols>(x, ldx, w, i0, i1, j0, j1, y, ldy);
 }
 
 // View rows [j0, j1) of w dequantised into out (row stride w.cols).
@@ -206,7 +231,12 @@ template <WeightFormat F>
 void DequantizeRows(const WeightMatrix& w, int64_t j0, int64_t j1, float* out) {
   const int64_t k = w.cols, full = k / 16;
   const int tail = static_cast<int>(k - 16 * full);
+  const int64_t bytes = RowCodeBytes<F>(k);
   for (int64_t j = j0; j < j1; ++j) {
+    if (j + kPrefetchRowsAhead < w.rows) {
+      const char* next = static_cast<const char*>(WeightRow<F>(w, j + kPrefetchRowsAhead).codes);
+      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
+    }
     const WeightRow<F> row(w, j);
     float* dst = out + (j - j0) * k;
     for (int64_t b = 0; b < full; ++b) {
