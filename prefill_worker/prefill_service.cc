@@ -122,8 +122,9 @@ StatusOr<std::shared_ptr<StateStreamer>> LinkToReservation(serving::ServingEngin
   RETURN_IF_ERROR(agent.Connect(descriptor.incarnation_id(), descriptor.agent_address()));
   // An empty flush completes a new endpoint's wire-up before the prompt is computed (a no-op
   // on one already up). UCX 1.13 aborts the decode process when this worker dies between
-  // its wire-up request and the decode side's reply (openucx/ucx#8175, fixed in 1.14): done
-  // here, that window is this round trip, not the first layer's puts in the middle of a prefill.
+  // its wire-up request and the decode side's reply (openucx/ucx#8175 removed the assertion
+  // upstream; 1.13 has it): done here, that window is this round trip, not the first layer's puts
+  // in the middle of a prefill.
   RETURN_IF_ERROR(agent.Write(descriptor.incarnation_id(), region, {},
                               Clock::now() + kLinkUpTimeout, kLinkUpTimeout));
   StreamTarget target;
