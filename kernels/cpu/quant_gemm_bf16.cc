@@ -112,12 +112,8 @@ template <WeightFormat F>
 void NarrowRows(const WeightMatrix& w, int64_t j0, int64_t j1, uint16_t* out, int64_t ldo) {
   const int64_t full = w.cols / 32;
   const int tail = static_cast<int>(w.cols - 32 * full);
-  const int64_t bytes = RowCodeBytes<F>(w.cols);
   for (int64_t j = j0; j < j1; ++j) {
-    if (j + kPrefetchRowsAhead < w.rows) {
-      const char* next = static_cast<const char*>(WeightRow<F>(w, j + kPrefetchRowsAhead).codes);
-      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
-    }
+    if (j + kPrefetchRowsAhead < w.rows) PrefetchRowCodes<F>(w, j + kPrefetchRowsAhead);
     const WeightRow<F> row(w, j);
     uint16_t* dst = out + (j - j0) * ldo;
     for (int64_t q = 0; q < full; ++q) {

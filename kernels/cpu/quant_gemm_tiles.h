@@ -176,9 +176,17 @@ constexpr int64_t RowCodeBytes(int64_t k) {
 // (DequantizeRows, NarrowRows) its codes are requested into L2: a decode step's GEMMs wait on
 // memory, and the hardware prefetchers start late on weight rows of a few hundred bytes to a
 // few kilobytes (docs/perf.md). The panel path serves from kPanelMinRows rows on, where Block
-// only sees the panel already in cache. (Written out at each use: moved into a helper
-// function, GCC 12 dropped the prefetches.)
+// only sees the panel already in cache.
 inline constexpr int64_t kPrefetchRowsAhead = 4;
+
+// Requests view row j's codes into L2. (Forced inline: an earlier helper for this, left to
+// the compiler, came out of GCC 12 with no prefetch instruction.)
+template <WeightFormat F>
+[[gnu::always_inline]] inline void PrefetchRowCodes(const WeightMatrix& w, int64_t j) {
+  const char* codes = static_cast<const char*>(WeightRow<F>(w, j).codes);
+  const int64_t bytes = RowCodeBytes<F>(w.cols);
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(codes + b, 0, 2);
+}
 
 // Rows [i0, i1) x view columns [j0, j1) in tiles of up to R rows x C columns: columns in
 // groups of C (then singly), each group against every row, so a group's weights stay in cache
@@ -192,12 +200,10 @@ void BlockOfTiles(const typename Tiles::X* x, int64_t ldx, const WeightMatrix& w
     const int cols = j1 - j >= C ? C : 1;
     WeightRow<F> rows[C];
     for (int c = 0; c < cols; ++c) rows[c] = WeightRow<F>(w, j + c);
-    const int64_t bytes = RowCodeBytes<F>(k);
     const int64_t ahead_end =
         j + kPrefetchRowsAhead + cols < j1 ? j + kPrefetchRowsAhead + cols : j1;
     for (int64_t ahead = j + kPrefetchRowsAhead; ahead < ahead_end; ++ahead) {
-      const char* next = static_cast<const char*>(WeightRow<F>(w, ahead).codes);
-      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
+      PrefetchRowCodes<F>(w, ahead);
     }
     for (int64_t i = i0; i < i1; i += R) {
       const int r = static_cast<int>(i1 - i < R ? i1 - i : R);
@@ -231,12 +237,8 @@ template <WeightFormat F>
 void DequantizeRows(const WeightMatrix& w, int64_t j0, int64_t j1, float* out) {
   const int64_t k = w.cols, full = k / 16;
   const int tail = static_cast<int>(k - 16 * full);
-  const int64_t bytes = RowCodeBytes<F>(k);
   for (int64_t j = j0; j < j1; ++j) {
-    if (j + kPrefetchRowsAhead < w.rows) {
-      const char* next = static_cast<const char*>(WeightRow<F>(w, j + kPrefetchRowsAhead).codes);
-      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b, 0, 2);
-    }
+    if (j + kPrefetchRowsAhead < w.rows) PrefetchRowCodes<F>(w, j + kPrefetchRowsAhead);
     const WeightRow<F> row(w, j);
     float* dst = out + (j - j0) * k;
     for (int64_t b = 0; b < full; ++b) {
