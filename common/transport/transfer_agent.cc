@@ -1,6 +1,7 @@
 #include "common/transport/transfer_agent.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -107,10 +108,13 @@ bool ProgressWatch::Stalled(const TransferTracker& tracker, Clock::time_point no
 Status TransferAgent::Write(const std::string& peer_id, const RemoteRegion& region,
                             const std::vector<WriteOp>& ops, Clock::time_point deadline,
                             std::chrono::milliseconds stall) {
-  TransferTracker tracker;
-  Status posted = PostWrites(peer_id, region, ops, tracker);
-  if (posted.ok()) posted = PostFlush(peer_id, tracker);
-  Status done = AwaitCompletion(*this, peer_id, tracker, deadline, stall);
+  // On the heap: an operation the transport never completed (AwaitCompletion gave up on it)
+  // still holds the tracker, which then outlives this call rather than let it write freed memory.
+  auto tracker = std::make_unique<TransferTracker>();
+  Status posted = PostWrites(peer_id, region, ops, *tracker);
+  if (posted.ok()) posted = PostFlush(peer_id, *tracker);
+  Status done = AwaitCompletion(*this, peer_id, *tracker, deadline, stall);
+  if (tracker->pending() > 0) static_cast<void>(tracker.release());  // kept for good
   return posted.ok() ? done : posted;
 }
 

@@ -21,8 +21,8 @@ struct UcxAgent::Peer {
   std::string address;  // the worker address the endpoint was made to
   ucp_ep_h ep = nullptr;
   // Set by UCX's error callback (peer died, link cut): the endpoint is unusable.
-  std::atomic<bool> failed{false};
-  std::atomic<int> error{UCS_OK};           // the ucs_status_t it reported
+  bool failed = false;
+  ucs_status_t error = UCS_OK;              // what it reported
   std::map<std::string, ucp_rkey_h> rkeys;  // packed key -> unpacked key
 };
 
@@ -31,13 +31,6 @@ namespace {
 // Debian's absl has its own absl::string_view (not std::string_view): pass std::string here.
 Status UcsError(ucs_status_t status, const std::string& what) {
   return absl::UnavailableError(absl::StrCat("UCX ", what, ": ", ucs_status_string(status)));
-}
-
-void OnEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
-  auto* peer = static_cast<UcxAgent::Peer*>(arg);
-  peer->error.store(status);
-  peer->failed.store(true);
-  LOG_WARN("ucx endpoint error peer={} status={}", peer->id, ucs_status_string(status));
 }
 
 bool HasNetworkTransport(const std::string& transports) {
@@ -52,6 +45,24 @@ bool HasNetworkTransport(const std::string& transports) {
 
 UcxAgent::UcxAgent(UcxOptions options)
     : options_(std::move(options)), handles_(std::make_unique<Handles>()) {}
+
+struct UcxAgent::ErrorCallback {
+  // `arg` is the agent. UCX calls this from inside ucp_worker_progress (or another ucp call),
+  // and every such call is made under mu_: the lookup needs no lock of its own.
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+    // UCX reports errors on an endpoint while it closes too, when its peer entry may already
+    // be gone: the entry is found by its endpoint rather than held by pointer.
+    for (auto& [id, peer] : static_cast<UcxAgent*>(arg)->peers_) {
+      if (peer->ep != ep) continue;
+      peer->error = status;
+      peer->failed = true;
+      LOG_WARN("ucx endpoint error peer={} status={}", id, ucs_status_string(status));
+      return;
+    }
+    LOG_INFO("ucx error on an endpoint already closed, ignored status={}",
+             ucs_status_string(status));
+  }
+};
 
 StatusOr<std::unique_ptr<UcxAgent>> UcxAgent::Create(const UcxOptions& options) {
   std::unique_ptr<UcxAgent> agent(new UcxAgent(options));
@@ -261,8 +272,9 @@ Status UcxAgent::Connect(const std::string& peer_id, const std::string& peer_add
   // write deadline and the gRPC control plane are what notice a dead peer.
   params.err_mode = HasNetworkTransport(options_.transports) ? UCP_ERR_HANDLING_MODE_PEER
                                                              : UCP_ERR_HANDLING_MODE_NONE;
-  params.err_handler.cb = OnEndpointError;
-  params.err_handler.arg = peer.get();
+  // The callback finds the peer by its endpoint: UCX may call it after the peer is gone.
+  params.err_handler.cb = ErrorCallback::OnEndpointError;
+  params.err_handler.arg = this;
   ucs_status_t st = ucp_ep_create(handles_->worker, &params, &peer->ep);
   if (st != UCS_OK) {
     return UcsError(st, absl::StrCat("connect to peer ", peer_id, " from ", TransportName(),
@@ -276,7 +288,7 @@ Status UcxAgent::Disconnect(const std::string& peer_id) {
   std::lock_guard lock(mu_);
   auto it = peers_.find(peer_id);
   if (it == peers_.end()) return absl::OkStatus();
-  ClosePeerLocked(*it->second, /*force=*/it->second->failed.load());
+  ClosePeerLocked(*it->second, /*force=*/it->second->failed);
   peers_.erase(it);
   return absl::OkStatus();
 }
@@ -313,14 +325,14 @@ StatusOr<void*> UcxAgent::RkeyLocked(Peer& peer, const std::string& packed_key) 
 StatusOr<UcxAgent::Peer*> UcxAgent::UsablePeerLocked(const std::string& peer_id) {
   auto it = peers_.find(peer_id);
   if (it == peers_.end() || it->second->ep == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("not connected to peer ", peer_id));
+    return absl::FailedPreconditionError(
+        absl::StrCat("not connected to peer ", peer_id, " (never, or since an abort)"));
   }
   if (it->second->failed) {
     return TransferError(
         FailureReason::kPeerFailed, absl::StatusCode::kUnavailable,
         absl::StrCat("UCX endpoint to peer ", peer_id, " failed (",
-                     ucs_status_string(static_cast<ucs_status_t>(it->second->error.load())),
-                     "): the peer died or the link broke"));
+                     ucs_status_string(it->second->error), "): the peer died or the link broke"));
   }
   return it->second.get();
 }

@@ -43,10 +43,10 @@ class UcxAgent : public TransferAgent {
   // Replaces the ucp worker: its sockets (every connection from and to peers) close.
   Status Fence() override;
 
-  struct Peer;  // public only for UCX's C error callback
-
  private:
   struct Handles;
+  struct Peer;
+  struct ErrorCallback;  // UCX's endpoint error callback: it looks the peer up in peers_
   explicit UcxAgent(UcxOptions options);
   Status Init();
   Status CreateWorkerLocked();
