@@ -39,6 +39,9 @@ class Process:
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
+        crashed = self.crash()
+        if crashed:
+            sys.stderr.write("== %s %s; its log ends:\n%s" % (self.name, crashed, self.tail(40)))
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -48,6 +51,16 @@ class Process:
                 self.proc.wait()
         self.log.close()
         return self.proc.returncode
+
+    def crash(self):
+        """How the process ended by itself, if it did with an error (an exit code, or a fatal
+        signal other than the SIGTERM and SIGKILL the tests send); None otherwise. Said before
+        stopping it, so that a crash a test saw only as a reset connection has its log printed
+        (CTest shows it when the test fails)."""
+        code = self.proc.poll()
+        if not code or -code in (signal.SIGTERM, signal.SIGKILL):
+            return None
+        return "exited with %d" % code if code > 0 else "died of %s" % signal.Signals(-code).name
 
     def tail(self, n=20):
         with open(self.log_path) as f:
