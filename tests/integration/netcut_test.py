@@ -9,11 +9,17 @@ router retries it, falling back to prefill on the decode worker, and the client 
 an undisturbed run before its deadline; afterwards neither worker holds anything. With the link
 back up, requests take the disaggregated path again.
 
+UCX 1.13 may segfault the prefill worker within seconds of the return of its own link, after it
+aborted a transfer across the cut (docs/reliability.md, Known limits). After that cut the test
+waits 20 s; a prefill worker that died of SIGSEGV then is restarted, as `pdspark launch` or
+Kubernetes would, and counted in the figures. Any other death fails the test.
+
 Needs root and permission to create namespaces and veth pairs; exits 77 (CTest: skipped)
 where that is refused. The test body runs inside namespace R (re-executed there)."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -109,10 +115,10 @@ class NetCutTest(unittest.TestCase):
         c.wait_ready((cls.ready, "prefill and decode workers registered across the veths"))
 
     @classmethod
-    def start_in(cls, ns, role, host, router_host, kv_device, extra):
+    def start_in(cls, ns, role, host, router_host, kv_device, extra, name=None):
         """A worker inside namespace `ns`, listening on `host`, its KV pinned to `kv_device`."""
         metrics, grpc = free_port(), free_port()  # free in R; the other namespaces start empty
-        p = cls.cluster._start(role, "pdspark-" + role, [
+        p = cls.cluster._start(name or role, "pdspark-" + role, [
             "--model", cls.cluster.model_dir, "--host", host, "--port", str(grpc),
             "--metrics-port", str(metrics), "--router", "%s:%d" % (router_host, cls.router.grpc),
             "--ucx-tls", "tcp", "--ucx-net-devices", kv_device, *extra],
@@ -165,6 +171,8 @@ class NetCutTest(unittest.TestCase):
         assert_nothing_held(self, ARGS.source_dir, [self.prefill, self.decode])
         ip("-n", ns, "link", "set", device, "up")
         Namespaces.wait_running([(ARGS.p, "pd"), (ARGS.d, "dp")])
+        if ns == ARGS.p:
+            figures["prefill_restarts"] += self.outlive_ucx_crash_window()
         # With the link back, requests take the disaggregated path again.
         before = self.sent_bytes()
         for i in range(3):
@@ -173,13 +181,37 @@ class NetCutTest(unittest.TestCase):
         self.assertGreater(self.sent_bytes(), before, "transfers did not resume after the cut")
         return time.time() - started
 
+    def outlive_ucx_crash_window(self, window_s=20):
+        """Waits out the window in which UCX 1.13 may crash the prefill worker after the cut on
+        its side; restarts it if it died there of SIGSEGV (1, else 0)."""
+        deadline = time.time() + window_s
+        while time.time() < deadline and self.prefill.proc.poll() is None:
+            time.sleep(0.25)
+        code = self.prefill.proc.poll()
+        if code is None:
+            return 0
+        self.assertEqual(code, -signal.SIGSEGV, "the prefill worker died otherwise:\n" +
+                         self.prefill.tail(40))
+        sys.stderr.write("netcut: the prefill worker crashed in UCX 1.13 after the cut (a known "
+                         "limit); restarting it. Its log ends:\n%s" % self.prefill.tail(40))
+        cls = type(self)
+        self.cluster.wait_ready((lambda: health(cls.router).get("prefill_workers") == 0,
+                                 "the router to stop counting the dead prefill worker"))
+        cls.prefill = cls.start_in(ARGS.p, "prefill", self.prefill.host, "%s.1.1" % NET, "pd",
+                                   ["--transfer-timeout-ms", "2000"], name="prefill-restarted")
+        self.cluster.wait_ready((cls.ready, "the restarted prefill worker registered"),
+                                (lambda: self.sent_bytes() == 0, "its metrics endpoint"))
+        return 1
+
     def test_cut_link_requests_fall_back_and_nothing_leaks(self):
         prompts = ["ROMEO:", "First Citizen:\nWe are", "KING RICHARD III:\nNow is the winter"]
         before = self.sent_bytes()
         references = [completion(self.router.http, self.body(p)) for p in prompts]
         self.assertGreater(self.sent_bytes(), before, "the warm-up did not go over UCX")
-        figures = {"sent": 0, "completed": 0, "failed": 0, "retried": 0, "reserve_refused": 0}
-        # Down on the prefill side: no route, each transfer fails at once.
+        figures = {"sent": 0, "completed": 0, "failed": 0, "retried": 0, "reserve_refused": 0,
+                   "prefill_restarts": 0}
+        # Down on the prefill side: no route. A transfer over the connection made before stalls
+        # (its packets queue) and is aborted by the stall timer.
         figures["unreachable_phase_s"] = round(self.run_cut(ARGS.p, "pd", references, prompts,
                                                             figures), 2)
         # Down on the decode side only: packets vanish, the transfer stalls until the prefill
