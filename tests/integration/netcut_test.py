@@ -109,10 +109,15 @@ class NetCutTest(unittest.TestCase):
         cls.router = c.start_router("router", ["--host", "0.0.0.0", "--disagg-min-prompt-tokens",
                                                "1", "--prefill-attempt-timeout-ms", "4000",
                                                "--request-timeout-s", str(DEADLINE_S)])
-        cls.prefill = cls.start_in(ARGS.p, "prefill", "%s.1.2" % NET, "%s.1.1" % NET, "pd",
-                                   ["--transfer-timeout-ms", "2000"])
+        cls.prefill = cls.start_prefill("prefill")
         cls.decode = cls.start_in(ARGS.d, "decode", "%s.2.2" % NET, "%s.2.1" % NET, "dp", [])
         c.wait_ready((cls.ready, "prefill and decode workers registered across the veths"))
+
+    @classmethod
+    def start_prefill(cls, name):
+        """The prefill worker, in P (at start, and again after a crash)."""
+        return cls.start_in(ARGS.p, "prefill", "%s.1.2" % NET, "%s.1.1" % NET, "pd",
+                            ["--transfer-timeout-ms", "2000"], name=name)
 
     @classmethod
     def start_in(cls, ns, role, host, router_host, kv_device, extra, name=None):
@@ -197,8 +202,7 @@ class NetCutTest(unittest.TestCase):
         cls = type(self)
         self.cluster.wait_ready((lambda: health(cls.router).get("prefill_workers") == 0,
                                  "the router to stop counting the dead prefill worker"))
-        cls.prefill = cls.start_in(ARGS.p, "prefill", self.prefill.host, "%s.1.1" % NET, "pd",
-                                   ["--transfer-timeout-ms", "2000"], name="prefill-restarted")
+        cls.prefill = cls.start_prefill("prefill-restarted")
         self.cluster.wait_ready((cls.ready, "the restarted prefill worker registered"),
                                 (lambda: self.sent_bytes() == 0, "its metrics endpoint"))
         return 1
