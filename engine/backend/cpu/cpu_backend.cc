@@ -78,6 +78,16 @@ void FreeAligned(void* p) { std::free(HeaderOf(p).base); }
 // Whether malloc is set for steps (SetMallocForSteps) rather than glibc's defaults.
 std::atomic<bool> malloc_set_for_steps{false};
 
+// Trims the free top of the calling thread's heap (what a kernel's own temporaries left there
+// when no kept block was freed into that heap): a free of 64 KiB or more trims it, and with
+// glibc's default M_MMAP_THRESHOLD (128 KiB) this block comes from the heap, not from mmap.
+void TrimThisThreadsHeapTop() {
+  constexpr size_t kTrimmingFreeBytes = size_t{96} << 10;
+  void* p = std::malloc(kTrimmingFreeBytes);
+  asm volatile("" : : "r"(p) : "memory");  // the allocation is not elided
+  std::free(p);
+}
+
 }  // namespace
 
 void SetMallocForSteps(bool steps) {
@@ -109,8 +119,12 @@ void CpuBackend::Free(void* p) {
 }
 
 void CpuBackend::ReleaseCachedMemory() {
-  blocks_.Release();
+  // glibc's defaults before the kept blocks go: a free of 64 KiB or more trims the free top of
+  // the block's heap beyond M_TRIM_THRESHOLD, and the steps ran on threads with heaps (arenas)
+  // of their own, whose top malloc_trim leaves alone (it trims only the main heap's).
   SetMallocForSteps(false);
+  blocks_.Release();
+  TrimThisThreadsHeapTop();
   // The kept blocks made the heap grow past what one step needs; freed, they leave free pages
   // inside it that glibc keeps resident. Hand those back too: an idle worker's RSS is its state.
   malloc_trim(0);
