@@ -1,7 +1,7 @@
 // The GEMM tiles on AVX2 with FMA and F16C: two __m256 (lanes 0-7 and 8-15) hold the 16 lanes
 // of the canonical dot, so the first step of the lane-sum tree is lo + hi and the results equal
-// the AVX-512 path's bit for bit. FP8 and BF16 are widened as there; FP4 magnitudes through an
-// 8-entry permute with the sign bit moved into place.
+// the AVX-512 path's bit for bit. FP8 and BF16 are widened as there; FP4 codes become FP16 through
+// a 16-entry byte lookup.
 #include <immintrin.h>
 
 #include <cmath>
@@ -84,26 +84,29 @@ struct V {
     return LoadFp8(Padded(p, n, buffer), multiplier);
   }
 
-  // The 8 E2M1 magnitudes times a block's scale; the sign is applied after the lookup
-  // (-(v * s) is exactly (-v) * s).
+  // A block's scale, broadcast: a code's FP16 value (exact) times it is the weight.
   using Fp4Table = __m256;
-  static Fp4Table MakeFp4Table(float scale) {
-    return _mm256_mul_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f),
-                         _mm256_set1_ps(scale));
-  }
-  // Eight codes -> their values: magnitude by permute, sign bit (code bit 3) moved to bit 31.
-  static __m256 Fp4Values(__m128i codes8, Fp4Table magnitudes) {
-    const __m256i codes = _mm256_cvtepu8_epi32(codes8);
-    const __m256 magnitude = _mm256_permutevar8x32_ps(magnitudes, codes);  // uses bits 0-2
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(codes, _mm256_set1_epi32(8)), 28);
-    return _mm256_xor_ps(magnitude, _mm256_castsi256_ps(sign));
-  }
-  static Vec LoadFp4(const uint8_t* p, Fp4Table table) {
+  static Fp4Table MakeFp4Table(float scale) { return _mm256_set1_ps(scale); }
+  // Sixteen codes, in order, from 8 bytes (low nibble first).
+  static __m128i Fp4Codes(const uint8_t* p) {
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
     const __m128i low4 = _mm_set1_epi8(0x0F);
-    const __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(bytes, low4),
-                                            _mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
-    return {Fp4Values(codes, table), Fp4Values(_mm_srli_si128(codes, 8), table)};
+    return _mm_unpacklo_epi8(_mm_and_si128(bytes, low4),
+                             _mm_and_si128(_mm_srli_epi16(bytes, 4), low4));
+  }
+  // Each E2M1 value's FP16 bits have a zero low byte, so one byte lookup per code gives them:
+  // 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (code 8 is -0, as the sign bit makes it).
+  // Fewer operations than a permute of the magnitudes and a sign moved into place.
+  static Vec LoadFp4(const uint8_t* p, Fp4Table scale) {
+    const __m128i kFp16HighBytes =
+        _mm_setr_epi8(0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46, static_cast<char>(0x80),
+                      static_cast<char>(0xB8), static_cast<char>(0xBC), static_cast<char>(0xBE),
+                      static_cast<char>(0xC0), static_cast<char>(0xC2), static_cast<char>(0xC4),
+                      static_cast<char>(0xC6));
+    const __m128i high = _mm_shuffle_epi8(kFp16HighBytes, Fp4Codes(p));
+    const __m128i zero = _mm_setzero_si128();
+    return {_mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi8(zero, high)), scale),
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi8(zero, high)), scale)};
   }
   static Vec LoadFp4(const uint8_t* p, Fp4Table table, int n) {
     uint8_t buffer[16];
