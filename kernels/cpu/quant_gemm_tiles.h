@@ -11,7 +11,8 @@
 //   zero) LoadF32(p[, n]), LoadBf16(p[, n]), LoadFp8(p, multiplier[, n]) and LoadFp4(p, table[,
 //   n]); kFp8Multipliers, what a block's E8M0 scale code becomes in LoadFp8 (kE8M0Values, or
 //   kE8M0Times256 where the vector decode yields value / 256: the product is the same correctly
-//   rounded value); and Fp4Table / MakeFp4Table(scale), the 16 E2M1 values times a block's scale.
+//   rounded value); and Fp4Table / MakeFp4Table(scale), what LoadFp4 takes of a block's scale
+//   (AVX-512: the 16 E2M1 values times it; AVX2 and portable: the scale itself).
 
 // The 16-wide input blocks of a view cross a scale block every this many inputs.
 template <WeightFormat F>
