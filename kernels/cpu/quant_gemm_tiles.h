@@ -20,12 +20,24 @@ constexpr int64_t kScaleBlock = F == WeightFormat::kFp8E4M3   ? kFp8ScaleBlock
                                 : F == WeightFormat::kFp4E2M1 ? kFp4ScaleBlock
                                                               : 0;
 
-// What a block's scale becomes for the loads.
+// What a block's scale becomes for the loads. (Specialisations rather than std::conditional_t:
+// a vector type such as __m256 as a template argument loses its alignment attribute, and GCC
+// warns.)
 struct NoScale {};
 template <WeightFormat F>
-using BlockScale = std::conditional_t<
-    F == WeightFormat::kFp8E4M3, float,
-    std::conditional_t<F == WeightFormat::kFp4E2M1, typename V::Fp4Table, NoScale>>;
+struct BlockScaleOf {
+  using Type = NoScale;
+};
+template <>
+struct BlockScaleOf<WeightFormat::kFp8E4M3> {
+  using Type = float;
+};
+template <>
+struct BlockScaleOf<WeightFormat::kFp4E2M1> {
+  using Type = V::Fp4Table;
+};
+template <WeightFormat F>
+using BlockScale = typename BlockScaleOf<F>::Type;
 
 // One weight row of a view: loads its 16-wide input blocks dequantised.
 template <WeightFormat F>
