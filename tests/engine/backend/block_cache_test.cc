@@ -1,7 +1,8 @@
 // BlockCache and the CPU backend's use of it: a freed large block comes back for an allocation
 // of about its size (and a Buffer on it starts as zeros all the same), the cache stays within
 // its capacity by dropping the oldest blocks, small and oversized blocks are not kept, and
-// Release hands everything back; the heap's freed pages stay mapped until the engine idles.
+// Release hands everything back; the heap's freed pages stay mapped until the engine idles, and
+// then go back, the free top of a step thread's own heap included.
 #include "engine/backend/cpu/block_cache.h"
 
 #include <sys/resource.h>
