@@ -4,6 +4,7 @@ at run time, for the integration tests. Standard library only."""
 import glob
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -17,18 +18,38 @@ import urllib.request
 
 
 _HANDED_OUT = set()
+_RANDOM = random.Random()  # seeded from the OS: two test processes draw different ports
+
+
+def ephemeral_port_range():
+    """The kernel's range for the local ports of outgoing connections (and of binds to port 0)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def free_port():
-    """A port free now and not handed out before by this process: a process started earlier may
-    not have bound its port yet, and the kernel can offer that port again."""
-    while True:
+    """A port free now, not handed out before by this process, and outside the kernel's
+    ephemeral range. A port from that range (what a bind to port 0 gives) can be taken by any
+    process's outgoing connection, a worker's gRPC or UCX link, before the process it is meant
+    for binds it: a prefill worker once exited with "cannot listen" that way."""
+    low, high = ephemeral_port_range()
+    candidates = range(10000, low) if low - 10000 >= 1000 else range(high + 1, 65536)
+    for _ in range(1000):
+        port = _RANDOM.choice(candidates)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or a socket of it still in TIME_WAIT
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free port in %d-%d" % (candidates[0], candidates[-1]))
 
 
 class Process:
