@@ -6,6 +6,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import sys
 import urllib.request
 
@@ -158,7 +159,27 @@ def assert_nothing_held(test, source_dir, workers, timeout=30):
         wait_for(idle, timeout=timeout, what="workers to free everything")
     except AssertionError:
         pass
-    test.assertEqual(last, {}, "memory still held after the requests ended")
+    test.assertEqual(last, {}, "memory still held after the requests ended\n" +
+                     "\n".join(_what_holds(w) for w in workers if w.name in last))
+
+
+def _what_holds(worker, log_lines=15):
+    """For a failure's message: a worker's KV, prefix-cache and pool gauges and counters, and
+    the end of its log (where a quarantine, a fence or a lease's expiry shows)."""
+    url = "http://%s:%d/metrics" % (_host(worker), worker.metrics)
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            lines = r.read().decode().splitlines()
+        # The non-zero samples, less the labels every sample of the worker carries.
+        gauges = [re.sub(r'model="[^"]*",role="[^"]*",worker="[^"]*",?', "", line).replace("{}", "")
+                  for line in lines
+                  if line.startswith(("pdspark_kv_", "pdspark_prefix_cache_", "pdspark_cache_"))
+                  and "_bucket" not in line and not line.endswith(" 0")]
+    except OSError as e:
+        gauges = ["/metrics unreadable: %s" % e]
+    with open(worker.log_path, errors="replace") as f:
+        tail = f.read().splitlines()[-log_lines:]
+    return "== %s\n%s\n-- log tail:\n%s" % (worker.name, "\n".join(gauges), "\n".join(tail))
 
 
 def _status_field(pid, field):
