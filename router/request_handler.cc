@@ -798,9 +798,12 @@ Task<RequestHandler::PrefillResult> RequestHandler::RunPrefill(
   co_return PrefillResult::kReady;
 }
 
-// Fire-and-forget unary calls (cancel, release): the request path does not wait for them.
+// Fire-and-forget unary calls (cancel, release): the request path does not wait for them. One
+// that fails is logged as `what`: a release lost leaves the decode worker's pages to the lease's
+// expiry and a quarantine after it, 40 s by default, and its log alone does not say why.
 template <typename Service, typename Request, typename Response, typename Start>
-void FireAndForget(const std::shared_ptr<grpc::Channel>& channel, Request request, Start start) {
+void FireAndForget(const std::shared_ptr<grpc::Channel>& channel, Request request, Start start,
+                   std::string what) {
   struct Call {
     grpc::ClientContext ctx;
     Request request;
@@ -812,7 +815,10 @@ void FireAndForget(const std::shared_ptr<grpc::Channel>& channel, Request reques
   call->request = std::move(request);
   call->stub = Service::NewStub(channel);
   start(call->stub->async(), &call->ctx, &call->request, &call->response,
-        [call](grpc::Status) { delete call; });
+        [call, what = std::move(what)](grpc::Status status) {
+          if (!status.ok()) LOG_WARN("{} not delivered error={}", what, status.error_message());
+          delete call;
+        });
 }
 
 void RequestHandler::SendCancel(const WorkerSnapshot& worker, const std::string& request_id) {
@@ -824,7 +830,8 @@ void RequestHandler::SendCancel(const WorkerSnapshot& worker, const std::string&
       channels_->Get(worker.address), std::move(request),
       [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
         async->Cancel(ctx, req, resp, std::move(done));
-      });
+      },
+      absl::StrCat("cancel request=", request_id, " worker=", worker.worker_id));
 }
 
 void RequestHandler::SendPrefillCancel(const WorkerSnapshot& worker,
@@ -835,7 +842,8 @@ void RequestHandler::SendPrefillCancel(const WorkerSnapshot& worker,
       channels_->Get(worker.address), std::move(request),
       [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
         async->Cancel(ctx, req, resp, std::move(done));
-      });
+      },
+      absl::StrCat("cancel request=", request_id, " worker=", worker.worker_id));
 }
 
 void RequestHandler::SendRelease(const WorkerSnapshot& worker, const std::string& reservation,
@@ -848,7 +856,8 @@ void RequestHandler::SendRelease(const WorkerSnapshot& worker, const std::string
       channels_->Get(worker.address), std::move(request),
       [](auto* async, auto* ctx, auto* req, auto* resp, auto done) {
         async->Release(ctx, req, resp, std::move(done));
-      });
+      },
+      absl::StrCat("release reservation=", reservation, " worker=", worker.worker_id));
 }
 
 bool RequestHandler::Abort(const std::string& request_id) {
