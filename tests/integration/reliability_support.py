@@ -177,9 +177,8 @@ def _what_holds(worker, log_lines=15):
                   and "_bucket" not in line and not line.endswith(" 0")]
     except OSError as e:
         gauges = ["/metrics unreadable: %s" % e]
-    with open(worker.log_path, errors="replace") as f:
-        tail = f.read().splitlines()[-log_lines:]
-    return "== %s\n%s\n-- log tail:\n%s" % (worker.name, "\n".join(gauges), "\n".join(tail))
+    return "== %s\n%s\n-- log tail:\n%s" % (worker.name, "\n".join(gauges),
+                                              worker.tail(log_lines))
 
 
 def _status_field(pid, field):
