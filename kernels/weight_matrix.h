@@ -22,10 +22,18 @@ enum class WeightFormat : uint8_t {
   // FP4 E2M1 codes two per byte (element 2i in the low nibble), one E8M0 scale per 32 inputs
   // of a row: scales [R, C/32].
   kFp4E2M1,
+  // Int8 codes, one E8M0 scale per 32 inputs of a row: scales [R, C/32]; an element is
+  // code * 2^-6 * scale (the OCP MX MXINT8 format). Not a checkpoint format: FP8 matrices are
+  // requantised to it at load for the int8 dot (WeightStorage::kInt8), where an int8 code
+  // multiplies as an integer.
+  kMxInt8,
 };
 
 inline constexpr int64_t kFp8ScaleBlock = 128;
 inline constexpr int64_t kFp4ScaleBlock = 32;
+inline constexpr int64_t kMxInt8ScaleBlock = 32;
+// An MXINT8 code's weight: the code times this times its block's scale.
+inline constexpr float kMxInt8CodeUnit = 1.0f / 64.0f;
 
 const char* WeightFormatName(WeightFormat format);
 
@@ -70,6 +78,10 @@ struct WeightMatrix {
         return Fp4E2M1ToFloat(index % 2 == 0 ? byte & 0xF : byte >> 4) *
                E8M0ToFloat(scales[row * scale_stride + col / kFp4ScaleBlock]);
       }
+      case WeightFormat::kMxInt8:
+        return static_cast<float>(static_cast<const int8_t*>(data)[index]) *
+               (E8M0ToFloat(scales[row * scale_stride + col / kMxInt8ScaleBlock]) *
+                kMxInt8CodeUnit);
     }
     return 0.0f;
   }

@@ -23,11 +23,12 @@ void AddWorkerFlags(CLI::App& app, WorkerFlags& f) {
                  "through a host mirror of it)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("--kernels", f.kernels,
-                 "exact: the reference's arithmetic, the same bits on every batch, instruction set "
-                 "and rank "
-                 "count; fast: GEMMs within a stated bound of it (CPU: BF16 dot products where "
-                 "the CPU has AVX512-BF16; CUDA: W4A16 experts, cuBLASLt FP8 projections)")
+  app.add_option(
+         "--kernels", f.kernels,
+         "exact: the reference's arithmetic, the same bits on every batch, instruction set and "
+         "rank count; fast: GEMMs within a stated bound of it (CPU: BF16 dot products where the "
+         "CPU has AVX512-BF16, else int8 dot products on AVX2 with FP8 weights requantised to "
+         "MXINT8 at load; CUDA: W4A16 experts, cuBLASLt FP8 projections)")
       ->check(CLI::IsMember({"exact", "fast"}))
       ->capture_default_str();
   app.add_flag("--cuda-graphs", f.cuda_graphs,

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/safetensors/safetensors.h"
+#include "engine/backend/cpu/cpu_ops.h"
 #include "engine/backend/make_backends.h"
 #include "engine/model/batch.h"
 #include "engine/model/layers.h"
@@ -67,6 +68,15 @@ BatchLayout MakeBatch(std::span<const StepInput> inputs) {
   return batch;
 }
 
+// How the weights load: as asked, except that the fast kernels on a CPU that multiplies int8
+// codes (no AVX512-BF16) take their FP8 matrices requantised to MXINT8.
+WeightStorage StorageFor(const ModelOptions& options) {
+  const bool int8 = options.fast_kernels && options.device == backend::Device::kCpu &&
+                    options.weights == WeightStorage::kNative &&
+                    backend::CpuOps::FastKernelsWantInt8Weights();
+  return int8 ? WeightStorage::kInt8 : options.weights;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const ModelOptions& options) {
@@ -98,7 +108,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Model
       if (b->comm()) b->comm()->Abort();
     }
   });
-  RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress, options.weights));
+  RETURN_IF_ERROR(model->LoadRanks(dir, options.show_progress, model->weight_storage_));
   if (options.device != backend::Device::kCpu || options.place_weights) {
     RETURN_IF_ERROR(model->PlaceWeights());
   }
@@ -115,7 +125,7 @@ Model::Model(config::ModelConfig config, const ModelOptions& options)
       check_replicas_(options.check_replicas),
       pad_batches_(options.pad_batches ||
                    (options.cuda_graphs && options.device == backend::Device::kCuda)),
-      weight_storage_(options.weights) {
+      weight_storage_(StorageFor(options)) {
   // Tables cover the first 64k positions; later positions are computed on the fly.
   const int64_t table_positions = std::min<int64_t>(dims_.max_positions, 65536);
   for (int64_t l = 0; l < dims_.layers; ++l)

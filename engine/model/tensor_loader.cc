@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/model/weight_memory.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/mxint8.h"
 #include "kernels/cpu/quant_gemm.h"
 
 namespace pdspark::engine {
@@ -51,6 +52,26 @@ Matrix OwningFp32(std::shared_ptr<WeightVector> values, int64_t rows, int64_t co
   m.cols = cols;
   m.storage = std::move(values);
   return m;
+}
+
+// An MXINT8 copy of `m` (kernels/cpu/mxint8.h), which it keeps alive: one allocation, the
+// codes [rows, cols] then the scales [rows, cols / 32].
+Matrix OwningMxInt8(const Matrix& m) {
+  const int64_t scale_stride = kernels::cpu::MxInt8ScalesPerRow(m.cols);
+  auto bytes = std::make_shared<std::vector<uint8_t>>(m.rows * (m.cols + scale_stride));
+  int8_t* codes = reinterpret_cast<int8_t*>(bytes->data());
+  uint8_t* scales = bytes->data() + m.rows * m.cols;
+  kernels::cpu::QuantizeRowsToMxInt8(m, 0, m.rows, codes, scales);
+  Matrix q;
+  q.format = kernels::WeightFormat::kMxInt8;
+  q.data = codes;
+  q.row_stride = m.cols;
+  q.rows = m.rows;
+  q.cols = m.cols;
+  q.scales = scales;
+  q.scale_stride = scale_stride;
+  q.storage = std::move(bytes);
+  return q;
 }
 
 }  // namespace
@@ -143,6 +164,9 @@ StatusOr<Matrix> TensorLoader::Store(const std::string& name, Matrix m) const {
     auto copy = std::make_shared<WeightVector>(m.rows * m.cols);
     kernels::cpu::DequantizeRows(m, 0, m.rows, copy->data());
     return OwningFp32(std::move(copy), m.rows, m.cols);
+  }
+  if (storage_ == WeightStorage::kInt8 && m.format == kernels::WeightFormat::kFp8E4M3) {
+    return OwningMxInt8(m);
   }
   if (!kernels::cpu::GemmSupports(m)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -25,6 +25,7 @@ int64_t BitsPerElement(WeightFormat format) {
     case WeightFormat::kBF16:
       return 16;
     case WeightFormat::kFp8E4M3:
+    case WeightFormat::kMxInt8:
       return 8;
     case WeightFormat::kFp4E2M1:
       return 4;
@@ -49,6 +50,7 @@ Rectangle RectangleOf(const WeightMatrix& m) {
   int64_t block_rows = 1, block_cols = 1;
   if (m.format == WeightFormat::kFp8E4M3) block_rows = block_cols = kernels::kFp8ScaleBlock;
   if (m.format == WeightFormat::kFp4E2M1) block_cols = kernels::kFp4ScaleBlock;
+  if (m.format == WeightFormat::kMxInt8) block_cols = kernels::kMxInt8ScaleBlock;
   r.r0 = m.row0 - m.row0 % block_rows;
   r.r1 = m.row0 + m.rows;
   r.c0 = m.col0 - m.col0 % block_cols;
@@ -57,7 +59,7 @@ Rectangle RectangleOf(const WeightMatrix& m) {
   r.c1 =
       m.format == WeightFormat::kFp4E2M1 ? RoundUp(m.col0 + m.cols, block_cols) : m.col0 + m.cols;
   r.row_bytes = (r.c1 - r.c0) * BitsPerElement(m.format) / 8;
-  if (m.format == WeightFormat::kFp8E4M3 || m.format == WeightFormat::kFp4E2M1) {
+  if (m.format != WeightFormat::kF32 && m.format != WeightFormat::kBF16) {
     r.scale_r0 = r.r0 / block_rows;
     r.scale_r1 = (r.r1 + block_rows - 1) / block_rows;
     r.scale_c0 = r.c0 / block_cols;

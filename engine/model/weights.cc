@@ -152,12 +152,21 @@ Status CheckSupportedConfig(const config::ModelConfig& c) {
 StatusOr<WeightStorage> ParseWeightStorage(const std::string& name) {
   if (name == "native") return WeightStorage::kNative;
   if (name == "fp32") return WeightStorage::kFp32;
+  if (name == "int8") return WeightStorage::kInt8;
   return absl::InvalidArgumentError(
-      absl::StrCat("weight storage must be native or fp32, got '", name, "'"));
+      absl::StrCat("weight storage must be native, fp32 or int8, got '", name, "'"));
 }
 
 const char* WeightStorageName(WeightStorage storage) {
-  return storage == WeightStorage::kNative ? "native" : "fp32";
+  switch (storage) {
+    case WeightStorage::kNative:
+      return "native";
+    case WeightStorage::kFp32:
+      return "fp32";
+    case WeightStorage::kInt8:
+      return "int8";
+  }
+  return "?";
 }
 
 StatusOr<HyperConnectionWeights> LoadHc(TensorLoader& loader, const std::string& prefix,

@@ -66,9 +66,11 @@ class WeightArray {
   std::shared_ptr<const void> memory_;
 };
 
-// How matrices are held: views of the checkpoint (default), or fp32 copies.
-enum class WeightStorage { kNative, kFp32 };
-StatusOr<WeightStorage> ParseWeightStorage(const std::string& name);  // "native" | "fp32"
+// How matrices are held: views of the checkpoint (default); fp32 copies; or views with the FP8
+// matrices requantised to MXINT8 copies (kernels/cpu/mxint8.h), what the int8 dot of the CPU's
+// fast kernels multiplies (chosen with them, backend::CpuOps::FastKernelsWantInt8Weights).
+enum class WeightStorage { kNative, kFp32, kInt8 };
+StatusOr<WeightStorage> ParseWeightStorage(const std::string& name);  // "native" | "fp32" | "int8"
 const char* WeightStorageName(WeightStorage storage);
 
 struct HyperConnectionWeights {

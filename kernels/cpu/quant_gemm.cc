@@ -75,50 +75,87 @@ float* Scratch(int64_t floats) {
   return scratch.data();
 }
 
-// A problem's x rounded to BF16 for the BF16 dot (null data: it takes the exact path).
-struct Bf16Rows {
-  const uint16_t* data = nullptr;
-  int64_t ld = 0;
+// A problem's x as its fast dot takes it: rounded to BF16, or quantised to int8 (both empty: the
+// exact path).
+struct PreparedRows {
+  const uint16_t* bf16 = nullptr;
+  int64_t bf16_ld = 0;
+  internal::Int8Rows int8;
 };
 
-// The BF16 rows of every problem that takes the BF16 dot, in `storage`; problems that share
-// their x (a dense FFN's gate and up) share one copy.
-std::vector<Bf16Rows> RoundInputs(std::span<const GemmProblem> problems,
-                                  std::vector<uint16_t>& storage) {
-  std::vector<Bf16Rows> rows(problems.size());
-  std::vector<size_t> offsets(problems.size());
-  size_t total = 0;
+// Where the prepared rows of a GroupedGemm call live (a thread's, reused across calls).
+struct PreparedStorage {
+  std::vector<uint16_t> bf16;
+  std::vector<int8_t> int8_codes;
+  std::vector<float> int8_scales;
+};
+
+// Whether problem i can use problem i - 1's prepared rows: the same dot on the same x (a dense
+// FFN's gate and up).
+bool SharesInput(std::span<const GemmProblem> problems, size_t i) {
+  if (i == 0) return false;
+  const GemmProblem &p = problems[i], &q = problems[i - 1];
+  return TakesBf16Dot(p) == TakesBf16Dot(q) && TakesInt8Dot(p) == TakesInt8Dot(q) && q.x == p.x &&
+         q.ldx == p.ldx && q.m >= p.m && q.w.cols == p.w.cols;
+}
+
+// The prepared rows of every problem that takes a fast dot, in `storage`.
+std::vector<PreparedRows> PrepareInputs(std::span<const GemmProblem> problems,
+                                        PreparedStorage& storage) {
+  std::vector<PreparedRows> rows(problems.size());
+  // Sizes first (the storage must not move once pointed into), then the pointers and values.
+  std::vector<size_t> bf16_at(problems.size()), codes_at(problems.size()),
+      scales_at(problems.size());
+  size_t bf16_total = 0, codes_total = 0, scales_total = 0;
   for (size_t i = 0; i < problems.size(); ++i) {
     const GemmProblem& p = problems[i];
-    if (!TakesBf16Dot(p)) continue;
-    rows[i].ld = (p.w.cols + internal::kBf16DotInputs - 1) / internal::kBf16DotInputs *
-                 internal::kBf16DotInputs;
-    offsets[i] = total;
-    if (i > 0 && rows[i - 1].ld == rows[i].ld && problems[i - 1].x == p.x &&
-        problems[i - 1].ldx == p.ldx && problems[i - 1].m >= p.m) {
-      offsets[i] = offsets[i - 1];
-      continue;
+    const bool shared = SharesInput(problems, i);
+    if (TakesBf16Dot(p)) {
+      rows[i].bf16_ld = (p.w.cols + internal::kBf16DotInputs - 1) / internal::kBf16DotInputs *
+                        internal::kBf16DotInputs;
+      bf16_at[i] = shared ? bf16_at[i - 1] : bf16_total;
+      if (!shared) bf16_total += static_cast<size_t>(p.m * rows[i].bf16_ld);
+    } else if (TakesInt8Dot(p)) {
+      internal::Int8Rows& r = rows[i].int8;
+      r.groups = (p.w.cols + internal::kInt8DotInputs - 1) / internal::kInt8DotInputs;
+      r.ld = r.groups * internal::kInt8DotInputs;
+      codes_at[i] = shared ? codes_at[i - 1] : codes_total;
+      scales_at[i] = shared ? scales_at[i - 1] : scales_total;
+      if (!shared) {
+        codes_total += static_cast<size_t>(p.m * r.ld);
+        scales_total += static_cast<size_t>(p.m * r.groups);
+      }
     }
-    total += static_cast<size_t>(p.m * rows[i].ld);
   }
-  storage.resize(total);
+  storage.bf16.resize(bf16_total);
+  storage.int8_codes.resize(codes_total);
+  storage.int8_scales.resize(scales_total);
   for (size_t i = 0; i < problems.size(); ++i) {
     const GemmProblem& p = problems[i];
-    if (rows[i].ld == 0) continue;
-    rows[i].data = storage.data() + offsets[i];
-    if (i > 0 && rows[i - 1].data == rows[i].data) continue;
-    internal::RoundRowsToBf16(p.x, p.m, p.ldx, p.w.cols, storage.data() + offsets[i], rows[i].ld);
+    const bool shared = SharesInput(problems, i);
+    if (rows[i].bf16_ld > 0) {
+      rows[i].bf16 = storage.bf16.data() + bf16_at[i];
+      if (!shared) {
+        internal::RoundRowsToBf16(p.x, p.m, p.ldx, p.w.cols, storage.bf16.data() + bf16_at[i],
+                                  rows[i].bf16_ld);
+      }
+    } else if (rows[i].int8.ld > 0) {
+      rows[i].int8.codes = storage.int8_codes.data() + codes_at[i];
+      rows[i].int8.scales = storage.int8_scales.data() + scales_at[i];
+      if (!shared) internal::QuantizeRowsToInt8(p.x, p.m, p.ldx, p.w.cols, rows[i].int8);
+    }
   }
   return rows;
 }
 
-void RunTask(const internal::IsaKernels& kernels, const GemmProblem& p, const Bf16Rows& bf16,
+void RunTask(const internal::IsaKernels& kernels, const GemmProblem& p, const PreparedRows& x,
              const TaskGrid& grid, int64_t task) {
   const int64_t rb = task / grid.col_blocks, cb = task % grid.col_blocks;
   const int64_t i0 = rb * grid.row_block, i1 = std::min(p.m, i0 + grid.row_block);
   const int64_t j0 = cb * grid.col_block, j1 = std::min(p.w.rows, j0 + grid.col_block);
+  if (x.int8.codes) return internal::Int8DotGemmBlock(x.int8, p, i0, i1, j0, j1);
   float* scratch = Scratch(internal::kPanelCols * p.w.cols);
-  if (bf16.data) return internal::Bf16DotGemmBlock(bf16.data, bf16.ld, p, i0, i1, j0, j1, scratch);
+  if (x.bf16) return internal::Bf16DotGemmBlock(x.bf16, x.bf16_ld, p, i0, i1, j0, j1, scratch);
   kernels.gemm_block(p, i0, i1, j0, j1, scratch);
 }
 
@@ -168,11 +205,24 @@ bool CpuSupportsBf16Dot() {
 }
 
 bool TakesBf16Dot(const GemmProblem& p) {
-  if (p.precision != GemmPrecision::kBf16Dot || p.w.format == WeightFormat::kF32 || !p.w.data ||
+  if (p.precision != GemmPrecision::kBf16Dot || p.w.format == WeightFormat::kF32 ||
+      p.w.format == WeightFormat::kMxInt8 || !p.w.data ||
       p.w.col0 % internal::kBf16DotInputs != 0) {
     return false;
   }
   return ActiveGemmIsa() == GemmIsa::kAvx512 && CpuSupportsBf16Dot();
+}
+
+bool CpuSupportsInt8Dot() { return CpuSupports(GemmIsa::kAvx2); }
+
+bool TakesInt8Dot(const GemmProblem& p) {
+  if (p.precision != GemmPrecision::kInt8Dot || !p.w.data ||
+      (p.w.format != WeightFormat::kMxInt8 && p.w.format != WeightFormat::kFp4E2M1) ||
+      p.w.col0 % internal::kInt8DotInputs != 0) {
+    return false;
+  }
+  const GemmIsa isa = ActiveGemmIsa();
+  return (isa == GemmIsa::kAvx2 || isa == GemmIsa::kAvx512) && CpuSupportsInt8Dot();
 }
 
 void SetGemmIsa(GemmIsa isa) { forced_isa = isa; }
@@ -218,6 +268,7 @@ bool GemmSupports(const WeightMatrix& w) {
     case WeightFormat::kFp4E2M1:
       return w.scales && w.col0 % kCpuColumnAlignment == 0 && w.cols % 2 == 0;
     case WeightFormat::kFp8E4M3:
+    case WeightFormat::kMxInt8:
       return w.scales && w.col0 % kCpuColumnAlignment == 0;
   }
   return false;
@@ -236,12 +287,12 @@ void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
     const int64_t tasks = grids.back().tasks();
     first_task.push_back(first_task.back() + tasks);
   }
-  thread_local std::vector<uint16_t> bf16_storage;
-  const std::vector<Bf16Rows> bf16 = RoundInputs(problems, bf16_storage);
+  thread_local PreparedStorage storage;
+  const std::vector<PreparedRows> prepared = PrepareInputs(problems, storage);
   auto run = [&](int64_t task) {
     const size_t i =
         std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin() - 1;
-    RunTask(kernels, problems[i], bf16[i], grids[i], task - first_task[i]);
+    RunTask(kernels, problems[i], prepared[i], grids[i], task - first_task[i]);
   };
   if (pool) {
     pool->ParallelFor(first_task.back(), run);

@@ -23,6 +23,20 @@
 // It is still batch-, slice- and thread-invariant. F32 weights, views whose column origin is
 // not on a 32-column boundary, CPUs without AVX512-BF16 and a forced instruction set other than
 // AVX-512 (SetGemmIsa) take the exact path.
+//
+// The int8 dot (GemmPrecision::kInt8Dot, the fast kernels on CPUs with AVX2 but no AVX512-BF16)
+// multiplies integers, as llama.cpp's Q8_0 kernels do: each row of x is quantised per 32-input
+// group g (counted from the view's column 0) to codes q = round(x * 127 / a_g) (to nearest even;
+// a_g the group's largest |x|, its scale d_g = a_g / 127), and the weights are int8 codes too:
+// MXINT8 codes as they are (multiplier 2^-6 times the group's E8M0 scale s_g) and FP4 codes as
+// twice their E2M1 value (multiplier s_g / 2). For each output, eight fp32 lanes, lane l adding
+// for g = 0, 1, ... the exact integer sum of the products of inputs 32 g + 4 l .. 32 g + 4 l + 3,
+// converted to fp32 and multiplied by the fp32 product d_g * multiplier_g (one fused
+// multiply-add), then the tree ((l, l+4), (l, l+2), (l, l+1)). Against the exact product on the
+// same weights the error is within sum_g (a_g / 254) sum_{p in g} |w_p| plus fp32 accumulation;
+// FP8 weights take it once requantised to MXINT8 (mxint8.h), BF16 and F32 take the exact path.
+// It is batch-, slice- and thread-invariant. Views whose column origin is not on a 32-column
+// boundary and CPUs without AVX2 (or a forced portable instruction set) take the exact path.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +50,7 @@ namespace pdspark::kernels::cpu {
 class ThreadPool;
 
 // How a product multiplies (see above).
-enum class GemmPrecision { kExact, kBf16Dot };
+enum class GemmPrecision { kExact, kBf16Dot, kInt8Dot };
 
 // One product y[i, j] = sum_p x[i, p] * w(j, p), i < m, j < w.rows, p < w.cols.
 struct GemmProblem {
@@ -84,6 +98,9 @@ bool CpuSupports(GemmIsa isa);
 // that precision on `w` takes it now (else it takes the exact path).
 bool CpuSupportsBf16Dot();
 bool TakesBf16Dot(const GemmProblem& p);
+// The same for GemmPrecision::kInt8Dot (AVX2).
+bool CpuSupportsInt8Dot();
+bool TakesInt8Dot(const GemmProblem& p);
 const char* GemmIsaName(GemmIsa isa);
 
 }  // namespace pdspark::kernels::cpu

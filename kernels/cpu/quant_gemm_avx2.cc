@@ -84,6 +84,16 @@ struct V {
     return LoadFp8(Padded(p, n, buffer), multiplier);
   }
 
+  static __m256 WidenInt8(__m128i codes) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)); }
+  static Vec LoadInt8(const int8_t* p, float multiplier) {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return Mul({WidenInt8(codes), WidenInt8(_mm_unpackhi_epi64(codes, codes))}, multiplier);
+  }
+  static Vec LoadInt8(const int8_t* p, float multiplier, int n) {
+    int8_t buffer[16];
+    return LoadInt8(Padded(p, n, buffer), multiplier);
+  }
+
   // A block's scale, broadcast: a code's FP16 value (exact) times it is the weight.
   using Fp4Table = __m256;
   static Fp4Table MakeFp4Table(float scale) { return _mm256_set1_ps(scale); }

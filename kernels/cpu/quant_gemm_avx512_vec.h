@@ -51,6 +51,17 @@ struct V {
     return WidenFp8(_mm_maskz_loadu_epi8(Mask(n), p), multiplier);
   }
 
+  static Vec WidenInt8(__m128i codes, float multiplier) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)),
+                         _mm512_set1_ps(multiplier));
+  }
+  static Vec LoadInt8(const int8_t* p, float multiplier) {
+    return WidenInt8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), multiplier);
+  }
+  static Vec LoadInt8(const int8_t* p, float multiplier, int n) {
+    return WidenInt8(_mm_maskz_loadu_epi8(Mask(n), p), multiplier);
+  }
+
   // The 16 E2M1 values times a block's scale (each product exact, or rounded as v * s is).
   using Fp4Table = __m512;
   static Fp4Table MakeFp4Table(float scale) {

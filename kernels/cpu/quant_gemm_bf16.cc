@@ -162,6 +162,7 @@ void Bf16DotGemmBlock(const uint16_t* x, int64_t ldx, const GemmProblem& p, int6
     case WeightFormat::kFp4E2M1:
       return Bf16GemmBlockFormat<WeightFormat::kFp4E2M1>(x, ldx, p, i0, i1, j0, j1, scratch);
     case WeightFormat::kF32:
+    case WeightFormat::kMxInt8:
       break;  // never taken (TakesBf16Dot)
   }
 }

@@ -39,6 +39,21 @@ void Bf16DotGemmBlock(const uint16_t* x, int64_t ldx, const GemmProblem& p, int6
 // the values from k to ldo zero).
 void RoundRowsToBf16(const float* x, int64_t m, int64_t ldx, int64_t k, uint16_t* out, int64_t ldo);
 
+// The int8 dot (quant_gemm_int8.cc; quant_gemm.h documents it), for CPUs with AVX2: x's rows
+// quantised to int8 codes per 32-input group, each group with its fp32 scale.
+inline constexpr int64_t kInt8DotInputs = 32;
+struct Int8Rows {
+  int8_t* codes = nullptr;  // row i's group g at codes + i * ld + 32 g, zero-padded past k
+  float* scales = nullptr;  // row i's group g at scales + i * groups + g
+  int64_t ld = 0;           // 32 * groups
+  int64_t groups = 0;
+};
+// Rows [0, m) of x (row stride ldx, k values each) quantised into `out` (its groups cover k).
+void QuantizeRowsToInt8(const float* x, int64_t m, int64_t ldx, int64_t k, const Int8Rows& out);
+// Outputs rows [i0, i1) x columns [j0, j1) of `p` (MXINT8 or FP4 weights) from x's codes.
+void Int8DotGemmBlock(const Int8Rows& x, const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0,
+                      int64_t j1);
+
 // From this many rows on, a task dequantises its weight columns into scratch once and runs the
 // fp32 tiles over them (same bits: dequantisation is exact); below, it dequantises in registers.
 inline constexpr int64_t kPanelMinRows = 64;

@@ -51,6 +51,9 @@ struct V {
   static Vec LoadFp8(const uint8_t* p, float scale, int n = 16) {
     return Make(n, [&](int l) { return kFp8Values[p[l]] * scale; });
   }
+  static Vec LoadInt8(const int8_t* p, float multiplier, int n = 16) {
+    return Make(n, [&](int l) { return static_cast<float>(p[l]) * multiplier; });
+  }
   using Fp4Table = float;  // the scale
   static Fp4Table MakeFp4Table(float scale) { return scale; }
   static Vec LoadFp4(const uint8_t* p, float scale, int n = 16) {

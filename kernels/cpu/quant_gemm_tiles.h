@@ -8,16 +8,18 @@
 // V provides:
 //   using Vec; kTileRows, kTileCols, kFewRows, kFewRowsTileCols (Block); Zero(); Fma(x, w, acc);
 //   Reduce(v) (the canonical tree); Store(p, v[, n]); for 16 values (n < 16: the first n, the rest
-//   zero) LoadF32(p[, n]), LoadBf16(p[, n]), LoadFp8(p, multiplier[, n]) and LoadFp4(p, table[,
-//   n]); kFp8Multipliers, what a block's E8M0 scale code becomes in LoadFp8 (kE8M0Values, or
-//   kE8M0Times256 where the vector decode yields value / 256: the product is the same correctly
-//   rounded value); and Fp4Table / MakeFp4Table(scale), what LoadFp4 takes of a block's scale
-//   (AVX-512: the 16 E2M1 values times it; AVX2 and portable: the scale itself).
+//   zero) LoadF32(p[, n]), LoadBf16(p[, n]), LoadFp8(p, multiplier[, n]), LoadFp4(p, table[, n])
+//   and LoadInt8(p, multiplier[, n]) (MXINT8 codes times code unit x scale); kFp8Multipliers, what
+//   a block's E8M0 scale code becomes in LoadFp8 (kE8M0Values, or kE8M0Times256 where the vector
+//   decode yields value / 256: the product is the same correctly rounded value); and Fp4Table /
+//   MakeFp4Table(scale), what LoadFp4 takes of a block's scale (AVX-512: the 16 E2M1 values times
+//   it; AVX2 and portable: the scale itself).
 
 // The 16-wide input blocks of a view cross a scale block every this many inputs.
 template <WeightFormat F>
 constexpr int64_t kScaleBlock = F == WeightFormat::kFp8E4M3   ? kFp8ScaleBlock
                                 : F == WeightFormat::kFp4E2M1 ? kFp4ScaleBlock
+                                : F == WeightFormat::kMxInt8  ? kMxInt8ScaleBlock
                                                               : 0;
 
 // What a block's scale becomes for the loads. (Specialisations rather than std::conditional_t:
@@ -35,6 +37,10 @@ struct BlockScaleOf<WeightFormat::kFp8E4M3> {
 template <>
 struct BlockScaleOf<WeightFormat::kFp4E2M1> {
   using Type = V::Fp4Table;
+};
+template <>
+struct BlockScaleOf<WeightFormat::kMxInt8> {
+  using Type = float;
 };
 template <WeightFormat F>
 using BlockScale = typename BlockScaleOf<F>::Type;
@@ -65,6 +71,10 @@ struct WeightRow {
         codes = static_cast<const uint8_t*>(w.data) + first / 2;
         scales = w.scales + row * w.scale_stride;
         break;
+      case WeightFormat::kMxInt8:
+        codes = static_cast<const int8_t*>(w.data) + first;
+        scales = w.scales + row * w.scale_stride;
+        break;
     }
   }
 
@@ -84,6 +94,8 @@ struct WeightRow {
       return V::kFp8Multipliers[scales[(col0 + 16 * b) / kFp8ScaleBlock]];
     } else if constexpr (F == WeightFormat::kFp4E2M1) {
       return V::MakeFp4Table(kE8M0Values[scales[(col0 + 16 * b) / kFp4ScaleBlock]]);
+    } else if constexpr (F == WeightFormat::kMxInt8) {
+      return kE8M0Values[scales[(col0 + 16 * b) / kMxInt8ScaleBlock]] * kMxInt8CodeUnit;
     } else {
       return NoScale{};
     }
@@ -102,6 +114,9 @@ struct WeightRow {
     } else if constexpr (F == WeightFormat::kFp8E4M3) {
       const uint8_t* c = static_cast<const uint8_t*>(codes) + p;
       return kPartial ? V::LoadFp8(c, scale, n) : V::LoadFp8(c, scale);
+    } else if constexpr (F == WeightFormat::kMxInt8) {
+      const int8_t* c = static_cast<const int8_t*>(codes) + p;
+      return kPartial ? V::LoadInt8(c, scale, n) : V::LoadInt8(c, scale);
     } else {
       const uint8_t* c = static_cast<const uint8_t*>(codes) + p / 2;
       return kPartial ? V::LoadFp4(c, scale, n) : V::LoadFp4(c, scale);
@@ -181,6 +196,7 @@ constexpr int64_t RowCodeBytes(int64_t k) {
   constexpr int64_t kBytesPer32Inputs = F == WeightFormat::kF32       ? 128
                                         : F == WeightFormat::kBF16    ? 64
                                         : F == WeightFormat::kFp8E4M3 ? 32
+                                        : F == WeightFormat::kMxInt8  ? 32
                                                                       : 16;
   return (k + 31) / 32 * kBytesPer32Inputs;
 }
@@ -295,6 +311,8 @@ void GemmBlock(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t
       return GemmBlockFormat<WeightFormat::kFp8E4M3>(p, i0, i1, j0, j1, scratch);
     case WeightFormat::kFp4E2M1:
       return GemmBlockFormat<WeightFormat::kFp4E2M1>(p, i0, i1, j0, j1, scratch);
+    case WeightFormat::kMxInt8:
+      return GemmBlockFormat<WeightFormat::kMxInt8>(p, i0, i1, j0, j1, scratch);
   }
 }
 
@@ -308,5 +326,7 @@ void DequantizeRowsAnyFormat(const WeightMatrix& w, int64_t j0, int64_t j1, floa
       return DequantizeRows<WeightFormat::kFp8E4M3>(w, j0, j1, out);
     case WeightFormat::kFp4E2M1:
       return DequantizeRows<WeightFormat::kFp4E2M1>(w, j0, j1, out);
+    case WeightFormat::kMxInt8:
+      return DequantizeRows<WeightFormat::kMxInt8>(w, j0, j1, out);
   }
 }

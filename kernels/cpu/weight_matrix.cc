@@ -12,6 +12,8 @@ const char* WeightFormatName(WeightFormat format) {
       return "F8_E4M3";
     case WeightFormat::kFp4E2M1:
       return "FP4_E2M1";
+    case WeightFormat::kMxInt8:
+      return "MXINT8";
   }
   return "?";
 }
@@ -28,6 +30,8 @@ int64_t WeightMatrix::Bytes() const {
                      ((cols + kFp8ScaleBlock - 1) / kFp8ScaleBlock);
     case WeightFormat::kFp4E2M1:
       return n / 2 + rows * ((cols + kFp4ScaleBlock - 1) / kFp4ScaleBlock);
+    case WeightFormat::kMxInt8:
+      return n + rows * ((cols + kMxInt8ScaleBlock - 1) / kMxInt8ScaleBlock);
   }
   return 0;
 }

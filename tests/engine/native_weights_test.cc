@@ -4,6 +4,7 @@
 // tensor named, as is a tensor-parallel slice the kernels cannot read in place.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/safetensors/safetensors.h"
+#include "engine/backend/cpu/cpu_ops.h"
 #include "engine/model/model.h"
 #include "engine/model/tensor_loader.h"
 #include "gtest/gtest.h"
@@ -69,9 +71,9 @@ TEST(NativeWeights, TheNumberOfComputeThreadsChangesNoBit) {
 }
 
 // The fast kernels (ModelOptions::fast_kernels: fp32 attention on every CPU, BF16 dot products
-// in the GEMMs where it has AVX512-BF16) reach the model, and keep the exact path's
-// invariances: the ranks and threads change no bit. (Without AVX512-BF16 the attention alone
-// makes the logits differ: this test once expected them equal there, and failed on a Zen 3.)
+// in the GEMMs where it has AVX512-BF16, else int8 ones on AVX2) reach the model, and keep the
+// exact path's invariances: the ranks and threads change no bit. (Without AVX512-BF16 the attention
+// alone makes the logits differ: this test once expected them equal there, and failed on a Zen 3.)
 TEST(NativeWeights, FastKernelsReachTheModelAndKeepTheirInvariances) {
   ModelOptions exact;
   exact.show_progress = false;
@@ -112,6 +114,48 @@ TEST(NativeWeights, MatricesAreViewsOfTheMappedCheckpoint) {
                                  {.show_progress = false, .storage = WeightStorage::kFp32})
                     .value());
   EXPECT_GT(fp32.total, 3 * native.total);
+}
+
+// Int8 storage (the int8 dot's weights): FP8 matrices become owned MXINT8 copies within half a
+// code step of their values, the rest stay views; and the fast kernels load it on a CPU whose
+// fast GEMMs multiply int8 codes.
+TEST(NativeWeights, Int8StorageRequantisesTheFp8MatricesAndTheFastKernelsChooseIt) {
+  const config::ModelConfig config = config::LoadModelConfig(kGoldenDir).value();
+  auto checkpoint = safetensors::Checkpoint::OpenShared(kGoldenDir).value();
+  const ModelWeights native =
+      LoadModelWeights(checkpoint, config, {.show_progress = false}).value();
+  const ModelWeights int8 =
+      LoadModelWeights(checkpoint, config,
+                       {.show_progress = false, .storage = WeightStorage::kInt8})
+          .value();
+  const Matrix& fp8 = native.layers[2].attn.wq_a;
+  const Matrix& q = int8.layers[2].attn.wq_a;
+  ASSERT_EQ(q.format, kernels::WeightFormat::kMxInt8);
+  EXPECT_NE(q.storage, nullptr);
+  ASSERT_EQ(q.rows, fp8.rows);
+  ASSERT_EQ(q.cols, fp8.cols);
+  double moved = 0;
+  for (int64_t i = 0; i < q.rows; ++i) {
+    for (int64_t j = 0; j < q.cols; ++j) {
+      const double step = std::ldexp(1.0, q.scales[i * q.scale_stride + j / 32] - 127 - 6);
+      ASSERT_LE(std::abs(q.At(i, j) - fp8.At(i, j)), step / 2) << i << ", " << j;
+      moved += std::abs(q.At(i, j) - fp8.At(i, j));
+    }
+  }
+  EXPECT_GT(moved, 0);  // a copy, requantised, not the FP8 values
+  EXPECT_EQ(int8.layers[2].ffn.experts[0].w1.format, kernels::WeightFormat::kFp4E2M1);
+  EXPECT_EQ(int8.layers[2].ffn.experts[0].w1.data, native.layers[2].ffn.experts[0].w1.data);
+  EXPECT_EQ(int8.embed.data, native.embed.data);
+
+  ModelOptions fast;
+  fast.show_progress = false;
+  fast.fast_kernels = true;
+  EXPECT_EQ(Model::Load(kGoldenDir, fast).value()->weight_storage(),
+            backend::CpuOps::FastKernelsWantInt8Weights() ? WeightStorage::kInt8
+                                                          : WeightStorage::kNative);
+  ModelOptions exact;
+  exact.show_progress = false;
+  EXPECT_EQ(Model::Load(kGoldenDir, exact).value()->weight_storage(), WeightStorage::kNative);
 }
 
 TEST(NativeWeights, ASliceTheKernelsCannotReadInPlaceIsRefusedByName) {

@@ -65,6 +65,14 @@ struct RandomWeights {
         for (uint8_t& s : scales) s = static_cast<uint8_t>(122 + rng() % 8);
         break;
       }
+      case WeightFormat::kMxInt8: {
+        codes.resize(rows * cols);
+        for (uint8_t& c : codes) c = static_cast<uint8_t>(static_cast<int8_t>(rng() % 255 - 127));
+        view.scale_stride = cols / 32 + (cols % 32 != 0);
+        scales.resize(rows * view.scale_stride);
+        for (uint8_t& s : scales) s = static_cast<uint8_t>(122 + rng() % 8);
+        break;
+      }
     }
     view.data = codes.data();
     view.scales = scales.empty() ? nullptr : scales.data();

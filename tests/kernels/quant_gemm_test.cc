@@ -41,7 +41,8 @@ struct IsaGuard {
 };
 
 constexpr WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16,
-                                     WeightFormat::kFp8E4M3, WeightFormat::kFp4E2M1};
+                                     WeightFormat::kFp8E4M3, WeightFormat::kFp4E2M1,
+                                     WeightFormat::kMxInt8};
 
 TEST(QuantGemmTest, WithinFp32BoundOfDoubleReferenceOnOddShapes) {
   IsaGuard guard;
@@ -228,6 +229,17 @@ TEST(WeightMatrixTest, DecodesEachFormatWithItsBlockScales) {
   WeightMatrix wb{WeightFormat::kBF16, bf16.data(), 2, 0, 0, 1, 2, nullptr, 0};
   EXPECT_EQ(wb.At(0, 0), 1.0f);
   EXPECT_EQ(wb.At(0, 1), -0.5f);
+  // MXINT8 [1, 64]: code * 2^-6 * scale; scale block 0 = 2, block 1 = 1/8.
+  std::vector<int8_t> i8(64, 0);
+  const std::vector<uint8_t> i8_scales = {128, 124};
+  i8[0] = 64;
+  i8[31] = -127;
+  i8[32] = 3;
+  WeightMatrix wi{WeightFormat::kMxInt8, i8.data(), 64, 0, 0, 1, 64, i8_scales.data(), 2};
+  EXPECT_EQ(wi.At(0, 0), 2.0f);
+  EXPECT_EQ(wi.At(0, 31), -127.0f / 32);
+  EXPECT_EQ(wi.At(0, 32), 3.0f / 512);
+  EXPECT_EQ(wi.At(0, 1), 0.0f);
 }
 
 TEST(DequantizeRowsTest, EqualsElementDecodeForEveryFormatAndColumnOrigin) {

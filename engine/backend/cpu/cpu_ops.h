@@ -16,14 +16,22 @@ class CpuOps : public Ops {
  public:
   explicit CpuOps(kernels::cpu::ThreadPool* pool) : pool_(pool) {}
 
-  // The fast kernels: GEMMs on FP8, FP4 and BF16 weights as BF16 dot products, x rounded to
-  // BF16, where the CPU has AVX512-BF16 (kernels::cpu::GemmPrecision::kBf16Dot: within 2^-8
-  // sum |x w| of the exact product, not the reference's bits), and Attend's scores and weighted
-  // sums as fp32 products in place of double-precision ones. Off: the exact kernels.
+  // The fast kernels: GEMMs as BF16 dot products where the CPU has AVX512-BF16
+  // (kernels::cpu::GemmPrecision::kBf16Dot: x rounded to BF16, within 2^-8 sum |x w| of the exact
+  // product), else as int8 dot products where it has AVX2 (kInt8Dot: x quantised to int8 per 32
+  // inputs, on FP4 and MXINT8 weights; the loader requantises FP8 to MXINT8 for it,
+  // FastKernelsWantInt8Weights); and Attend's scores and weighted sums as fp32 products in place
+  // of double-precision ones. Not the reference's bits. Off: the exact kernels.
   void set_fast_kernels(bool on) {
     fast_kernels_ = on;
-    gemm_precision_ =
-        on ? kernels::cpu::GemmPrecision::kBf16Dot : kernels::cpu::GemmPrecision::kExact;
+    gemm_precision_ = !on                                  ? kernels::cpu::GemmPrecision::kExact
+                      : kernels::cpu::CpuSupportsBf16Dot() ? kernels::cpu::GemmPrecision::kBf16Dot
+                                                           : kernels::cpu::GemmPrecision::kInt8Dot;
+  }
+  // Whether the fast kernels on this CPU multiply int8 codes, so FP8 weights should be
+  // requantised to MXINT8 at load.
+  static bool FastKernelsWantInt8Weights() {
+    return !kernels::cpu::CpuSupportsBf16Dot() && kernels::cpu::CpuSupportsInt8Dot();
   }
 
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
