@@ -106,10 +106,11 @@ std::vector<PreparedRows> PrepareInputs(std::span<const GemmProblem> problems,
   // Sizes first (the storage must not move once pointed into), then the pointers and values.
   std::vector<size_t> bf16_at(problems.size()), codes_at(problems.size()),
       scales_at(problems.size());
+  std::vector<bool> shares(problems.size());
   size_t bf16_total = 0, codes_total = 0, scales_total = 0;
   for (size_t i = 0; i < problems.size(); ++i) {
     const GemmProblem& p = problems[i];
-    const bool shared = SharesInput(problems, i);
+    const bool shared = shares[i] = SharesInput(problems, i);
     if (TakesBf16Dot(p)) {
       rows[i].bf16_ld = (p.w.cols + internal::kBf16DotInputs - 1) / internal::kBf16DotInputs *
                         internal::kBf16DotInputs;
@@ -132,7 +133,7 @@ std::vector<PreparedRows> PrepareInputs(std::span<const GemmProblem> problems,
   storage.int8_scales.resize(scales_total);
   for (size_t i = 0; i < problems.size(); ++i) {
     const GemmProblem& p = problems[i];
-    const bool shared = SharesInput(problems, i);
+    const bool shared = shares[i];
     if (rows[i].bf16_ld > 0) {
       rows[i].bf16 = storage.bf16.data() + bf16_at[i];
       if (!shared) {

@@ -11,7 +11,6 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant_gemm.h"
-#include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/gemm_test_weights.h"
 
 namespace pdspark::kernels::cpu {
@@ -23,8 +22,8 @@ using test_weights::RandomWeights;
 using test_weights::RandomX;
 
 std::vector<float> Bf16Product(const std::vector<float>& x, int64_t m, int64_t ldx,
-                               const WeightMatrix& w, ThreadPool* pool = nullptr) {
-  return Product(x, m, ldx, w, pool, GemmPrecision::kBf16Dot);
+                               const WeightMatrix& w) {
+  return Product(x, m, ldx, w, nullptr, GemmPrecision::kBf16Dot);
 }
 
 // Subnormals to a zero of their sign (vdpbf16ps and vcvtne2ps2bf16 flush them).
@@ -163,31 +162,12 @@ TEST(Bf16DotTest, WithinItsBoundOfTheDoubleReference) {
   }
 }
 
+// Output rows 130..199 sit inside and across 128-row FP8 scale blocks.
 TEST(Bf16DotTest, BatchThreadsSlicesAndGroupingChangeNoBit) {
-  ThreadPool two(2), three(3);
   for (WeightFormat format : kNarrowFormats) {
-    const int64_t n = 200, k = 256;
-    RandomWeights w(format, n, k, 11);
-    const auto x = RandomX(140 * k, 12);
-    const auto all = Bf16Product(x, 140, k, w.view);
-    for (int64_t m : {1, 2, 7, 64, 65, 140}) {
-      const auto y = Bf16Product(x, m, k, w.view, &three);
-      ASSERT_EQ(y, std::vector<float>(all.begin(), all.begin() + m * n))
-          << WeightFormatName(format) << " m=" << m;
-    }
-    // Output rows 130..199 (inside and across 128-row FP8 scale blocks).
-    const auto rows = Bf16Product(x, 3, k, w.view.RowSlice(130, 200));
-    for (int64_t i = 0; i < 3; ++i)
-      for (int64_t j = 0; j < 70; ++j) ASSERT_EQ(rows[i * 70 + j], all[i * n + 130 + j]);
-    // A dense FFN's gate and up share their x: grouped, each is what it is alone.
-    std::vector<float> a(4 * n), b(4 * 70);
-    GemmProblem problems[] = {{x.data(), 4, k, w.view, a.data(), n},
-                              {x.data(), 4, k, w.view.RowSlice(0, 70), b.data(), 70}};
-    for (GemmProblem& p : problems) p.precision = GemmPrecision::kBf16Dot;
-    GroupedGemm(problems, &two);
-    EXPECT_EQ(a, std::vector<float>(all.begin(), all.begin() + 4 * n));
-    for (int64_t i = 0; i < 4; ++i)
-      for (int64_t j = 0; j < 70; ++j) ASSERT_EQ(b[i * 70 + j], all[i * n + j]);
+    test_weights::ExpectBatchThreadsSlicesAndGroupingChangeNoBit(format, GemmPrecision::kBf16Dot,
+                                                                 {1, 2, 7, 64, 65, 140}, 130);
+    if (HasFatalFailure()) return;
   }
 }
 

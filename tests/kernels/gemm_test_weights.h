@@ -5,10 +5,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "kernels/cpu/quant_gemm.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/weight_matrix.h"
 
 namespace pdspark::kernels::cpu::test_weights {
@@ -126,6 +129,37 @@ inline ReferenceDot DoubleDot(const float* x, const WeightMatrix& w, int64_t j) 
     dot.magnitude += std::abs(t);
   }
   return dot;
+}
+
+// What every precision keeps (a fast dot included): on a random [200, 256] `format` weight, the
+// first m of 140 rows are the same bits in any batch `batch_sizes` and on 3 threads; output rows
+// [slice_begin, 200) alone are those columns of the whole product; and a grouped product whose
+// problems share x (a dense FFN's gate and up) gives each what it gives alone.
+inline void ExpectBatchThreadsSlicesAndGroupingChangeNoBit(
+    WeightFormat format, GemmPrecision precision, std::initializer_list<int64_t> batch_sizes,
+    int64_t slice_begin) {
+  ThreadPool two(2), three(3);
+  const int64_t n = 200, k = 256, sliced = n - slice_begin;
+  RandomWeights w(format, n, k, 11);
+  const auto x = RandomX(140 * k, 12);
+  const auto all = Product(x, 140, k, w.view, nullptr, precision);
+  for (int64_t m : batch_sizes) {
+    const auto y = Product(x, m, k, w.view, &three, precision);
+    ASSERT_EQ(y, std::vector<float>(all.begin(), all.begin() + m * n))
+        << WeightFormatName(format) << " m=" << m;
+  }
+  const auto rows = Product(x, 3, k, w.view.RowSlice(slice_begin, n), nullptr, precision);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < sliced; ++j)
+      ASSERT_EQ(rows[i * sliced + j], all[i * n + slice_begin + j]);
+  std::vector<float> a(4 * n), b(4 * 70);
+  GemmProblem problems[] = {{x.data(), 4, k, w.view, a.data(), n},
+                            {x.data(), 4, k, w.view.RowSlice(0, 70), b.data(), 70}};
+  for (GemmProblem& p : problems) p.precision = precision;
+  GroupedGemm(problems, &two);
+  EXPECT_EQ(a, std::vector<float>(all.begin(), all.begin() + 4 * n));
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 70; ++j) ASSERT_EQ(b[i * 70 + j], all[i * n + j]);
 }
 
 }  // namespace pdspark::kernels::cpu::test_weights

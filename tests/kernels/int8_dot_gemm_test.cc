@@ -3,6 +3,7 @@
 // double-precision reference; it keeps batch, slice and thread invariance; and where it cannot
 // run (FP8, BF16 or F32 weights, a view off the 32-column grid, the portable instruction set) a
 // product takes the exact path's bits. Also MXINT8 requantisation (kernels/cpu/mxint8.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -11,7 +12,6 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/mxint8.h"
 #include "kernels/cpu/quant_gemm.h"
-#include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/gemm_test_weights.h"
 
 namespace pdspark::kernels::cpu {
@@ -25,8 +25,8 @@ using test_weights::RandomX;
 constexpr WeightFormat kIntegerFormats[] = {WeightFormat::kMxInt8, WeightFormat::kFp4E2M1};
 
 std::vector<float> Int8Product(const std::vector<float>& x, int64_t m, int64_t ldx,
-                               const WeightMatrix& w, ThreadPool* pool = nullptr) {
-  return Product(x, m, ldx, w, pool, GemmPrecision::kInt8Dot);
+                               const WeightMatrix& w) {
+  return Product(x, m, ldx, w, nullptr, GemmPrecision::kInt8Dot);
 }
 
 // The definition in quant_gemm.h, one lane at a time: x's group codes and scale, the weight's
@@ -116,29 +116,10 @@ TEST(Int8DotTest, WithinItsBoundOfTheDoubleReference) {
 }
 
 TEST(Int8DotTest, BatchThreadsSlicesAndGroupingChangeNoBit) {
-  ThreadPool two(2), three(3);
   for (WeightFormat format : kIntegerFormats) {
-    const int64_t n = 200, k = 256;
-    RandomWeights w(format, n, k, 11);
-    const auto x = RandomX(140 * k, 12);
-    const auto all = Int8Product(x, 140, k, w.view);
-    for (int64_t m : {1, 2, 5, 7, 64, 65, 140}) {
-      const auto y = Int8Product(x, m, k, w.view, &three);
-      ASSERT_EQ(y, std::vector<float>(all.begin(), all.begin() + m * n))
-          << WeightFormatName(format) << " m=" << m;
-    }
-    const auto rows = Int8Product(x, 3, k, w.view.RowSlice(131, 200));
-    for (int64_t i = 0; i < 3; ++i)
-      for (int64_t j = 0; j < 69; ++j) ASSERT_EQ(rows[i * 69 + j], all[i * n + 131 + j]);
-    // A dense FFN's gate and up share their x: grouped, each is what it is alone.
-    std::vector<float> a(4 * n), b(4 * 70);
-    GemmProblem problems[] = {{x.data(), 4, k, w.view, a.data(), n},
-                              {x.data(), 4, k, w.view.RowSlice(0, 70), b.data(), 70}};
-    for (GemmProblem& p : problems) p.precision = GemmPrecision::kInt8Dot;
-    GroupedGemm(problems, &two);
-    EXPECT_EQ(a, std::vector<float>(all.begin(), all.begin() + 4 * n));
-    for (int64_t i = 0; i < 4; ++i)
-      for (int64_t j = 0; j < 70; ++j) ASSERT_EQ(b[i * 70 + j], all[i * n + j]);
+    test_weights::ExpectBatchThreadsSlicesAndGroupingChangeNoBit(format, GemmPrecision::kInt8Dot,
+                                                                 {1, 2, 5, 7, 64, 65, 140}, 131);
+    if (HasFatalFailure()) return;
   }
 }
 
