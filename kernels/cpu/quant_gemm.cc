@@ -15,9 +15,6 @@
 namespace pdspark::kernels::cpu {
 namespace {
 
-// Rows per task once rows are many (prefill): a block of x stays in the core's L2 while the
-// task's weight columns, dequantised once, are swept against it.
-constexpr int64_t kTaskRows = 64;
 // Tasks per thread of a parallel region: enough to even out threads that run slow (another
 // process on the core), few enough that handing them out stays cheap next to a decode GEMM of
 // some tens of microseconds.
@@ -55,9 +52,9 @@ double Work(const GemmProblem& p) {
 // multiple of kPanelCols sized so that a task does about `task_work` multiply-adds.
 struct TaskGrid {
   int64_t row_block = 0, row_blocks = 0, col_block = 0, col_blocks = 0;
-  TaskGrid(const GemmProblem& p, double task_work) {
+  TaskGrid(const GemmProblem& p, double task_work, int64_t task_rows) {
     if (p.m <= 0 || p.w.rows <= 0) return;  // nothing to compute: no tasks
-    row_block = p.m < internal::kPanelMinRows ? std::max<int64_t>(p.m, 1) : kTaskRows;
+    row_block = p.m < internal::kPanelMinRows ? std::max<int64_t>(p.m, 1) : task_rows;
     row_blocks = (p.m + row_block - 1) / row_block;
     const double per_col = static_cast<double>(row_block) * static_cast<double>(p.w.cols);
     const int64_t panels = (p.w.rows + internal::kPanelCols - 1) / internal::kPanelCols;
@@ -155,7 +152,7 @@ void RunTask(const internal::IsaKernels& kernels, const GemmProblem& p, const Pr
   const int64_t i0 = rb * grid.row_block, i1 = std::min(p.m, i0 + grid.row_block);
   const int64_t j0 = cb * grid.col_block, j1 = std::min(p.w.rows, j0 + grid.col_block);
   if (x.int8.codes) return internal::Int8DotGemmBlock(x.int8, p, i0, i1, j0, j1);
-  float* scratch = Scratch(internal::kPanelCols * p.w.cols);
+  float* scratch = Scratch(internal::PanelScratchFloats(p.w.cols, kernels.task_rows));
   if (x.bf16) return internal::Bf16DotGemmBlock(x.bf16, x.bf16_ld, p, i0, i1, j0, j1, scratch);
   kernels.gemm_block(p, i0, i1, j0, j1, scratch);
 }
@@ -284,7 +281,7 @@ void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool) {
   std::vector<TaskGrid> grids;
   std::vector<int64_t> first_task{0};
   for (const GemmProblem& p : problems) {
-    grids.emplace_back(p, task_work);
+    grids.emplace_back(p, task_work, kernels.task_rows);
     const int64_t tasks = grids.back().tasks();
     first_task.push_back(first_task.back() + tasks);
   }

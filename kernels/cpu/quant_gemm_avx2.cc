@@ -38,6 +38,46 @@ struct V {
   static Vec Fma(Vec x, Vec w, Vec acc) {
     return {_mm256_fmadd_ps(x.lo, w.lo, acc.lo), _mm256_fmadd_ps(x.hi, w.hi, acc.hi)};
   }
+  // The operations of quant_gemm_phases.h: a Part is 8 lanes.
+  using Part = __m256;
+  static constexpr int kParts = 2;
+  static Part ZeroPart() { return _mm256_setzero_ps(); }
+  static Part LoadPart(const float* p) { return _mm256_loadu_ps(p); }
+  static Part BroadcastPart(const float* p) { return _mm256_broadcast_ss(p); }
+  static Part FmaPart(Part x, Part w, Part acc) { return _mm256_fmadd_ps(x, w, acc); }
+  static Part AddPart(Part a, Part b) { return _mm256_add_ps(a, b); }
+  static Part& PartOf(Vec& v, int part) { return part == 0 ? v.lo : v.hi; }
+  // Eight registers as an 8 x 8 matrix, transposed: pairs interleaved, then quads, then halves.
+  static void Transpose8(__m256 (&r)[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+      s[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+      s[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+      s[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+      s[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {
+      r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+      r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+    }
+  }
+  // The 16 x 16 transpose from four 8 x 8 ones: the off-diagonal quarters change places.
+  static void Transpose16(Vec (&m)[16]) {
+    __m256 q[4][8];  // lo of m[0..7], hi of m[0..7], lo of m[8..15], hi of m[8..15]
+    for (int i = 0; i < 8; ++i) {
+      q[0][i] = m[i].lo, q[1][i] = m[i].hi, q[2][i] = m[i + 8].lo, q[3][i] = m[i + 8].hi;
+    }
+    for (auto& quarter : q) Transpose8(quarter);
+    for (int i = 0; i < 8; ++i) {
+      m[i] = {q[0][i], q[2][i]};
+      m[i + 8] = {q[1][i], q[3][i]};
+    }
+  }
+
   static Vec Mul(Vec v, float s) {
     const __m256 m = _mm256_set1_ps(s);
     return {_mm256_mul_ps(v.lo, m), _mm256_mul_ps(v.hi, m)};
@@ -143,6 +183,21 @@ struct V {
 };
 
 #include "kernels/cpu/quant_gemm_tiles.h"
+// After the tiles, whose WeightRow it uses.
+#include "kernels/cpu/quant_gemm_phases.h"
+
+// The panels of quant_gemm_tiles.h: by phases, 1.7-1.9x the dot tiles' GFLOP/s at 64 and 256
+// rows (whose 6 x 1 tile loads 14 vectors for 12 FMAs: 30-40 % of a Zen 3's FMA peak;
+// pdspark_gemm_bench). Fp32 weights keep the dot tiles: the model's are a few columns over
+// long inputs, where packing x for phases costs more than it saves.
+template <WeightFormat F>
+void Panels(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* scratch) {
+  if constexpr (F == WeightFormat::kF32) {
+    PanelsByDots<F>(p, i0, i1, j0, j1, scratch);
+  } else {
+    GemmByPhases<F>(p, i0, i1, j0, j1, scratch);
+  }
+}
 
 // The canonical double dot (see quant_gemm_avx512.cc): lanes 0-3 and 4-7 in two registers.
 double DotDouble(const float* a, const float* b, int64_t n) {
@@ -178,7 +233,7 @@ void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
 }  // namespace avx2
 
 const IsaKernels kAvx2Kernels = {avx2::GemmBlock, avx2::DequantizeRowsAnyFormat, avx2::DotDouble,
-                                 avx2::AddScaledDouble};
+                                 avx2::AddScaledDouble, avx2::kPhaseSliceRows};
 
 }  // namespace pdspark::kernels::cpu::internal
 

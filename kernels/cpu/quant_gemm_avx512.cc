@@ -19,6 +19,12 @@ namespace avx512 {
 #include "kernels/cpu/quant_gemm_avx512_vec.h"
 #include "kernels/cpu/quant_gemm_tiles.h"
 
+// The panels of quant_gemm_tiles.h: by the dot tiles.
+template <WeightFormat F>
+void Panels(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* scratch) {
+  PanelsByDots<F>(p, i0, i1, j0, j1, scratch);
+}
+
 // The canonical double dot: 8 double lanes, lane l summing a[p] * b[p] for p = l, l + 8, ...
 // (each product exact in double), then (l, l+4), (l, l+2), (l, l+1).
 double DotDouble(const float* a, const float* b, int64_t n) {
@@ -52,7 +58,8 @@ void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
 }  // namespace avx512
 
 const IsaKernels kAvx512Kernels = {avx512::GemmBlock, avx512::DequantizeRowsAnyFormat,
-                                   avx512::DotDouble, avx512::AddScaledDouble};
+                                   avx512::DotDouble, avx512::AddScaledDouble,
+                                   avx512::kTaskRowsByDots};
 
 }  // namespace pdspark::kernels::cpu::internal
 

@@ -22,6 +22,12 @@ namespace avx512bf16 {
 #include "kernels/cpu/quant_gemm_avx512_vec.h"
 #include "kernels/cpu/quant_gemm_tiles.h"
 
+// The panels of quant_gemm_tiles.h: by the dot tiles.
+template <WeightFormat F>
+void Panels(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* scratch) {
+  PanelsByDots<F>(p, i0, i1, j0, j1, scratch);
+}
+
 static_assert(kBf16DotInputs == 32, "one vdpbf16ps takes 32 inputs");
 
 // From this many rows on, a task narrows its FP8/FP4 weight rows to BF16 once into scratch (the

@@ -13,9 +13,9 @@ namespace pdspark::kernels::cpu::internal {
 // The kernels of one instruction set (quant_gemm_{avx512,avx2,portable}.cc each define one
 // table); quant_gemm.h documents what they compute.
 struct IsaKernels {
-  // Outputs rows [i0, i1) x columns [j0, j1) of `p`. `scratch` holds at least
-  // kPanelCols * p.w.cols floats, for dequantising a panel of columns once when many rows share
-  // them.
+  // Outputs rows [i0, i1) x columns [j0, j1) of `p`, at most task_rows rows once they are
+  // kPanelMinRows or more. `scratch` holds at least PanelScratchFloats(p.w.cols, task_rows)
+  // floats, for dequantising a panel of columns once when many rows share them.
   void (*gemm_block)(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                      float* scratch);
   // View rows [j0, j1) of w as fp32 into out (row stride w.cols); the view's column origin on
@@ -23,6 +23,8 @@ struct IsaKernels {
   void (*dequantize_rows)(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
   double (*dot_double)(const float* a, const float* b, int64_t n);
   void (*add_scaled_double)(double weight, const float* x, int64_t n, double* acc);
+  // Rows per task once rows are many (from kPanelMinRows): what gemm_block's panels take at once.
+  int64_t task_rows;
 };
 extern const IsaKernels kAvx512Kernels;
 extern const IsaKernels kAvx2Kernels;
@@ -54,12 +56,20 @@ void QuantizeRowsToInt8(const float* x, int64_t m, int64_t ldx, int64_t k, const
 void Int8DotGemmBlock(const Int8Rows& x, const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0,
                       int64_t j1);
 
-// From this many rows on, a task dequantises its weight columns into scratch once and runs the
-// fp32 tiles over them (same bits: dequantisation is exact); below, it dequantises in registers.
+// From this many rows on, a task dequantises its weight columns into scratch once and sweeps
+// them against its rows (quant_gemm_tiles.h: Panels; same bits: dequantisation is exact);
+// below, it dequantises in registers.
 inline constexpr int64_t kPanelMinRows = 64;
 // Columns of such a panel: a multiple of every path's column tile, small enough for the core's
 // L2 at the model's widest inputs.
 inline constexpr int64_t kPanelCols = 16;
+// Floats of a panel of kPanelCols columns over k inputs, padded to whole 16-wide blocks.
+constexpr int64_t PanelFloats(int64_t k) { return kPanelCols * ((k + 15) / 16 * 16); }
+// Floats of a task's scratch for k inputs and up to `rows` rows: a panel, and the rows of x
+// packed (quant_gemm_phases.h).
+constexpr int64_t PanelScratchFloats(int64_t k, int64_t rows) {
+  return PanelFloats(k) + rows * ((k + 15) / 16 * 16);
+}
 
 // 2^(code - 127); 255 is NaN (the OCP MX E8M0 encoding).
 constexpr float E8M0Value(uint8_t code) {

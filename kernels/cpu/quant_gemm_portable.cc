@@ -77,6 +77,12 @@ struct V {
 
 #include "kernels/cpu/quant_gemm_tiles.h"
 
+// The panels of quant_gemm_tiles.h: by the dot tiles.
+template <WeightFormat F>
+void Panels(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* scratch) {
+  PanelsByDots<F>(p, i0, i1, j0, j1, scratch);
+}
+
 // The canonical double dot (see quant_gemm_avx512.cc).
 double DotDouble(const float* a, const float* b, int64_t n) {
   double lanes[8] = {};
@@ -93,6 +99,7 @@ void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
 }  // namespace portable
 
 const IsaKernels kPortableKernels = {portable::GemmBlock, portable::DequantizeRowsAnyFormat,
-                                     portable::DotDouble, portable::AddScaledDouble};
+                                     portable::DotDouble, portable::AddScaledDouble,
+                                     portable::kTaskRowsByDots};
 
 }  // namespace pdspark::kernels::cpu::internal

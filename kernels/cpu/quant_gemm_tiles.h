@@ -279,14 +279,22 @@ void DequantizeRows(const WeightMatrix& w, int64_t j0, int64_t j1, float* out) {
   }
 }
 
+// Rows [i0, i1) x columns [j0, j1) of p when the rows are kPanelMinRows or more. Each
+// instruction-set file defines it after including this file: as PanelsByDots (below), or as
+// GemmByPhases (quant_gemm_phases.h).
 template <WeightFormat F>
-void GemmBlockFormat(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                     float* scratch) {
-  if (F == WeightFormat::kF32 || i1 - i0 < internal::kPanelMinRows) {
-    return Block<F>(p.x, p.ldx, p.w, i0, i1, j0, j1, p.y, p.ldy);
-  }
-  // Panels of internal::kPanelCols columns, each dequantised once into scratch and swept
-  // against every row.
+void Panels(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* scratch);
+
+// Rows per task for PanelsByDots: a block of x stays in the core's L2 while the task's weight
+// columns, dequantised once, are swept against it.
+inline constexpr int64_t kTaskRowsByDots = 64;
+
+// Panels of internal::kPanelCols columns, each dequantised once into scratch and swept against
+// every row by the dot tiles (fp32 weights: read in place).
+template <WeightFormat F>
+void PanelsByDots(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                  float* scratch) {
+  if (F == WeightFormat::kF32) return Block<F>(p.x, p.ldx, p.w, i0, i1, j0, j1, p.y, p.ldy);
   for (int64_t jp = j0; jp < j1; jp += internal::kPanelCols) {
     const int64_t jq = jp + internal::kPanelCols < j1 ? jp + internal::kPanelCols : j1;
     DequantizeRows<F>(p.w, jp, jq, scratch);
@@ -298,6 +306,15 @@ void GemmBlockFormat(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, i
     panel.cols = p.w.cols;
     Block<WeightFormat::kF32>(p.x, p.ldx, panel, i0, i1, 0, jq - jp, p.y + jp, p.ldy);
   }
+}
+
+template <WeightFormat F>
+void GemmBlockFormat(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                     float* scratch) {
+  if (i1 - i0 < internal::kPanelMinRows) {
+    return Block<F>(p.x, p.ldx, p.w, i0, i1, j0, j1, p.y, p.ldy);
+  }
+  Panels<F>(p, i0, i1, j0, j1, scratch);
 }
 
 void GemmBlock(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,

@@ -5,6 +5,7 @@
 // for slices, for any number of threads and grouped or alone.
 #include "kernels/cpu/quant_gemm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quant_gemm_internal.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/kernels/gemm_test_weights.h"
 
@@ -90,7 +92,7 @@ TEST(QuantGemmTest, EveryInstructionSetGivesTheSameBits) {
   for (WeightFormat format : kFormats) {
     const int64_t n = 29, k = 400;
     RandomWeights w(format, n, k, 13);
-    for (int64_t m : {1, 2, 7, 8, 19}) {
+    for (int64_t m : {1, 2, 7, 8, 19, 70}) {
       const auto x = RandomX(m * k, 14);
       SetGemmIsa(GemmIsa::kPortable);
       const auto expected = Product(x, m, k, w.view);
@@ -98,6 +100,39 @@ TEST(QuantGemmTest, EveryInstructionSetGivesTheSameBits) {
         SetGemmIsa(isa);
         EXPECT_EQ(Product(x, m, k, w.view), expected)
             << GemmIsaName(isa) << " " << WeightFormatName(format) << " m=" << m;
+      }
+    }
+  }
+}
+
+// The panel paths (from internal::kPanelMinRows rows: by phases on AVX2, by the dot tiles
+// elsewhere) on every instruction set against the same rows one at a time, on a block of rows
+// no multiple of 16, inputs no multiple of 16, a row stride wider than the inputs and a last
+// panel of fewer than 16 columns.
+TEST(QuantGemmTest, PanelsGiveTheBitsOfEachRowAloneOnOddShapes) {
+  IsaGuard guard;
+  auto kernels_of = [](GemmIsa isa) -> const internal::IsaKernels& {
+    return isa == GemmIsa::kAvx512 ? internal::kAvx512Kernels
+           : isa == GemmIsa::kAvx2 ? internal::kAvx2Kernels
+                                   : internal::kPortableKernels;
+  };
+  for (WeightFormat format : kFormats) {
+    const int64_t k = format == WeightFormat::kFp4E2M1 ? 402 : 401, n = 37, ldx = k + 3, m = 77;
+    RandomWeights w(format, n, k, 23);
+    const auto x = RandomX(m * ldx, 24);
+    for (GemmIsa isa : SupportedIsas()) {
+      SetGemmIsa(isa);
+      const internal::IsaKernels& kernels = kernels_of(isa);
+      std::vector<float> y(m * n), scratch(internal::PanelScratchFloats(k, kernels.task_rows));
+      for (int64_t i0 = 0; i0 < m; i0 += kernels.task_rows) {
+        kernels.gemm_block({x.data(), m, ldx, w.view, y.data(), n}, i0,
+                           std::min(m, i0 + kernels.task_rows), 0, n, scratch.data());
+      }
+      for (int64_t i = 0; i < m; ++i) {
+        const auto alone =
+            Product(std::vector<float>(x.begin() + i * ldx, x.begin() + i * ldx + k), 1, k, w.view);
+        ASSERT_EQ(std::vector<float>(y.begin() + i * n, y.begin() + (i + 1) * n), alone)
+            << GemmIsaName(isa) << " " << WeightFormatName(format) << " row " << i;
       }
     }
   }
