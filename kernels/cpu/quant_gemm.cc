@@ -322,6 +322,16 @@ void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
   Kernels().add_scaled_double(weight, x, n, acc);
 }
 
+void DotDoubleRows(const float* x, const double* rows, int64_t count, int64_t ld, int64_t n,
+                   double* out) {
+  Kernels().dot_double_rows(x, rows, count, ld, n, out);
+}
+
+void AddScaledDoubleRows(const double* weights, const double* rows, int64_t count, int64_t ld,
+                         int64_t n, double* acc) {
+  Kernels().add_scaled_double_rows(weights, rows, count, ld, n, acc);
+}
+
 void Gemm(const GemmProblem& problem, ThreadPool* pool) {
   GroupedGemm(std::span<const GemmProblem>(&problem, 1), pool);
 }

@@ -74,6 +74,15 @@ void GroupedGemm(std::span<const GemmProblem> problems, ThreadPool* pool = nullp
 double DotDouble(const float* a, const float* b, int64_t n);
 // acc[c] += weight * x[c] in double, c < n (one rounding per element).
 void AddScaledDouble(double weight, const float* x, int64_t n, double* acc);
+// The same two for one x and many rows, faster, the same bits. The rows are floats widened to
+// double by the caller once (row i at rows + i * ld), so that attention widens each query once
+// for all its keys and each key once for all its heads:
+//   out[i] = DotDouble(rows_i, x, n), for i < count;
+//   acc[c] += weights[i] * rows_i[c] for i = 0, 1, ..., count - 1 in turn (AddScaledDouble each).
+void DotDoubleRows(const float* x, const double* rows, int64_t count, int64_t ld, int64_t n,
+                   double* out);
+void AddScaledDoubleRows(const double* weights, const double* rows, int64_t count, int64_t ld,
+                         int64_t n, double* acc);
 
 // Rows [begin, end) of w as fp32 values into out (row stride w.cols): embedding lookups and the
 // --weights fp32 copies. Exact, and the same values the GEMM multiplies by.

@@ -230,10 +230,77 @@ void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
   for (; c < n; ++c) acc[c] = std::fma(weight, static_cast<double>(x[c]), acc[c]);
 }
 
+// Rows [i, i + G) of DotDoubleRows: x widened once per 8 inputs for G rows.
+template <int G>
+void DotDoubleRowGroup(const float* x, const double* rows, int64_t ld, int64_t n, double* out) {
+  __m256d lo[G], hi[G];
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) lo[g] = hi[g] = _mm256_setzero_pd();
+  int64_t p = 0;
+  for (; p + 8 <= n; p += 8) {
+    const __m256d xlo = _mm256_cvtps_pd(_mm_loadu_ps(x + p));
+    const __m256d xhi = _mm256_cvtps_pd(_mm_loadu_ps(x + p + 4));
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) {
+      lo[g] = _mm256_fmadd_pd(_mm256_loadu_pd(rows + g * ld + p), xlo, lo[g]);
+      hi[g] = _mm256_fmadd_pd(_mm256_loadu_pd(rows + g * ld + p + 4), xhi, hi[g]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int g = 0; g < G; ++g) {
+    alignas(32) double lanes[8];
+    _mm256_store_pd(lanes, lo[g]);
+    _mm256_store_pd(lanes + 4, hi[g]);
+    for (int l = 0; p + l < n; ++l) lanes[l] += rows[g * ld + p + l] * x[p + l];
+    const double s0 = lanes[0] + lanes[4], s1 = lanes[1] + lanes[5], s2 = lanes[2] + lanes[6],
+                 s3 = lanes[3] + lanes[7];
+    out[g] = (s0 + s2) + (s1 + s3);
+  }
+}
+
+void DotDoubleRows(const float* x, const double* rows, int64_t count, int64_t ld, int64_t n,
+                   double* out) {
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4) DotDoubleRowGroup<4>(x, rows + i * ld, ld, n, out + i);
+  for (; i < count; ++i) DotDoubleRowGroup<1>(x, rows + i * ld, ld, n, out + i);
+}
+
+// acc read and written once per 4 elements for all the rows; 16 elements at a time, so that
+// four chains of FMAs (each element's runs in row order) overlap.
+void AddScaledDoubleRows(const double* weights, const double* rows, int64_t count, int64_t ld,
+                         int64_t n, double* acc) {
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    __m256d a[4];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) a[u] = _mm256_loadu_pd(acc + c + 4 * u);
+    for (int64_t i = 0; i < count; ++i) {
+      const __m256d w = _mm256_broadcast_sd(weights + i);
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        a[u] = _mm256_fmadd_pd(w, _mm256_loadu_pd(rows + i * ld + c + 4 * u), a[u]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) _mm256_storeu_pd(acc + c + 4 * u, a[u]);
+  }
+  for (; c + 4 <= n; c += 4) {
+    __m256d a = _mm256_loadu_pd(acc + c);
+    for (int64_t i = 0; i < count; ++i) {
+      a = _mm256_fmadd_pd(_mm256_set1_pd(weights[i]), _mm256_loadu_pd(rows + i * ld + c), a);
+    }
+    _mm256_storeu_pd(acc + c, a);
+  }
+  for (; c < n; ++c) {
+    for (int64_t i = 0; i < count; ++i) acc[c] = std::fma(weights[i], rows[i * ld + c], acc[c]);
+  }
+}
+
 }  // namespace avx2
 
-const IsaKernels kAvx2Kernels = {avx2::GemmBlock, avx2::DequantizeRowsAnyFormat, avx2::DotDouble,
-                                 avx2::AddScaledDouble, avx2::kPhaseSliceRows};
+const IsaKernels kAvx2Kernels = {
+    avx2::GemmBlock,     avx2::DequantizeRowsAnyFormat, avx2::DotDouble,      avx2::AddScaledDouble,
+    avx2::DotDoubleRows, avx2::AddScaledDoubleRows,     avx2::kPhaseSliceRows};
 
 }  // namespace pdspark::kernels::cpu::internal
 

@@ -23,6 +23,10 @@ struct IsaKernels {
   void (*dequantize_rows)(const WeightMatrix& w, int64_t j0, int64_t j1, float* out);
   double (*dot_double)(const float* a, const float* b, int64_t n);
   void (*add_scaled_double)(double weight, const float* x, int64_t n, double* acc);
+  void (*dot_double_rows)(const float* x, const double* rows, int64_t count, int64_t ld, int64_t n,
+                          double* out);
+  void (*add_scaled_double_rows)(const double* weights, const double* rows, int64_t count,
+                                 int64_t ld, int64_t n, double* acc);
   // Rows per task once rows are many (from kPanelMinRows): what gemm_block's panels take at once.
   int64_t task_rows;
 };

@@ -96,10 +96,29 @@ void AddScaledDouble(double weight, const float* x, int64_t n, double* acc) {
   for (int64_t c = 0; c < n; ++c) acc[c] = std::fma(weight, static_cast<double>(x[c]), acc[c]);
 }
 
+void DotDoubleRows(const float* x, const double* rows, int64_t count, int64_t ld, int64_t n,
+                   double* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    double lanes[8] = {};
+    for (int64_t p = 0; p < n; ++p) lanes[p % 8] += rows[i * ld + p] * x[p];
+    const double s0 = lanes[0] + lanes[4], s1 = lanes[1] + lanes[5], s2 = lanes[2] + lanes[6],
+                 s3 = lanes[3] + lanes[7];
+    out[i] = (s0 + s2) + (s1 + s3);
+  }
+}
+
+void AddScaledDoubleRows(const double* weights, const double* rows, int64_t count, int64_t ld,
+                         int64_t n, double* acc) {
+  for (int64_t c = 0; c < n; ++c) {
+    for (int64_t i = 0; i < count; ++i) acc[c] = std::fma(weights[i], rows[i * ld + c], acc[c]);
+  }
+}
+
 }  // namespace portable
 
-const IsaKernels kPortableKernels = {portable::GemmBlock, portable::DequantizeRowsAnyFormat,
-                                     portable::DotDouble, portable::AddScaledDouble,
+const IsaKernels kPortableKernels = {portable::GemmBlock,      portable::DequantizeRowsAnyFormat,
+                                     portable::DotDouble,      portable::AddScaledDouble,
+                                     portable::DotDoubleRows,  portable::AddScaledDoubleRows,
                                      portable::kTaskRowsByDots};
 
 }  // namespace pdspark::kernels::cpu::internal

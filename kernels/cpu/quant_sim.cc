@@ -19,8 +19,8 @@ float PowerOfTwoCeil(float x) {
 }
 
 template <float (*Round)(float)>
-void QuantDequantBlocks(float* data, int64_t rows, int64_t cols, int64_t row_stride,
-                        int64_t block, float max_value, float amax_floor) {
+void QuantDequantBlocks(float* data, int64_t rows, int64_t cols, int64_t row_stride, int64_t block,
+                        float max_value, float amax_floor) {
   const float max_inv = 1.0f / max_value;
   for (int64_t r = 0; r < rows; ++r) {
     float* row = data + r * row_stride;

@@ -34,7 +34,8 @@ void HcSplitSinkhorn(const float* mixes, const float* hc_scale, const float* hc_
     pre[j] = Sigmoid(mixes[j] * hc_scale[0] + hc_base[j]) + eps;
     post[j] = 2.0f * Sigmoid(mixes[hc + j] * hc_scale[1] + hc_base[hc + j]);
   }
-  for (int64_t j = 0; j < hc * hc; ++j) comb[j] = mixes[2 * hc + j] * hc_scale[2] + hc_base[2 * hc + j];
+  for (int64_t j = 0; j < hc * hc; ++j)
+    comb[j] = mixes[2 * hc + j] * hc_scale[2] + hc_base[2 * hc + j];
   for (int64_t j = 0; j < hc; ++j) {
     float* row = comb + j * hc;
     const float row_max = *std::max_element(row, row + hc);

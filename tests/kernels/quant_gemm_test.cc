@@ -314,6 +314,33 @@ TEST(DoubleKernelsTest, CanonicalDoubleDotAndFusedScaledAddOnEveryInstructionSet
   }
 }
 
+// The many-row forms give, row by row, the bits of DotDouble and of AddScaledDouble called in
+// turn, on every instruction set: row counts on both sides of the kernels' groups of 4, lengths
+// on both sides of a vector, rows strided wider than they are long.
+TEST(DoubleKernelsTest, ManyRowsGiveTheBitsOfOneRowAtATime) {
+  IsaGuard guard;
+  for (int64_t n : {1, 7, 8, 13, 64, 130}) {
+    for (int64_t count : {1, 3, 4, 6, 9}) {
+      const int64_t ld = n + 5;
+      const auto x = RandomX(n, 28), rows = RandomX(count * ld, 29), weights = RandomX(count, 30);
+      std::vector<double> rows_wide(rows.begin(), rows.end()), weights_wide(count);
+      for (int64_t i = 0; i < count; ++i) weights_wide[i] = weights[i];
+      for (GemmIsa isa : SupportedIsas()) {
+        SetGemmIsa(isa);
+        std::vector<double> dots(count), acc(n, 0.25), expected_acc(n, 0.25);
+        DotDoubleRows(x.data(), rows_wide.data(), count, ld, n, dots.data());
+        AddScaledDoubleRows(weights_wide.data(), rows_wide.data(), count, ld, n, acc.data());
+        for (int64_t i = 0; i < count; ++i) {
+          EXPECT_EQ(dots[i], DotDouble(rows.data() + i * ld, x.data(), n))
+              << GemmIsaName(isa) << " n=" << n << " row " << i << " of " << count;
+          AddScaledDouble(weights_wide[i], rows.data() + i * ld, n, expected_acc.data());
+        }
+        EXPECT_EQ(acc, expected_acc) << GemmIsaName(isa) << " n=" << n << " count=" << count;
+      }
+    }
+  }
+}
+
 TEST(ThreadPoolTest, RunsEveryTaskOnceAcrossManyJobs) {
   ThreadPool pool(3);
   std::vector<std::atomic<int>> hits(257);

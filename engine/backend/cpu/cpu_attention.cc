@@ -63,25 +63,36 @@ class RowKeys {
   std::vector<float> matrix_;
 };
 
-// scores [hb, n] = scale * q [hb, hd] . key_j, each dot in double (DotDouble) rounded to fp32.
+// scores [hb, n] = scale * q [hb, hd] . key_j, each dot in double (DotDouble's bits) rounded to
+// fp32; q widened to double once for all the keys.
 void ScoresDouble(const float* q, int64_t hb, int64_t hd, const RowKeys& keys, float scale,
                   float* scores) {
   const int64_t n = keys.count();
+  const std::vector<double> q_wide(q, q + hb * hd);
+  std::vector<double> dots(hb);
   for (int64_t j = 0; j < n; ++j) {
-    for (int64_t h = 0; h < hb; ++h) {
-      scores[h * n + j] = static_cast<float>(kc::DotDouble(q + h * hd, keys[j], hd)) * scale;
-    }
+    kc::DotDoubleRows(keys[j], q_wide.data(), hb, hd, hd, dots.data());
+    for (int64_t h = 0; h < hb; ++h) scores[h * n + j] = static_cast<float>(dots[h]) * scale;
   }
 }
 
-// out [hb, hd] = (weights [hb, n] . keys) / denom per head, summed in double in key order.
+// Keys widened to double at a time for WeightedKeysDouble: each head's sums are read and written
+// once per this many keys.
+constexpr int64_t kWideKeys = 8;
+
+// out [hb, hd] = (weights [hb, n] . keys) / denom per head, summed in double in key order
+// (AddScaledDouble's bits, key after key).
 void WeightedKeysDouble(const float* weights, int64_t hb, const RowKeys& keys, int64_t hd,
                         const std::vector<double>& denom, float* out) {
   const int64_t n = keys.count();
-  std::vector<double> acc(hb * hd, 0.0);
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t h = 0; h < hb; ++h)
-      kc::AddScaledDouble(weights[h * n + j], keys[j], hd, acc.data() + h * hd);
+  std::vector<double> acc(hb * hd, 0.0), wide(kWideKeys * hd), w(kWideKeys);
+  for (int64_t j0 = 0; j0 < n; j0 += kWideKeys) {
+    const int64_t count = std::min(kWideKeys, n - j0);
+    for (int64_t i = 0; i < count; ++i) std::copy_n(keys[j0 + i], hd, wide.data() + i * hd);
+    for (int64_t h = 0; h < hb; ++h) {
+      std::copy_n(weights + h * n + j0, count, w.data());
+      kc::AddScaledDoubleRows(w.data(), wide.data(), count, hd, hd, acc.data() + h * hd);
+    }
   }
   for (int64_t i = 0; i < hb * hd; ++i) out[i] = static_cast<float>(acc[i] / denom[i / hd]);
 }
@@ -189,15 +200,16 @@ void CpuOps::IndexerScores(const AttentionKeys& keys, const float* q, const floa
   const std::vector<int64_t> offsets = keys.KeyOffsets();
   ForChunks(keys.num_rows(), 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float* qr = q + r * heads * dim;
+      const std::vector<double> qr(q + r * heads * dim, q + (r + 1) * heads * dim);
       const float* wr = w + r * heads;
       const std::vector<const void*> key_rows = KeysOf(keys, r);
+      std::vector<double> dots(heads);
       for (size_t j = 0; j < key_rows.size(); ++j) {
+        kc::DotDoubleRows(static_cast<const float*>(key_rows[j]), qr.data(), heads, dim, dim,
+                          dots.data());
         double total = 0.0;
         for (int64_t h = 0; h < heads; ++h) {
-          const double dot =
-              kc::DotDouble(qr + h * dim, static_cast<const float*>(key_rows[j]), dim);
-          total += std::max(static_cast<float>(dot), 0.0f) * wr[h];
+          total += std::max(static_cast<float>(dots[h]), 0.0f) * wr[h];
         }
         scores[offsets[r] + j] = total;
       }
