@@ -22,6 +22,7 @@
 
 // Rows per tile: one Vec of rows, each lane a row.
 inline constexpr int64_t kPhaseTileRows = 16;
+static_assert(kPanelCols == 16, "a panel's columns are one Vec: Transpose16 turns them");
 // Columns a tile keeps in registers at once: 2 x 6 accumulators, 2 x-parts and a broadcast.
 inline constexpr int kPhaseTileCols = 6;
 // Rows packed at a time (the instruction set's IsaKernels::task_rows): each panel is dequantised
