@@ -157,6 +157,12 @@ StatusOr<TensorView> Checkpoint::Get(std::string_view name) const {
   return it->second->Get(name);
 }
 
+void Checkpoint::ReleasePages(const void* data, size_t bytes) const {
+  for (const auto& file : files_) {
+    if (file->ReleasePages(data, bytes)) return;
+  }
+}
+
 std::vector<std::string> Checkpoint::Names() const {
   std::vector<std::string> names;
   names.reserve(index_.size());

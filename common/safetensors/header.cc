@@ -32,9 +32,9 @@ StatusOr<uint64_t> NonNegativeInt(const Json& value, uint64_t max, std::string_v
   if (value.is_number_integer()) {  // signed and therefore negative
     return TensorError(name, Cat(what, " is ", value.get<int64_t>(), ", must be >= 0"));
   }
-  return TensorError(
-      name, Cat(what, " must be a non-negative integer, got ",
-                          value.is_number_float() ? "a fractional number" : value.type_name()));
+  return TensorError(name,
+                     Cat(what, " must be a non-negative integer, got ",
+                         value.is_number_float() ? "a fractional number" : value.type_name()));
 }
 
 StatusOr<std::vector<int64_t>> ParseShape(const Json& json, std::string_view name) {
@@ -77,13 +77,11 @@ Status ParseOffsets(const Json& json, std::string_view name, uint64_t data_size,
   ASSIGN_OR_RETURN(info.end, NonNegativeInt(json[1], std::numeric_limits<uint64_t>::max(), name,
                                             "data_offsets[1]"));
   if (info.begin > info.end) {
-    return TensorError(
-        name, Cat("data_offsets [", info.begin, ", ", info.end, "] out of order"));
+    return TensorError(name, Cat("data_offsets [", info.begin, ", ", info.end, "] out of order"));
   }
   if (info.end > data_size) {
-    return TensorError(name,
-                       Cat("data_offsets [", info.begin, ", ", info.end,
-                                     "] past the end of the data section (", data_size, " bytes)"));
+    return TensorError(name, Cat("data_offsets [", info.begin, ", ", info.end,
+                                 "] past the end of the data section (", data_size, " bytes)"));
   }
   return absl::OkStatus();
 }
@@ -112,8 +110,8 @@ StatusOr<TensorInfo> ParseTensor(const Json& json, std::string_view name, uint64
   ASSIGN_OR_RETURN(uint64_t bytes, ByteCount(info.shape, DTypeSize(info.dtype), name));
   if (bytes != info.end - info.begin) {
     return TensorError(name, Cat("dtype ", DTypeName(info.dtype), " shape needs ", bytes,
-                                           " bytes but data_offsets [", info.begin, ", ", info.end,
-                                           "] span ", info.end - info.begin));
+                                 " bytes but data_offsets [", info.begin, ", ", info.end, "] span ",
+                                 info.end - info.begin));
   }
   return info;
 }
@@ -125,8 +123,8 @@ Status ParseMetadata(const Json& json, std::map<std::string, std::string>& metad
   }
   for (const auto& [key, value] : json.items()) {
     if (!value.is_string()) {
-      return absl::InvalidArgumentError(Cat(
-          "__metadata__ entry '", key, "' must be a string, got ", value.type_name()));
+      return absl::InvalidArgumentError(
+          Cat("__metadata__ entry '", key, "' must be a string, got ", value.type_name()));
     }
     metadata.emplace(key, value.get<std::string>());
   }
@@ -145,9 +143,9 @@ Status CheckNoOverlap(const std::map<std::string, TensorInfo>& tensors) {
     const auto& [prev_name, prev] = spans[i - 1];
     const auto& [name, info] = spans[i];
     if (info->begin < prev->end) {
-      return TensorError(
-          *name, Cat("data_offsets [", info->begin, ", ", info->end, "] overlap tensor '",
-                               *prev_name, "' [", prev->begin, ", ", prev->end, "]"));
+      return TensorError(*name,
+                         Cat("data_offsets [", info->begin, ", ", info->end, "] overlap tensor '",
+                             *prev_name, "' [", prev->begin, ", ", prev->end, "]"));
     }
   }
   return absl::OkStatus();
@@ -162,8 +160,7 @@ StatusOr<Header> ParseHeader(std::string_view json_text, uint64_t data_size) {
   }
   const Json& json = *parsed;
   if (!json.is_object()) {
-    return absl::InvalidArgumentError(
-        Cat("header must be a JSON object, got ", json.type_name()));
+    return absl::InvalidArgumentError(Cat("header must be a JSON object, got ", json.type_name()));
   }
   Header header;
   for (const auto& [key, value] : json.items()) {

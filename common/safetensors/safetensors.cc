@@ -53,8 +53,8 @@ StatusOr<std::unique_ptr<File>> File::Open(const std::string& path) {
   if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(Cat(path, ": not a file"));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < kLengthPrefixBytes) {
-    return absl::InvalidArgumentError(Cat(
-        path, ": truncated: ", size, " bytes, shorter than the 8-byte header length"));
+    return absl::InvalidArgumentError(
+        Cat(path, ": truncated: ", size, " bytes, shorter than the 8-byte header length"));
   }
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
   if (map == MAP_FAILED) return Errno(path, "mmap failed");
@@ -64,13 +64,12 @@ StatusOr<std::unique_ptr<File>> File::Open(const std::string& path) {
   file->map_size_ = size;
   const uint64_t header_bytes = ReadLittleEndian64(file->map_);
   if (header_bytes > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(Cat(path, ": header length ", header_bytes,
-                                                    " exceeds the limit of ", kMaxHeaderBytes));
+    return absl::InvalidArgumentError(
+        Cat(path, ": header length ", header_bytes, " exceeds the limit of ", kMaxHeaderBytes));
   }
   if (header_bytes > size - kLengthPrefixBytes) {
     return absl::InvalidArgumentError(Cat(path, ": header length ", header_bytes,
-                                                    " runs past the end of the file (", size,
-                                                    " bytes)"));
+                                          " runs past the end of the file (", size, " bytes)"));
   }
   const std::string_view json(reinterpret_cast<const char*>(file->map_) + kLengthPrefixBytes,
                               header_bytes);
@@ -84,6 +83,19 @@ StatusOr<std::unique_ptr<File>> File::Open(const std::string& path) {
 
 File::~File() {
   if (map_ != nullptr) ::munmap(const_cast<std::byte*>(map_), map_size_);
+}
+
+bool File::ReleasePages(const void* data, size_t bytes) const {
+  const auto* begin = static_cast<const std::byte*>(data);
+  if (begin < map_ || bytes > map_size_ ||
+      begin - map_ > static_cast<ptrdiff_t>(map_size_ - bytes)) {
+    return false;
+  }
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+  if (end > first) ::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+  return true;
 }
 
 bool File::Contains(std::string_view name) const {

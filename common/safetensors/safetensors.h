@@ -80,6 +80,11 @@ class File {
   // NotFound naming file and tensor when absent.
   StatusOr<TensorView> Get(std::string_view name) const;
   std::vector<std::string> Names() const;
+  // Drops this process's copies of the mapping's whole pages inside [data, data + bytes), if
+  // that range lies in this file's mapping (else does nothing): for tensors read once and kept
+  // in another form. The file is mapped read-only, so a later read faults the pages in again from
+  // the page cache or the disk; nothing is lost. Whether the range was this file's.
+  bool ReleasePages(const void* data, size_t bytes) const;
 
  private:
   File() = default;
@@ -104,6 +109,8 @@ class Checkpoint {
   StatusOr<TensorView> Get(std::string_view name) const;
   std::vector<std::string> Names() const;  // sorted
   size_t NumFiles() const { return files_.size(); }
+  // File::ReleasePages on the shard that holds [data, data + bytes), if one does.
+  void ReleasePages(const void* data, size_t bytes) const;
   const std::string& directory() const { return directory_; }
 
  private:

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -72,6 +73,19 @@ Matrix OwningMxInt8(const Matrix& m) {
   q.scale_stride = scale_stride;
   q.storage = std::move(bytes);
   return q;
+}
+
+// The bytes from a view's first code to past its last (a column slice: the other columns between).
+std::pair<const void*, size_t> CodeSpan(const kernels::WeightMatrix& m) {
+  const int64_t first = m.row0 * m.row_stride + m.col0;
+  const int64_t end = (m.row0 + m.rows - 1) * m.row_stride + m.col0 + m.cols;
+  const int64_t bits = m.format == kernels::WeightFormat::kF32       ? 32
+                       : m.format == kernels::WeightFormat::kBF16    ? 16
+                       : m.format == kernels::WeightFormat::kFp4E2M1 ? 4
+                                                                     : 8;
+  const int64_t begin_byte = first * bits / 8, end_byte = (end * bits + 7) / 8;
+  return {static_cast<const uint8_t*>(m.data) + begin_byte,
+          static_cast<size_t>(end_byte - begin_byte)};
 }
 
 }  // namespace
@@ -160,13 +174,21 @@ StatusOr<Matrix> TensorLoader::Store(const std::string& name, Matrix m) const {
   if (const std::string problem = kernels::cpu::CheckWeightValues(m); !problem.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", problem));
   }
+  // Where the weights are kept in another form, the checkpoint's pages of their codes are read
+  // once: dropped from this process after the copy (its scales, a 16 384th of FP8's codes and a
+  // 16th of FP4's, stay).
   if (storage_ == WeightStorage::kFp32) {
     auto copy = std::make_shared<WeightVector>(m.rows * m.cols);
     kernels::cpu::DequantizeRows(m, 0, m.rows, copy->data());
+    const auto [codes, bytes] = CodeSpan(m);
+    checkpoint_->ReleasePages(codes, bytes);
     return OwningFp32(std::move(copy), m.rows, m.cols);
   }
   if (storage_ == WeightStorage::kInt8 && m.format == kernels::WeightFormat::kFp8E4M3) {
-    return OwningMxInt8(m);
+    Matrix q = OwningMxInt8(m);
+    const auto [codes, bytes] = CodeSpan(m);
+    checkpoint_->ReleasePages(codes, bytes);
+    return q;
   }
   if (!kernels::cpu::GemmSupports(m)) {
     return absl::InvalidArgumentError(absl::StrCat(

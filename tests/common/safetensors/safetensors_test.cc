@@ -1,7 +1,11 @@
 #include "common/safetensors/safetensors.h"
 
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <numeric>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -190,6 +194,57 @@ TEST(RoundTripTest, EveryDTypeKeepsValuesAndShapes) {
   auto file = File::Open((dir / "model.safetensors").string());
   ASSERT_TRUE(file.ok());
   EXPECT_EQ((*file)->header().metadata.at("note"), "ünïcode");
+}
+
+// Resident kilobytes of this process's mappings of `path` (/proc/self/smaps).
+int64_t ResidentKiB(const std::filesystem::path& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  const std::string name = std::filesystem::canonical(path).string();
+  int64_t total = 0;
+  bool in_file = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::istringstream fields(line);
+    std::string first;
+    fields >> first;
+    if (first == "Rss:") {
+      int64_t kib = 0;
+      fields >> kib;
+      if (in_file) total += kib;
+    } else if (first.find('-') != std::string::npos && first.back() != ':') {  // a mapping
+      in_file = line.size() >= name.size() &&
+                line.compare(line.size() - name.size(), name.size(), name) == 0;
+    }
+  }
+  return total;
+}
+
+TEST(ReleasePagesTest, DropsTheProcesssCopyOfATensorsPagesAndItsBytesReadTheSameAfter) {
+  const auto dir = FreshDir("release");
+  std::vector<uint8_t> big(size_t{4} << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 7 % 251);
+  WriteFile(dir / "model.safetensors",
+            SerializeTensors({{"small", "U8", {3}, BytesOf(std::vector<uint8_t>{1, 2, 3})},
+                              {"big", "U8", {static_cast<int64_t>(big.size())}, BytesOf(big)}}));
+  auto checkpoint = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  const TensorView view = *(*checkpoint)->Get("big");
+  auto sum = [&] {
+    return std::accumulate(view.data.begin(), view.data.end(), int64_t{0},
+                           [](int64_t a, std::byte b) { return a + static_cast<int64_t>(b); });
+  };
+  const int64_t expected = std::accumulate(big.begin(), big.end(), int64_t{0});
+  ASSERT_EQ(sum(), expected);
+  const int64_t read = ResidentKiB(dir / "model.safetensors");
+  EXPECT_GE(read, 4096);
+
+  // Not this checkpoint's memory: nothing happens.
+  (*checkpoint)->ReleasePages(big.data(), big.size());
+  EXPECT_EQ(ResidentKiB(dir / "model.safetensors"), read);
+
+  (*checkpoint)->ReleasePages(view.data.data(), view.data.size());
+  EXPECT_LE(ResidentKiB(dir / "model.safetensors"), 16);  // the pages it shares with the header
+  EXPECT_EQ(sum(), expected);                             // faulted in again from the file
+  EXPECT_GE(ResidentKiB(dir / "model.safetensors"), 4096);
 }
 
 TEST(RoundTripTest, ShardedDirectoryResolvesEachTensorToItsShard) {
