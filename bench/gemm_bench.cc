@@ -11,10 +11,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "kernels/cpu/mxint8.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -81,6 +84,34 @@ struct WeightPool {
   }
 };
 
+// The pool's tensors requantised to MXINT8, as the loader keeps FP8 matrices for the int8 dot
+// (WeightStorage::kInt8).
+struct MxInt8Pool {
+  std::vector<int8_t> codes;
+  std::vector<uint8_t> scales;
+  std::vector<WeightMatrix> views;
+
+  explicit MxInt8Pool(const WeightPool& pool) {
+    const WeightMatrix& first = pool.views.front();
+    const int64_t n = first.rows, k = first.cols, scale_stride = kc::MxInt8ScalesPerRow(k);
+    codes.resize(pool.views.size() * n * k);
+    scales.resize(pool.views.size() * n * scale_stride);
+    for (size_t c = 0; c < pool.views.size(); ++c) {
+      WeightMatrix w;
+      w.format = WeightFormat::kMxInt8;
+      w.rows = n;
+      w.cols = k;
+      w.row_stride = k;
+      w.data = codes.data() + c * n * k;
+      w.scales = scales.data() + c * n * scale_stride;
+      w.scale_stride = scale_stride;
+      kc::QuantizeRowsToMxInt8(pool.views[c], 0, n, codes.data() + c * n * k,
+                               scales.data() + c * n * scale_stride);
+      views.push_back(w);
+    }
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,16 +125,23 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads for both libraries")->capture_default_str();
   bool fast = false;
   app.add_flag("--fast", fast,
-               "also time the fast kernels (the BF16 dot, where the CPU has AVX512-BF16)");
+               "also time the fast kernels: the BF16 dot where the CPU has AVX512-BF16, else the "
+               "int8 dot (AVX2; FP8 weights requantised to MXINT8 first, as the loader does)");
   CLI11_PARSE(app, argc, argv);
-  if (fast && !kc::CpuSupportsBf16Dot()) {
-    std::fprintf(stderr, "gemm_bench: --fast: this CPU has no AVX512-BF16, so no BF16 dot\n");
+  // The fast kernels' choice (CpuOps::set_fast_kernels).
+  const bool bf16_dot = kc::CpuSupportsBf16Dot();
+  if (fast && !bf16_dot && !kc::CpuSupportsInt8Dot()) {
+    std::fprintf(stderr, "gemm_bench: --fast: this CPU has neither AVX512-BF16 nor AVX2\n");
     return 2;
   }
+  const kc::GemmPrecision fast_precision =
+      bf16_dot ? kc::GemmPrecision::kBf16Dot : kc::GemmPrecision::kInt8Dot;
+  const char* fast_name = bf16_dot ? "BF16 dot" : "int8 dot";
   openblas_set_num_threads(threads);
   kc::ThreadPool pool(threads);
-  std::fprintf(stderr, "gemm_bench: %s kernels, %d threads\n", kc::GemmIsaName(kc::ActiveGemmIsa()),
-               threads);
+  std::fprintf(stderr, "gemm_bench: %s kernels, %d threads%s%s\n",
+               kc::GemmIsaName(kc::ActiveGemmIsa()), threads, fast ? ", fast kernels: " : "",
+               fast ? fast_name : "");
   // [k, n, format]: V4-Flash's wq_a (FP8), a routed expert's w1/w3 and w2 (FP4), a vocabulary
   // chunk of the output head (BF16), a hyper-connection mix (F32).
   struct Shape {
@@ -116,11 +154,12 @@ int main(int argc, char** argv) {
                           {4096, 16160, WeightFormat::kBF16},
                           {16384, 24, WeightFormat::kF32}};
   std::mt19937 rng(1);
+  const std::string fast_columns = std::string(" ") + fast_name + " us | " + fast_name +
+                                   " GFLOP/s | exact / " + fast_name + " |";
   std::printf(
       "| format | k | n | rows | ours us | weight GB/s | GFLOP/s | OpenBLAS fp32 us | "
       "OpenBLAS / ours |%s\n|---|---|---|---|---|---|---|---|---|%s\n",
-      fast ? " BF16 dot us | BF16 dot GFLOP/s | exact / BF16 dot |" : "",
-      fast ? "---|---|---|" : "");
+      fast ? fast_columns.c_str() : "", fast ? "---|---|---|" : "");
   for (const Shape& s : shapes) {
     WeightMatrix one;
     one.format = s.format;
@@ -129,6 +168,13 @@ int main(int argc, char** argv) {
     const int64_t bytes = one.Bytes();
     const int copies = std::max<int>(2, (static_cast<int64_t>(pool_mib) << 20) / bytes);
     WeightPool weights(s.format, s.n, s.k, copies, rng);
+    // What the fast kernels multiply: the int8 dot takes FP8 matrices as MXINT8.
+    std::vector<WeightMatrix> fast_views = weights.views;
+    std::unique_ptr<MxInt8Pool> requantised;
+    if (fast && !bf16_dot && s.format == WeightFormat::kFp8E4M3) {
+      requantised = std::make_unique<MxInt8Pool>(weights);
+      fast_views = requantised->views;
+    }
     // OpenBLAS multiplies fp32 copies: fewer of them fit the same pool.
     const int fp32_copies =
         std::max<int>(2, (static_cast<int64_t>(pool_mib) << 20) / (4 * s.n * s.k));
@@ -154,15 +200,18 @@ int main(int argc, char** argv) {
                   pdspark::kernels::WeightFormatName(s.format), static_cast<long>(s.k),
                   static_cast<long>(s.n), m, ours, bytes / ours / 1e3, flops / ours / 1e3, blas,
                   blas / ours);
-      if (fast && s.format != WeightFormat::kF32) {
+      const kc::GemmProblem fast_problem = {x.data(), m,   s.k,           fast_views[0],
+                                            y.data(), s.n, fast_precision};
+      const bool takes_fast =
+          bf16_dot ? kc::TakesBf16Dot(fast_problem) : kc::TakesInt8Dot(fast_problem);
+      if (fast && takes_fast) {
         const double dot = MicrosPerCall(repeats, calls, [&](int i) {
-          kc::Gemm({x.data(), m, s.k, weights.views[i % copies], y.data(), s.n,
-                    kc::GemmPrecision::kBf16Dot},
+          kc::Gemm({x.data(), m, s.k, fast_views[i % copies], y.data(), s.n, fast_precision},
                    &pool);
         });
         std::printf(" %.1f | %.1f | %.2fx |", dot, flops / dot / 1e3, ours / dot);
       } else if (fast) {
-        std::printf(" - | - | - |");
+        std::printf(" - | - | - |");  // the fast kernels take the exact path on this format
       }
       std::printf("\n");
       std::fflush(stdout);
