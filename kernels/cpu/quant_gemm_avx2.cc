@@ -186,8 +186,8 @@ struct V {
 // After the tiles, whose WeightRow it uses.
 #include "kernels/cpu/quant_gemm_phases.h"
 
-// The panels of quant_gemm_tiles.h: by phases, 1.7-1.9x the dot tiles' GFLOP/s at 64 and 256
-// rows (whose 6 x 1 tile loads 14 vectors for 12 FMAs: 30-40 % of a Zen 3's FMA peak;
+// The panels of quant_gemm_tiles.h: by phases, 1.3-1.8x the dot tiles' GFLOP/s at 64 rows and
+// 1.7-2.4x at 256 (whose 6 x 1 tile loads 14 vectors for 12 FMAs: 30 % of a Zen 3's FMA peak;
 // pdspark_gemm_bench). Fp32 weights keep the dot tiles: the model's are a few columns over
 // long inputs, where packing x for phases costs more than it saves.
 template <WeightFormat F>

@@ -26,7 +26,7 @@ static_assert(kPanelCols == 16, "a panel's columns are one Vec: Transpose16 turn
 // Columns a tile keeps in registers at once: 2 x 6 accumulators, 2 x-parts and a broadcast.
 inline constexpr int kPhaseTileCols = 6;
 // Rows packed at a time (the instruction set's IsaKernels::task_rows): each panel is dequantised
-// and transposed once for them. 128 rows took 1.1-1.2x the prefill tokens/s of 64 on a Zen 3
+// and transposed once for them. 128 rows took 1.05-1.15x the prefill tokens/s of 64 on a Zen 3
 // (pdspark_model_bench, 512 tokens), 256 no more than 128.
 inline constexpr int64_t kPhaseSliceRows = 128;
 
