@@ -152,8 +152,15 @@ void RunTask(const internal::IsaKernels& kernels, const GemmProblem& p, const Pr
   const int64_t i0 = rb * grid.row_block, i1 = std::min(p.m, i0 + grid.row_block);
   const int64_t j0 = cb * grid.col_block, j1 = std::min(p.w.rows, j0 + grid.col_block);
   if (x.int8.codes) return internal::Int8DotGemmBlock(x.int8, p, i0, i1, j0, j1);
-  float* scratch = Scratch(internal::PanelScratchFloats(p.w.cols, kernels.task_rows));
-  if (x.bf16) return internal::Bf16DotGemmBlock(x.bf16, x.bf16_ld, p, i0, i1, j0, j1, scratch);
+  if (x.bf16) {
+    return internal::Bf16DotGemmBlock(x.bf16, x.bf16_ld, p, i0, i1, j0, j1,
+                                      Scratch(internal::PanelFloats(p.w.cols)));
+  }
+  // Only the panels use scratch (a thread keeps its largest): a decode-only worker never takes
+  // room for rows of x.
+  float* scratch = i1 - i0 >= internal::kPanelMinRows
+                       ? Scratch(internal::PanelScratchFloats(p.w.cols, kernels.task_rows))
+                       : nullptr;
   kernels.gemm_block(p, i0, i1, j0, j1, scratch);
 }
 

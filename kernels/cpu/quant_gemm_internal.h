@@ -14,8 +14,9 @@ namespace pdspark::kernels::cpu::internal {
 // table); quant_gemm.h documents what they compute.
 struct IsaKernels {
   // Outputs rows [i0, i1) x columns [j0, j1) of `p`, at most task_rows rows once they are
-  // kPanelMinRows or more. `scratch` holds at least PanelScratchFloats(p.w.cols, task_rows)
-  // floats, for dequantising a panel of columns once when many rows share them.
+  // kPanelMinRows or more. `scratch` (there; null below) holds at least
+  // PanelScratchFloats(p.w.cols, task_rows) floats, for dequantising a panel of columns once
+  // when many rows share them.
   void (*gemm_block)(const GemmProblem& p, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                      float* scratch);
   // View rows [j0, j1) of w as fp32 into out (row stride w.cols); the view's column origin on
@@ -36,8 +37,8 @@ extern const IsaKernels kPortableKernels;
 
 // The BF16 dot (quant_gemm_bf16.cc; quant_gemm.h documents it), for CPUs with AVX512-BF16.
 // x: the problem's rows [0, p.m) rounded to BF16 with row stride ldx, each row zero-padded to a
-// multiple of kBf16DotInputs. Outputs rows [i0, i1) x columns [j0, j1) of p; `scratch` as for
-// IsaKernels::gemm_block.
+// multiple of kBf16DotInputs. Outputs rows [i0, i1) x columns [j0, j1) of p; `scratch` holds at
+// least PanelFloats(p.w.cols) floats, for its panels of weight rows narrowed once.
 inline constexpr int64_t kBf16DotInputs = 32;
 void Bf16DotGemmBlock(const uint16_t* x, int64_t ldx, const GemmProblem& p, int64_t i0, int64_t i1,
                       int64_t j0, int64_t j1, float* scratch);
