@@ -37,6 +37,22 @@ inline constexpr float kMxInt8CodeUnit = 1.0f / 64.0f;
 
 const char* WeightFormatName(WeightFormat format);
 
+// Bits of one element's code, its block scales apart.
+constexpr int64_t CodeBits(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32:
+      return 32;
+    case WeightFormat::kBF16:
+      return 16;
+    case WeightFormat::kFp8E4M3:
+    case WeightFormat::kMxInt8:
+      return 8;
+    case WeightFormat::kFp4E2M1:
+      return 4;
+  }
+  return 32;
+}
+
 struct WeightMatrix {
   WeightFormat format = WeightFormat::kF32;
   const void* data = nullptr;       // the whole tensor's element (0, 0)

@@ -79,10 +79,7 @@ Matrix OwningMxInt8(const Matrix& m) {
 std::pair<const void*, size_t> CodeSpan(const kernels::WeightMatrix& m) {
   const int64_t first = m.row0 * m.row_stride + m.col0;
   const int64_t end = (m.row0 + m.rows - 1) * m.row_stride + m.col0 + m.cols;
-  const int64_t bits = m.format == kernels::WeightFormat::kF32       ? 32
-                       : m.format == kernels::WeightFormat::kBF16    ? 16
-                       : m.format == kernels::WeightFormat::kFp4E2M1 ? 4
-                                                                     : 8;
+  const int64_t bits = kernels::CodeBits(m.format);
   const int64_t begin_byte = first * bits / 8, end_byte = (end * bits + 7) / 8;
   return {static_cast<const uint8_t*>(m.data) + begin_byte,
           static_cast<size_t>(end_byte - begin_byte)};

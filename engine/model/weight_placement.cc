@@ -18,21 +18,6 @@ constexpr int64_t kAlignment = 256;  // what cudaMalloc gives; every piece start
 
 int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-int64_t BitsPerElement(WeightFormat format) {
-  switch (format) {
-    case WeightFormat::kF32:
-      return 32;
-    case WeightFormat::kBF16:
-      return 16;
-    case WeightFormat::kFp8E4M3:
-    case WeightFormat::kMxInt8:
-      return 8;
-    case WeightFormat::kFp4E2M1:
-      return 4;
-  }
-  return 32;
-}
-
 // The smallest rectangle of a view's tensor that holds the view and starts on a scale block
 // (rows r0..r1, columns c0..c1), with the scales covering it: what is copied, so that the
 // copy's block scales index exactly as the tensor's did.
@@ -58,7 +43,7 @@ Rectangle RectangleOf(const WeightMatrix& m) {
   // of the block: the loader checks its scales' shape).
   r.c1 =
       m.format == WeightFormat::kFp4E2M1 ? RoundUp(m.col0 + m.cols, block_cols) : m.col0 + m.cols;
-  r.row_bytes = (r.c1 - r.c0) * BitsPerElement(m.format) / 8;
+  r.row_bytes = (r.c1 - r.c0) * kernels::CodeBits(m.format) / 8;
   if (m.format != WeightFormat::kF32 && m.format != WeightFormat::kBF16) {
     r.scale_r0 = r.r0 / block_rows;
     r.scale_r1 = (r.r1 + block_rows - 1) / block_rows;
@@ -84,7 +69,7 @@ WeightMatrix ViewOfCopy(const WeightMatrix& m, const Rectangle& r, const void* c
 // The rectangle's codes and scales, packed row after row.
 void GatherRectangle(const WeightMatrix& m, const Rectangle& r, std::vector<uint8_t>& codes,
                      std::vector<uint8_t>& scales) {
-  const int64_t bits = BitsPerElement(m.format);
+  const int64_t bits = kernels::CodeBits(m.format);
   codes.resize(static_cast<size_t>(r.code_bytes()));
   const auto* data = static_cast<const uint8_t*>(m.data);
   for (int64_t row = r.r0; row < r.r1; ++row) {

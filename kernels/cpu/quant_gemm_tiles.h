@@ -193,12 +193,7 @@ void TileRows(int r, const typename Tiles::X* x, int64_t ldx, const WeightRow<F>
 // Bytes of codes in a weight row of k inputs (a bound: whole 32-input groups).
 template <WeightFormat F>
 constexpr int64_t RowCodeBytes(int64_t k) {
-  constexpr int64_t kBytesPer32Inputs = F == WeightFormat::kF32       ? 128
-                                        : F == WeightFormat::kBF16    ? 64
-                                        : F == WeightFormat::kFp8E4M3 ? 32
-                                        : F == WeightFormat::kMxInt8  ? 32
-                                                                      : 16;
-  return (k + 31) / 32 * kBytesPer32Inputs;
+  return (k + 31) / 32 * 4 * CodeBits(F);
 }
 
 // How far ahead of the weight row being multiplied (Block) or converted into a panel
