@@ -123,6 +123,10 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows)->delimiter(',');
   app.add_option("--repeats", repeats)->capture_default_str();
   app.add_option("--threads", threads, "threads for both libraries")->capture_default_str();
+  std::vector<std::string> shape_args;
+  app.add_option("--shape", shape_args,
+                 "K:N:FORMAT (fp8, fp4, bf16 or f32), repeatable: these shapes instead of "
+                 "V4-Flash's");
   bool fast = false;
   app.add_flag("--fast", fast,
                "also time the fast kernels: the BF16 dot where the CPU has AVX512-BF16, else the "
@@ -148,11 +152,35 @@ int main(int argc, char** argv) {
     int64_t k, n;
     WeightFormat format;
   };
-  const Shape shapes[] = {{4096, 1024, WeightFormat::kFp8E4M3},
-                          {4096, 2048, WeightFormat::kFp4E2M1},
-                          {2048, 4096, WeightFormat::kFp4E2M1},
-                          {4096, 16160, WeightFormat::kBF16},
-                          {16384, 24, WeightFormat::kF32}};
+  std::vector<Shape> shapes = {{4096, 1024, WeightFormat::kFp8E4M3},
+                               {4096, 2048, WeightFormat::kFp4E2M1},
+                               {2048, 4096, WeightFormat::kFp4E2M1},
+                               {4096, 16160, WeightFormat::kBF16},
+                               {16384, 24, WeightFormat::kF32}};
+  if (!shape_args.empty()) shapes.clear();
+  for (const std::string& arg : shape_args) {
+    long k = 0, n = 0;
+    char name[8] = {};
+    const WeightFormat* format = nullptr;
+    static const std::pair<const char*, WeightFormat> kNames[] = {
+        {"fp8", WeightFormat::kFp8E4M3},
+        {"fp4", WeightFormat::kFp4E2M1},
+        {"bf16", WeightFormat::kBF16},
+        {"f32", WeightFormat::kF32}};
+    if (std::sscanf(arg.c_str(), "%ld:%ld:%7s", &k, &n, name) == 3 && k > 0 && n > 0) {
+      for (const auto& [text, f] : kNames) {
+        if (std::strcmp(text, name) == 0) format = &f;
+      }
+    }
+    if (!format || (*format == WeightFormat::kFp4E2M1 && k % 32 != 0)) {
+      std::fprintf(stderr,
+                   "gemm_bench: --shape %s: expected K:N:FORMAT with FORMAT fp8, fp4, bf16 or "
+                   "f32 (fp4: K a multiple of 32)\n",
+                   arg.c_str());
+      return 2;
+    }
+    shapes.push_back({k, n, *format});
+  }
   std::mt19937 rng(1);
   const std::string fast_columns = std::string(" ") + fast_name + " us | " + fast_name +
                                    " GFLOP/s | exact / " + fast_name + " |";
