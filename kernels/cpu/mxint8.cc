@@ -23,8 +23,19 @@ void QuantizeGroup(const float* v, int64_t n, int8_t* codes, uint8_t* scale) {
   *scale = amax > 0 ? GroupScaleCode(amax) : 0;
   // Dividing by 2^(code-127) * 2^-6 is a multiply by a power of two (exact but for underflow).
   const int shift = 6 - (static_cast<int>(*scale) - 127);
+  if (shift < -126 || shift > 127) {  // 2^shift is no normal float (groups below 2^-121)
+    for (int64_t p = 0; p < n; ++p) {
+      const float code = std::nearbyint(std::ldexp(v[p], shift));
+      codes[p] = static_cast<int8_t>(std::clamp(code, -127.0f, 127.0f));
+    }
+    return;
+  }
+  // The same codes in a loop the compiler vectorises (a load of the head of V4-Flash spent 11 s
+  // in the calls above): v * 2^shift is ldexp(v, shift), one rounding either way, and within
+  // +-127; adding and taking away 1.5 * 2^23 rounds it half to even, as nearbyint does.
+  const float factor = std::ldexp(1.0f, shift), round = 12582912.0f;
   for (int64_t p = 0; p < n; ++p) {
-    const float code = std::nearbyint(std::ldexp(v[p], shift));
+    const float code = (v[p] * factor + round) - round;
     codes[p] = static_cast<int8_t>(std::clamp(code, -127.0f, 127.0f));
   }
 }
