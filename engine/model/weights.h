@@ -67,8 +67,9 @@ class WeightArray {
 };
 
 // How matrices are held: views of the checkpoint (default); fp32 copies; or views with the FP8
-// matrices requantised to MXINT8 copies (kernels/cpu/mxint8.h), what the int8 dot of the CPU's
-// fast kernels multiplies (chosen with them, backend::CpuOps::FastKernelsWantInt8Weights).
+// matrices and the BF16 output head requantised to MXINT8 copies (kernels/cpu/mxint8.h), what the
+// int8 dot of the CPU's fast kernels multiplies (chosen with them,
+// backend::CpuOps::FastKernelsWantInt8Weights).
 enum class WeightStorage { kNative, kFp32, kInt8 };
 StatusOr<WeightStorage> ParseWeightStorage(const std::string& name);  // "native" | "fp32" | "int8"
 const char* WeightStorageName(WeightStorage storage);

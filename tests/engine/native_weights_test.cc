@@ -116,9 +116,9 @@ TEST(NativeWeights, MatricesAreViewsOfTheMappedCheckpoint) {
   EXPECT_GT(fp32.total, 3 * native.total);
 }
 
-// Int8 storage (the int8 dot's weights): FP8 matrices become owned MXINT8 copies within half a
-// code step of their values, the rest stay views; and the fast kernels load it on a CPU whose
-// fast GEMMs multiply int8 codes.
+// Int8 storage (the int8 dot's weights): FP8 matrices and the BF16 output head become owned
+// MXINT8 copies within half a code step of their values, the rest stay views; and the fast
+// kernels load it on a CPU whose fast GEMMs multiply int8 codes.
 TEST(NativeWeights, Int8StorageRequantisesTheFp8MatricesAndTheFastKernelsChooseIt) {
   const config::ModelConfig config = config::LoadModelConfig(kGoldenDir).value();
   auto checkpoint = safetensors::Checkpoint::OpenShared(kGoldenDir).value();
@@ -128,21 +128,26 @@ TEST(NativeWeights, Int8StorageRequantisesTheFp8MatricesAndTheFastKernelsChooseI
       LoadModelWeights(checkpoint, config,
                        {.show_progress = false, .storage = WeightStorage::kInt8})
           .value();
-  const Matrix& fp8 = native.layers[2].attn.wq_a;
-  const Matrix& q = int8.layers[2].attn.wq_a;
-  ASSERT_EQ(q.format, kernels::WeightFormat::kMxInt8);
-  EXPECT_NE(q.storage, nullptr);
-  ASSERT_EQ(q.rows, fp8.rows);
-  ASSERT_EQ(q.cols, fp8.cols);
-  double moved = 0;
-  for (int64_t i = 0; i < q.rows; ++i) {
-    for (int64_t j = 0; j < q.cols; ++j) {
-      const double step = std::ldexp(1.0, q.scales[i * q.scale_stride + j / 32] - 127 - 6);
-      ASSERT_LE(std::abs(q.At(i, j) - fp8.At(i, j)), step / 2) << i << ", " << j;
-      moved += std::abs(q.At(i, j) - fp8.At(i, j));
+  ASSERT_EQ(native.head.format, kernels::WeightFormat::kBF16);
+  for (const auto& [original, q] : {std::pair<const Matrix&, const Matrix&>{
+                                        native.layers[2].attn.wq_a, int8.layers[2].attn.wq_a},
+                                    {native.head, int8.head}}) {
+    ASSERT_EQ(q.format, kernels::WeightFormat::kMxInt8);
+    EXPECT_NE(q.storage, nullptr);
+    ASSERT_EQ(q.rows, original.rows);
+    ASSERT_EQ(q.cols, original.cols);
+    double moved = 0;
+    for (int64_t i = 0; i < q.rows; ++i) {
+      for (int64_t j = 0; j < q.cols; ++j) {
+        const double step = std::ldexp(1.0, q.scales[i * q.scale_stride + j / 32] - 127 - 6);
+        ASSERT_LE(std::abs(q.At(i, j) - original.At(i, j)), step / 2) << i << ", " << j;
+        moved += std::abs(q.At(i, j) - original.At(i, j));
+      }
     }
+    EXPECT_GT(moved, 0);  // a copy, requantised, not the checkpoint's values
   }
-  EXPECT_GT(moved, 0);  // a copy, requantised, not the FP8 values
+  // The router's gate stays BF16: its scores choose the experts.
+  EXPECT_EQ(int8.layers[2].ffn.gate.data, native.layers[2].ffn.gate.data);
   EXPECT_EQ(int8.layers[2].ffn.experts[0].w1.format, kernels::WeightFormat::kFp4E2M1);
   EXPECT_EQ(int8.layers[2].ffn.experts[0].w1.data, native.layers[2].ffn.experts[0].w1.data);
   EXPECT_EQ(int8.embed.data, native.embed.data);
