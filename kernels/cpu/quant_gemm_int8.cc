@@ -94,8 +94,8 @@ struct InPlaceRow {
 
 // A weight row decoded into a thread's buffer: its int8 codes group after group and each
 // group's multiplier. A task of more rows than one tile decodes each weight row once and sweeps
-// it against all its tiles: decoding inside the tile's loop cost as much as the products at 16
-// rows, and left the tile too few registers.
+// it against all its tiles: decoding inside the tile's loop repeated it for every 4 rows and left
+// the tile too few registers (1.2-1.8x at 256 rows on a Zen 3, docs/perf.md).
 struct DecodedRow {
   const int8_t* codes;
   const float* multipliers;
