@@ -162,11 +162,10 @@ int main(int argc, char** argv) {
     long k = 0, n = 0;
     char name[8] = {};
     const WeightFormat* format = nullptr;
-    static const std::pair<const char*, WeightFormat> kNames[] = {
-        {"fp8", WeightFormat::kFp8E4M3},
-        {"fp4", WeightFormat::kFp4E2M1},
-        {"bf16", WeightFormat::kBF16},
-        {"f32", WeightFormat::kF32}};
+    static const std::pair<const char*, WeightFormat> kNames[] = {{"fp8", WeightFormat::kFp8E4M3},
+                                                                  {"fp4", WeightFormat::kFp4E2M1},
+                                                                  {"bf16", WeightFormat::kBF16},
+                                                                  {"f32", WeightFormat::kF32}};
     if (std::sscanf(arg.c_str(), "%ld:%ld:%7s", &k, &n, name) == 3 && k > 0 && n > 0) {
       for (const auto& [text, f] : kNames) {
         if (std::strcmp(text, name) == 0) format = &f;
