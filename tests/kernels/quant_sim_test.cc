@@ -1,4 +1,8 @@
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -44,6 +48,60 @@ TEST(Fp4QuantDequant, ScaleAndGrid) {
   Fp4QuantDequant(y.data(), 1, 2, 2, 2);
   EXPECT_EQ(y[0], 12.0f);
   EXPECT_EQ(y[1], 8.0f);
+}
+
+// The reference's steps one value at a time, with number_formats.h's RoundToMiniFloat (what the
+// CUDA kernels use too): the power-of-two scale of the block, the clamp, the rounding.
+std::vector<float> ScalarQuantDequant(std::vector<float> x, int64_t block, bool fp4) {
+  const float max_value = fp4 ? 6.0f : 448.0f;
+  const float floor = fp4 ? 6.0f * std::ldexp(1.0f, -126) : 1e-4f;
+  for (size_t b0 = 0; b0 < x.size(); b0 += block) {
+    const size_t b1 = std::min(x.size(), b0 + block);
+    float amax = 0.0f;
+    for (size_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    amax = std::max(amax, floor);
+    const float scale = std::exp2(std::ceil(std::log2(static_cast<double>(amax / max_value))));
+    for (size_t i = b0; i < b1; ++i) {
+      const float scaled = std::clamp(x[i] / scale, -max_value, max_value);
+      x[i] = (fp4 ? RoundToE2M1(scaled) : RoundToE4M3(scaled)) * scale;
+    }
+  }
+  return x;
+}
+
+// Random blocks over the whole float range: ties, zeros of both signs, subnormals, outliers that
+// push the rest of a block below the format's smallest normal. Bit for bit.
+TEST(QuantDequant, GivesTheScalarDefinitionsBits) {
+  std::mt19937 rng(11);
+  for (bool fp4 : {false, true}) {
+    for (int trial = 0; trial < 2000; ++trial) {
+      const int64_t block = fp4 ? 32 : 128;
+      std::vector<float> x(2 * block);
+      const int center = static_cast<int>(rng() % 200) - 100;
+      for (float& v : x) {
+        const uint32_t kind = rng() % 8;
+        if (kind == 0) {
+          v = (rng() % 2 ? -0.0f : 0.0f);
+        } else if (kind == 1) {  // a subnormal
+          v = std::bit_cast<float>(static_cast<uint32_t>(rng() & 0x807FFFFFu));
+        } else if (kind == 2) {  // halfway between two grid points of some scale
+          v = std::ldexp(static_cast<float>(static_cast<int>(rng() % 64) - 32) + 0.5f,
+                         center + static_cast<int>(rng() % 8) - 4);
+        } else {
+          v = std::ldexp(std::uniform_real_distribution<float>(-1, 1)(rng),
+                         center + static_cast<int>(rng() % 40) - 20);
+        }
+      }
+      const std::vector<float> expected = ScalarQuantDequant(x, block, fp4);
+      std::vector<float> got = x;
+      (fp4 ? Fp4QuantDequant : Fp8QuantDequant)(got.data(), 1, 2 * block, 2 * block, block);
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(expected[i]))
+            << (fp4 ? "FP4" : "FP8") << " trial " << trial << " value " << x[i] << " got " << got[i]
+            << " want " << expected[i];
+      }
+    }
+  }
 }
 
 }  // namespace
