@@ -30,9 +30,9 @@ void QuantizeGroup(const float* v, int64_t n, int8_t* codes, uint8_t* scale) {
     }
     return;
   }
-  // The same codes in a loop the compiler vectorises (a load of the head of V4-Flash spent 11 s
-  // in the calls above): v * 2^shift is ldexp(v, shift), one rounding either way, and within
-  // +-127; adding and taking away 1.5 * 2^23 rounds it half to even, as nearbyint does.
+  // The same codes in a loop the compiler vectorises (the calls above took 11 s for the head of
+  // the real-dimension checkpoint): v * 2^shift is ldexp(v, shift), one rounding either way, and
+  // within +-127; adding and taking away 1.5 * 2^23 rounds it half to even, as nearbyint does.
   const float factor = std::ldexp(1.0f, shift), round = 12582912.0f;
   for (int64_t p = 0; p < n; ++p) {
     const float code = (v[p] * factor + round) - round;
