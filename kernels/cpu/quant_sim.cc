@@ -18,24 +18,6 @@ float PowerOfTwoCeil(float x) {
   return std::bit_cast<float>(static_cast<uint32_t>(exponent + 127) << 23);
 }
 
-// RoundToMiniFloat (kernels/number_formats.h) without its library calls (ilogbf, ldexpf, rintf:
-// most of the time of these simulations), the same value for each value it is given here: one
-// already clamped to the format's maximum (or NaN). The exponent comes from the bits (zero and
-// subnormals read -127 and land on the uniform grid below kMinExponent, as ilogbf's would);
-// value / step is exact and below 2^(kMantissaBits + 1) in magnitude, so adding and taking away
-// 1.5 * 2^23 rounds it half to even as rintf does, and copysign keeps rintf's sign of zero.
-template <int kMantissaBits, int kMinExponent>
-float RoundToGrid(float value) {
-  const int biased = static_cast<int>((std::bit_cast<uint32_t>(value) >> 23) & 0xFF);
-  const int exponent = std::max(biased - 127, kMinExponent);
-  const auto power_of_two = [](int e) {
-    return std::bit_cast<float>(static_cast<uint32_t>(e + 127) << 23);
-  };
-  const float steps = value * power_of_two(kMantissaBits - exponent);
-  const float rounded = std::copysign((steps + 12582912.0f) - 12582912.0f, steps);
-  return rounded * power_of_two(exponent - kMantissaBits);
-}
-
 template <float (*Round)(float)>
 void QuantDequantBlocks(float* data, int64_t rows, int64_t cols, int64_t row_stride, int64_t block,
                         float max_value, float amax_floor) {
@@ -59,12 +41,12 @@ void QuantDequantBlocks(float* data, int64_t rows, int64_t cols, int64_t row_str
 }  // namespace
 
 void Fp8QuantDequant(float* data, int64_t rows, int64_t cols, int64_t row_stride, int64_t block) {
-  QuantDequantBlocks<RoundToGrid<3, -6>>(data, rows, cols, row_stride, block, 448.0f, 1e-4f);
+  QuantDequantBlocks<RoundToE4M3>(data, rows, cols, row_stride, block, 448.0f, 1e-4f);
 }
 
 void Fp4QuantDequant(float* data, int64_t rows, int64_t cols, int64_t row_stride, int64_t block) {
-  QuantDequantBlocks<RoundToGrid<1, 0>>(data, rows, cols, row_stride, block, 6.0f,
-                                        6.0f * std::ldexp(1.0f, -126));
+  QuantDequantBlocks<RoundToE2M1>(data, rows, cols, row_stride, block, 6.0f,
+                                  6.0f * std::ldexp(1.0f, -126));
 }
 
 }  // namespace pdspark::kernels::cpu

@@ -50,8 +50,17 @@ TEST(Fp4QuantDequant, ScaleAndGrid) {
   EXPECT_EQ(y[1], 8.0f);
 }
 
-// The reference's steps one value at a time, with number_formats.h's RoundToMiniFloat (what the
-// CUDA kernels use too): the power-of-two scale of the block, the clamp, the rounding.
+// The rounding as the reference defines it, with the library's calls: floor(log2|v|), the grid's
+// step, round half to even.
+float RoundToGridByLibrary(float value, int mantissa_bits, int min_exponent) {
+  if (value == 0.0f || !std::isfinite(value)) return value;
+  const int exponent = std::max(std::ilogb(value), min_exponent);
+  const float step = std::ldexp(1.0f, exponent - mantissa_bits);
+  return std::nearbyint(value / step) * step;
+}
+
+// The reference's steps one value at a time: the power-of-two scale of the block, the clamp, the
+// rounding.
 std::vector<float> ScalarQuantDequant(std::vector<float> x, int64_t block, bool fp4) {
   const float max_value = fp4 ? 6.0f : 448.0f;
   const float floor = fp4 ? 6.0f * std::ldexp(1.0f, -126) : 1e-4f;
@@ -63,7 +72,8 @@ std::vector<float> ScalarQuantDequant(std::vector<float> x, int64_t block, bool 
     const float scale = std::exp2(std::ceil(std::log2(static_cast<double>(amax / max_value))));
     for (size_t i = b0; i < b1; ++i) {
       const float scaled = std::clamp(x[i] / scale, -max_value, max_value);
-      x[i] = (fp4 ? RoundToE2M1(scaled) : RoundToE4M3(scaled)) * scale;
+      x[i] =
+          (fp4 ? RoundToGridByLibrary(scaled, 1, 0) : RoundToGridByLibrary(scaled, 3, -6)) * scale;
     }
   }
   return x;
