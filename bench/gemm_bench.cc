@@ -97,17 +97,8 @@ struct MxInt8Pool {
     codes.resize(pool.views.size() * n * k);
     scales.resize(pool.views.size() * n * scale_stride);
     for (size_t c = 0; c < pool.views.size(); ++c) {
-      WeightMatrix w;
-      w.format = WeightFormat::kMxInt8;
-      w.rows = n;
-      w.cols = k;
-      w.row_stride = k;
-      w.data = codes.data() + c * n * k;
-      w.scales = scales.data() + c * n * scale_stride;
-      w.scale_stride = scale_stride;
-      kc::QuantizeRowsToMxInt8(pool.views[c], 0, n, codes.data() + c * n * k,
-                               scales.data() + c * n * scale_stride);
-      views.push_back(w);
+      views.push_back(kc::RequantiseToMxInt8(pool.views[c], codes.data() + c * n * k,
+                                             scales.data() + c * n * scale_stride));
     }
   }
 };

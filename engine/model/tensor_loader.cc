@@ -60,17 +60,9 @@ Matrix OwningFp32(std::shared_ptr<WeightVector> values, int64_t rows, int64_t co
 Matrix OwningMxInt8(const Matrix& m) {
   const int64_t scale_stride = kernels::cpu::MxInt8ScalesPerRow(m.cols);
   auto bytes = std::make_shared<std::vector<uint8_t>>(m.rows * (m.cols + scale_stride));
-  int8_t* codes = reinterpret_cast<int8_t*>(bytes->data());
-  uint8_t* scales = bytes->data() + m.rows * m.cols;
-  kernels::cpu::QuantizeRowsToMxInt8(m, 0, m.rows, codes, scales);
   Matrix q;
-  q.format = kernels::WeightFormat::kMxInt8;
-  q.data = codes;
-  q.row_stride = m.cols;
-  q.rows = m.rows;
-  q.cols = m.cols;
-  q.scales = scales;
-  q.scale_stride = scale_stride;
+  static_cast<kernels::WeightMatrix&>(q) = kernels::cpu::RequantiseToMxInt8(
+      m, reinterpret_cast<int8_t*>(bytes->data()), bytes->data() + m.rows * m.cols);
   q.storage = std::move(bytes);
   return q;
 }

@@ -58,4 +58,17 @@ void QuantizeRowsToMxInt8(const WeightMatrix& w, int64_t begin, int64_t end, int
   }
 }
 
+WeightMatrix RequantiseToMxInt8(const WeightMatrix& w, int8_t* codes, uint8_t* scales) {
+  QuantizeRowsToMxInt8(w, 0, w.rows, codes, scales);
+  WeightMatrix q;
+  q.format = WeightFormat::kMxInt8;
+  q.data = codes;
+  q.row_stride = w.cols;
+  q.rows = w.rows;
+  q.cols = w.cols;
+  q.scales = scales;
+  q.scale_stride = MxInt8ScalesPerRow(w.cols);
+  return q;
+}
+
 }  // namespace pdspark::kernels::cpu

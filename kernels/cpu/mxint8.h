@@ -23,4 +23,8 @@ inline int64_t MxInt8ScalesPerRow(int64_t cols) {
 void QuantizeRowsToMxInt8(const WeightMatrix& w, int64_t begin, int64_t end, int8_t* codes,
                           uint8_t* scales);
 
+// All of `w` requantised into `codes` (w.rows x w.cols) and `scales` (w.rows x
+// MxInt8ScalesPerRow(w.cols)): the MXINT8 matrix over them.
+WeightMatrix RequantiseToMxInt8(const WeightMatrix& w, int8_t* codes, uint8_t* scales);
+
 }  // namespace pdspark::kernels::cpu
