@@ -106,7 +106,7 @@ struct DecodedRow {
   float Multiplier(int64_t g) const { return multipliers[g]; }
 };
 
-// A thread's room for kTileCols decoded rows (grown to the widest row seen, then kept).
+// Room for kTileCols decoded rows (grown to the widest row seen, then kept): one per thread.
 struct DecodeBuffer {
   std::vector<int8_t> codes;
   std::vector<float> multipliers;
@@ -127,6 +127,7 @@ struct DecodeBuffer {
     return {row_codes, row_multipliers};
   }
 };
+thread_local DecodeBuffer decode_buffer;
 
 // ((l, l+4), (l, l+2), (l, l+1)).
 float Reduce(__m256 v) {
@@ -210,9 +211,8 @@ void Columns(const Int8Rows& x, const GemmProblem& p, int64_t i0, int64_t i1, in
   float* y = p.y + j;
   if (i1 - i0 <= kTileRows)
     return SweepRows<InPlaceRow<F>, C>(x, i0, i1, in_place, groups, y, p.ldy);
-  thread_local DecodeBuffer buffer;
   DecodedRow decoded[C];
-  for (int c = 0; c < C; ++c) decoded[c] = buffer.Decode(c, in_place[c], groups);
+  for (int c = 0; c < C; ++c) decoded[c] = decode_buffer.Decode(c, in_place[c], groups);
   SweepRows<DecodedRow, C>(x, i0, i1, decoded, groups, y, p.ldy);
 }
 
